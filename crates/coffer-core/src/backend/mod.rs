@@ -1,0 +1,91 @@
+//! Storage backends: a backend stores opaque named objects and knows nothing of
+//! packs, keys or snapshots. See docs/design.md#storage-contract.
+//!
+//! Names are relative paths with `/` separators such as `data/3f/3fa2…`. The
+//! contract every implementation keeps:
+//! - `write` is atomic: a reader sees the whole object or none of it, never a part;
+//!   writing the same name with the same bytes again is harmless (idempotent).
+//! - after `write` returns, `read`, `stat` and `list` see the object (read-after-write).
+//! - `read_range` returns exactly the bytes asked for, or an error.
+
+mod opendal_fs;
+
+pub use opendal_fs::OpendalBackend;
+
+use std::fmt;
+
+/// How a backend error should be handled by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The object does not exist.
+    NotFound,
+    /// May succeed if retried (timeouts, throttling, connection resets).
+    Transient,
+    /// Will not succeed if retried (permissions, full disk, invalid configuration).
+    Permanent,
+}
+
+/// An error from a backend, naming the object concerned.
+#[derive(Debug, thiserror::Error)]
+pub struct BackendError {
+    /// The class of the error.
+    pub kind: ErrorKind,
+    /// The object name, or the operation when it concerns no object.
+    pub object: String,
+    /// What the backend said.
+    pub message: String,
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ErrorKind::NotFound => write!(f, "{}: not found in the repository storage", self.object),
+            ErrorKind::Transient => write!(f, "{}: storage error (temporary, retry later): {}", self.object, self.message),
+            ErrorKind::Permanent => write!(f, "{}: storage error: {}", self.object, self.message),
+        }
+    }
+}
+
+impl BackendError {
+    /// Builds an error of `kind` about `object`.
+    pub fn new(kind: ErrorKind, object: impl Into<String>, message: impl Into<String>) -> Self {
+        BackendError { kind, object: object.into(), message: message.into() }
+    }
+}
+
+/// Result of backend operations.
+pub type BackendResult<T> = Result<T, BackendError>;
+
+/// One listed object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Full object name, e.g. `index/ab12…`.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A store of immutable named objects.
+pub trait Backend: Send + Sync {
+    /// A human-readable location (a path or URL), used in messages.
+    fn location(&self) -> String;
+
+    /// Reads a whole object. `Err(NotFound)` if absent.
+    fn read(&self, name: &str) -> BackendResult<Vec<u8>>;
+
+    /// Reads `len` bytes at `offset`. Fails if the object is shorter.
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>>;
+
+    /// Writes an object atomically; idempotent for equal content.
+    fn write(&self, name: &str, data: &[u8]) -> BackendResult<()>;
+
+    /// Size of an object. `Err(NotFound)` if absent.
+    fn stat(&self, name: &str) -> BackendResult<u64>;
+
+    /// Lists every object whose name starts with `prefix` (a directory such as
+    /// `index/`), recursively.
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>>;
+
+    /// Deletes an object; deleting an absent object is not an error.
+    fn delete(&self, name: &str) -> BackendResult<()>;
+}

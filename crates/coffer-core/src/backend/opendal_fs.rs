@@ -1,0 +1,120 @@
+//! The backend over OpenDAL. The local directory is the default service; any
+//! OpenDAL operator can be wrapped.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use opendal::{blocking, ErrorKind as OdErrorKind, Operator};
+
+use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
+
+/// A [`Backend`] over an OpenDAL operator, driven through OpenDAL's blocking API
+/// on a small runtime that this value owns.
+pub struct OpendalBackend {
+    op: blocking::Operator,
+    location: String,
+    _runtime: Arc<tokio::runtime::Runtime>,
+}
+
+fn classify(e: &opendal::Error) -> ErrorKind {
+    match e.kind() {
+        OdErrorKind::NotFound => ErrorKind::NotFound,
+        _ if e.is_temporary() => ErrorKind::Transient,
+        _ => ErrorKind::Permanent,
+    }
+}
+
+fn err(object: &str, e: opendal::Error) -> BackendError {
+    BackendError::new(classify(&e), object, e.to_string())
+}
+
+impl OpendalBackend {
+    /// A backend over a local directory. Writes go to `<root>/tmp/` first and are
+    /// renamed into place after an fsync, so they are atomic.
+    pub fn local(root: &Path) -> BackendResult<Self> {
+        let root_s = root.to_string_lossy().to_string();
+        let tmp = root.join("tmp").to_string_lossy().to_string();
+        let builder = opendal::services::Fs::default().root(&root_s).atomic_write_dir(&tmp);
+        let runtime = Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("coffer-io")
+                .enable_all()
+                .build()
+                .map_err(|e| BackendError::new(ErrorKind::Permanent, "runtime", e.to_string()))?,
+        );
+        let op = Operator::new(builder).map_err(|e| err(&root_s, e))?;
+        Self::from_operator(op, root_s, runtime)
+    }
+
+    /// Wraps any OpenDAL operator.
+    pub fn from_operator(op: Operator, location: String, runtime: Arc<tokio::runtime::Runtime>) -> BackendResult<Self> {
+        let _guard = runtime.enter();
+        let op = blocking::Operator::new(op).map_err(|e| err(&location, e))?;
+        Ok(OpendalBackend { op, location, _runtime: runtime })
+    }
+}
+
+impl Backend for OpendalBackend {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
+        Ok(self.op.read(name).map_err(|e| err(name, e))?.to_vec())
+    }
+
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let opts = opendal::options::ReadOptions { range: (offset..offset + len).into(), ..Default::default() };
+        let data = self.op.read_options(name, opts).map_err(|e| err(name, e))?.to_vec();
+        if data.len() as u64 != len {
+            return Err(BackendError::new(
+                ErrorKind::Permanent,
+                name,
+                format!("short read: wanted {len} bytes at offset {offset}, got {}", data.len()),
+            ));
+        }
+        Ok(data)
+    }
+
+    fn write(&self, name: &str, data: &[u8]) -> BackendResult<()> {
+        self.op.write(name, data.to_vec()).map_err(|e| err(name, e))?;
+        Ok(())
+    }
+
+    fn stat(&self, name: &str) -> BackendResult<u64> {
+        Ok(self.op.stat(name).map_err(|e| err(name, e))?.content_length())
+    }
+
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        let opts = opendal::options::ListOptions { recursive: true, ..Default::default() };
+        let entries = match self.op.list_options(prefix, opts) {
+            Ok(e) => e,
+            Err(e) if e.kind() == OdErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(err(prefix, e)),
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.metadata().is_dir() {
+                continue;
+            }
+            let size = match e.metadata().content_length() {
+                0 => self.stat(e.path()).unwrap_or(0),
+                n => n,
+            };
+            out.push(ObjectInfo { name: e.path().to_string(), size });
+        }
+        Ok(out)
+    }
+
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        match self.op.delete(name) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == OdErrorKind::NotFound => Ok(()),
+            Err(e) => Err(err(name, e)),
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! The archiver: walks directory trees and stores them as a snapshot.
+//! See docs/design.md#backup.
+//!
+//! Directories are walked depth first; the entries of a directory are processed in
+//! parallel (rayon), and a large file's chunks are hashed, compressed and
+//! encrypted in parallel batches. A file whose size, mtime, ctime and inode match
+//! its entry in the parent snapshot is not read again: its content list is reused.
+//! Entries that cannot be read are reported through [`Progress::warn`], left out,
+//! and counted in the snapshot, which is then marked incomplete.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime};
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use rayon::prelude::*;
+
+use crate::chunker::ChunkReader;
+use crate::error::{Error, Result};
+use crate::format::FORMAT_VERSION;
+use crate::format::pack::BlobType;
+use crate::format::snapshot::{MAX_SKIPPED_LISTED, Skipped, Snapshot, Summary};
+use crate::format::tree::{Node, NodeKind, Tree};
+use crate::fsmeta::{self, NameCache};
+use crate::id::Id;
+use crate::progress::Progress;
+use crate::repo::{BlobSaver, Repository, SnapshotFilter};
+
+/// Chunks of one file hashed and stored in parallel are gathered up to this size.
+const BATCH_BYTES: usize = 16 << 20;
+
+/// What to back up and how.
+#[derive(Clone, Debug, Default)]
+pub struct BackupOptions {
+    /// Files and directories to back up (made absolute).
+    pub paths: Vec<PathBuf>,
+    /// gitignore-style patterns of entries to leave out.
+    pub excludes: Vec<String>,
+    /// Do not descend into directories on other file systems.
+    pub one_file_system: bool,
+    /// Read and chunk everything but write nothing.
+    pub dry_run: bool,
+    /// Tags for the snapshot.
+    pub tags: Vec<String>,
+    /// Host name to record; defaults to this machine's.
+    pub hostname: Option<String>,
+    /// The parent snapshot for change detection. `None` picks the newest snapshot
+    /// with the same host and paths.
+    pub parent: Option<Id>,
+    /// Read every file even when the parent says it is unchanged.
+    pub force: bool,
+}
+
+/// The outcome of a backup.
+#[derive(Debug)]
+pub struct BackupResult {
+    /// The snapshot's id; `None` for a dry run.
+    pub id: Option<Id>,
+    /// The snapshot as written (or as it would have been).
+    pub snapshot: Snapshot,
+}
+
+/// Builds the exclude matcher for gitignore-style `patterns`, rooted at `/`.
+pub fn build_excludes(patterns: &[String]) -> Result<Gitignore> {
+    let mut b = GitignoreBuilder::new("/");
+    for p in patterns {
+        b.add_line(None, p).map_err(|e| Error::InvalidInput(format!("bad exclude pattern {p:?}: {e}")))?;
+    }
+    b.build().map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))
+}
+
+/// Makes `p` absolute and lexically clean (no `.`, `..` resolved against the
+/// components before it), without following symlinks.
+pub fn clean_absolute(p: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(p).map_err(|e| Error::io(p, e))?;
+    let mut out = PathBuf::from("/");
+    for c in abs.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The virtual directory structure above the backed-up paths.
+enum VirtualNode {
+    /// A path given by the user: backed up as it is.
+    Real(PathBuf),
+    /// A directory above the given paths: only the children listed here.
+    Dir(PathBuf, BTreeMap<Vec<u8>, VirtualNode>),
+}
+
+fn build_virtual_root(paths: &[PathBuf]) -> BTreeMap<Vec<u8>, VirtualNode> {
+    let mut sorted = paths.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    let mut root = BTreeMap::new();
+    'outer: for p in sorted {
+        let comps: Vec<_> = p.components().filter_map(|c| match c {
+            Component::Normal(n) => Some(n.as_bytes().to_vec()),
+            _ => None,
+        }).collect();
+        let mut map = &mut root;
+        let mut here = PathBuf::from("/");
+        for (i, c) in comps.iter().enumerate() {
+            here.push(std::ffi::OsStr::from_bytes(c));
+            if i + 1 == comps.len() {
+                map.insert(c.clone(), VirtualNode::Real(here.clone()));
+                continue 'outer;
+            }
+            let entry = map.entry(c.clone()).or_insert_with(|| VirtualNode::Dir(here.clone(), BTreeMap::new()));
+            match entry {
+                VirtualNode::Real(_) => continue 'outer, // an ancestor is already backed up whole
+                VirtualNode::Dir(_, children) => map = children,
+            }
+        }
+    }
+    root
+}
+
+struct Archiver<'a> {
+    repo: &'a Repository,
+    saver: BlobSaver<'a>,
+    excludes: Gitignore,
+    opts: &'a BackupOptions,
+    progress: &'a dyn Progress,
+    names: NameCache,
+    hardlinks: Mutex<HashMap<(u64, u64), Vec<Id>>>,
+    skipped: Mutex<Vec<Skipped>>,
+    skipped_count: AtomicU64,
+    files_new: AtomicU64,
+    files_changed: AtomicU64,
+    files_unchanged: AtomicU64,
+    dirs: AtomicU64,
+    others: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_total: AtomicU64,
+}
+
+/// Backs up `opts.paths` into `repo` and writes a snapshot (unless a dry run).
+pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) -> Result<BackupResult> {
+    let start = Instant::now();
+    let time = SystemTime::now();
+    if opts.paths.is_empty() {
+        return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
+    }
+    let paths: Vec<PathBuf> = opts.paths.iter().map(|p| clean_absolute(p)).collect::<Result<_>>()?;
+    for p in &paths {
+        std::fs::symlink_metadata(p).map_err(|e| Error::io(p, e))?;
+    }
+    let hostname = opts.hostname.clone().unwrap_or_else(fsmeta::hostname);
+    let path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let parent = match opts.parent {
+        Some(id) => Some(id),
+        None => {
+            let filter = SnapshotFilter { host: Some(hostname.clone()), tags: vec![], paths: vec![] };
+            repo.snapshots()?.into_iter().rev().find(|(_, s)| filter.matches(s) && s.paths == path_strings).map(|(id, _)| id)
+        }
+    };
+    let parent_tree = match parent {
+        Some(id) => Some(repo.load_snapshot(&id)?.tree),
+        None => None,
+    };
+    let excludes = build_excludes(&opts.excludes)?;
+    let arch = Archiver {
+        repo,
+        saver: if opts.dry_run { BlobSaver::dry_run(repo) } else { BlobSaver::new(repo) },
+        excludes,
+        opts,
+        progress,
+        names: NameCache::default(),
+        hardlinks: Mutex::new(HashMap::new()),
+        skipped: Mutex::new(Vec::new()),
+        skipped_count: AtomicU64::new(0),
+        files_new: AtomicU64::new(0),
+        files_changed: AtomicU64::new(0),
+        files_unchanged: AtomicU64::new(0),
+        dirs: AtomicU64::new(0),
+        others: AtomicU64::new(0),
+        bytes_read: AtomicU64::new(0),
+        bytes_total: AtomicU64::new(0),
+    };
+    let vroot = build_virtual_root(&paths);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .stack_size(64 << 20)
+        .thread_name(|i| format!("coffer-backup-{i}"))
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
+    let tree = std::thread::scope(|s| {
+        s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
+        pool.install(|| arch.save_virtual(&vroot, parent_tree))
+    })?;
+    let stats = arch.saver.finish()?;
+    let skipped = arch.skipped.into_inner().expect("poisoned");
+    let snapshot = Snapshot {
+        version: FORMAT_VERSION,
+        time: humantime::format_rfc3339_nanos(time).to_string(),
+        hostname,
+        username: fsmeta::username(),
+        paths: path_strings,
+        tags: opts.tags.clone(),
+        tree,
+        parent,
+        excludes: opts.excludes.clone(),
+        skipped_count: arch.skipped_count.load(Ordering::Relaxed),
+        skipped,
+        summary: Summary {
+            files_new: arch.files_new.into_inner(),
+            files_changed: arch.files_changed.into_inner(),
+            files_unchanged: arch.files_unchanged.into_inner(),
+            dirs: arch.dirs.into_inner(),
+            others: arch.others.into_inner(),
+            bytes_read: arch.bytes_read.into_inner(),
+            bytes_total: arch.bytes_total.into_inner(),
+            bytes_new: stats.bytes_new,
+            bytes_added: stats.bytes_stored,
+            blobs_added: stats.blobs,
+            duration_ms: start.elapsed().as_millis() as u64,
+        },
+        program: format!("coffer {}", env!("CARGO_PKG_VERSION")),
+    };
+    let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot)?) };
+    Ok(BackupResult { id, snapshot })
+}
+
+/// Walks the paths once for their total size and file count, so progress can
+/// show an ETA. Runs beside the backup; errors are ignored here (the backup
+/// reports them).
+fn scan_totals(paths: &[PathBuf], excludes: &Gitignore, one_fs: bool, progress: &dyn Progress) {
+    let (mut bytes, mut files) = (0u64, 0u64);
+    let mut stack: Vec<(PathBuf, Option<u64>)> = paths.iter().map(|p| (p.clone(), None)).collect();
+    while let Some((p, dev)) = stack.pop() {
+        let Ok(md) = std::fs::symlink_metadata(&p) else { continue };
+        if md.is_dir() {
+            if dev.is_some_and(|d| one_fs && d != md.dev()) {
+                continue;
+            }
+            let Ok(rd) = std::fs::read_dir(&p) else { continue };
+            for e in rd.flatten() {
+                let child = e.path();
+                let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                if !excludes.matched(&child, is_dir).is_ignore() {
+                    stack.push((child, Some(md.dev())));
+                }
+            }
+        } else if md.is_file() {
+            bytes += md.size();
+            files += 1;
+        }
+    }
+    progress.set_total(bytes, files);
+}
+
+impl Archiver<'_> {
+    fn skip(&self, path: &Path, message: String) {
+        self.progress.warn(path, &message);
+        self.skipped_count.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.skipped.lock().expect("poisoned");
+        if s.len() < MAX_SKIPPED_LISTED {
+            s.push(Skipped { path: path.to_string_lossy().into_owned(), error: message });
+        }
+    }
+
+    fn parent_tree(&self, id: Option<Id>) -> Option<Tree> {
+        // A parent tree that cannot be loaded only costs rereading: not an error.
+        id.and_then(|id| self.repo.load_tree(&id).ok())
+    }
+
+    fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<Id> {
+        let parent = self.parent_tree(parent);
+        let results: Vec<Result<Option<Node>>> = children
+            .par_iter()
+            .map(|(name, v)| {
+                let pnode = parent.as_ref().and_then(|t| t.find(name));
+                match v {
+                    VirtualNode::Real(path) => match std::fs::symlink_metadata(path) {
+                        Ok(md) => self.save_entry(path, name, &md, pnode, None),
+                        Err(e) => {
+                            self.skip(path, e.to_string());
+                            Ok(None)
+                        }
+                    },
+                    VirtualNode::Dir(path, sub) => {
+                        let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
+                        let (mut node, _) = fsmeta::read_node(name, path, &md, &self.names);
+                        if node.kind != NodeKind::Dir {
+                            return Err(Error::InvalidInput(format!("{} is not a directory", path.display())));
+                        }
+                        node.subtree = Some(self.save_virtual(sub, pnode.and_then(|n| n.subtree))?);
+                        self.dirs.fetch_add(1, Ordering::Relaxed);
+                        Ok(Some(node))
+                    }
+                }
+            })
+            .collect();
+        self.save_tree(results)
+    }
+
+    fn save_tree(&self, results: Vec<Result<Option<Node>>>) -> Result<Id> {
+        let mut nodes = Vec::with_capacity(results.len());
+        for r in results {
+            if let Some(n) = r? {
+                nodes.push(n);
+            }
+        }
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let tree = Tree { nodes };
+        Ok(self.saver.save(BlobType::Tree, &tree.encode())?.0)
+    }
+
+    /// Saves one entry; `Ok(None)` when it was skipped.
+    fn save_entry(&self, path: &Path, name: &[u8], md: &Metadata, parent: Option<&Node>, dev: Option<u64>) -> Result<Option<Node>> {
+        let (mut node, warning) = fsmeta::read_node(name, path, md, &self.names);
+        if let Some(w) = warning {
+            self.skip(path, w);
+            if node.kind == NodeKind::Symlink {
+                return Ok(None);
+            }
+        }
+        match node.kind {
+            NodeKind::Dir => {
+                self.dirs.fetch_add(1, Ordering::Relaxed);
+                let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
+                let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
+                node.subtree = Some(if crosses { self.save_tree(Vec::new())? } else { self.save_dir(path, md.dev(), parent_sub)? });
+            }
+            NodeKind::File => {
+                let parent = parent.filter(|p| p.kind == NodeKind::File);
+                match self.save_file(path, &node, parent)? {
+                    Some(content) => node.content = content,
+                    None => return Ok(None),
+                }
+            }
+            _ => {
+                self.others.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(Some(node))
+    }
+
+    fn save_dir(&self, path: &Path, dev: u64, parent: Option<Id>) -> Result<Id> {
+        let rd = match std::fs::read_dir(path) {
+            Ok(rd) => rd,
+            Err(e) => {
+                self.skip(path, format!("cannot list directory: {e}"));
+                return self.save_tree(Vec::new());
+            }
+        };
+        let mut entries = Vec::new();
+        for e in rd {
+            match e {
+                Ok(e) => entries.push(e.file_name()),
+                Err(e) => self.skip(path, format!("cannot list directory: {e}")),
+            }
+        }
+        entries.sort();
+        let parent = self.parent_tree(parent);
+        let results: Vec<Result<Option<Node>>> = entries
+            .par_iter()
+            .map(|name| {
+                let child = path.join(name);
+                let md = match std::fs::symlink_metadata(&child) {
+                    Ok(md) => md,
+                    Err(e) => {
+                        self.skip(&child, e.to_string());
+                        return Ok(None);
+                    }
+                };
+                if self.excludes.matched(&child, md.is_dir()).is_ignore() {
+                    return Ok(None);
+                }
+                let pnode = parent.as_ref().and_then(|t| t.find(name.as_bytes()));
+                self.save_entry(&child, name.as_bytes(), &md, pnode, Some(dev))
+            })
+            .collect();
+        self.save_tree(results)
+    }
+
+    fn unchanged(&self, node: &Node, parent: &Node) -> bool {
+        !self.opts.force
+            && node.size == parent.size
+            && node.mtime == parent.mtime
+            && node.ctime == parent.ctime
+            && node.inode == parent.inode
+            && (node.size == 0 || !parent.content.is_empty())
+            && {
+                let idx = self.repo.index();
+                parent.content.iter().all(|id| idx.contains(id, BlobType::Data))
+            }
+    }
+
+    /// Stores a file's content; `Ok(None)` when it could not be read.
+    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<Vec<Id>>> {
+        self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
+        if let Some(p) = parent.filter(|p| self.unchanged(node, p)) {
+            self.files_unchanged.fetch_add(1, Ordering::Relaxed);
+            self.progress.add_bytes(node.size);
+            self.progress.add_item(path);
+            return Ok(Some(p.content.clone()));
+        }
+        if parent.is_some() {
+            self.files_changed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.files_new.fetch_add(1, Ordering::Relaxed);
+        }
+        let link_key = (node.links > 1).then_some((node.device, node.inode));
+        if let Some(k) = link_key {
+            if let Some(content) = self.hardlinks.lock().expect("poisoned").get(&k) {
+                self.progress.add_bytes(node.size);
+                self.progress.add_item(path);
+                return Ok(Some(content.clone()));
+            }
+        }
+        let content = match self.read_content(path) {
+            Ok(c) => c,
+            Err(Error::Io { source, .. }) => {
+                self.skip(path, format!("cannot read file: {source}"));
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(k) = link_key {
+            self.hardlinks.lock().expect("poisoned").insert(k, content.clone());
+        }
+        self.progress.add_item(path);
+        Ok(Some(content))
+    }
+
+    fn read_content(&self, path: &Path) -> Result<Vec<Id>> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut reader = ChunkReader::new(file, self.repo.chunker().clone());
+        let mut ids = Vec::new();
+        loop {
+            let mut batch = Vec::new();
+            let mut batch_bytes = 0;
+            while batch_bytes < BATCH_BYTES {
+                match reader.next_chunk().map_err(|e| Error::io(path, e))? {
+                    Some(c) => {
+                        batch_bytes += c.len();
+                        batch.push(c);
+                    }
+                    None => break,
+                }
+            }
+            if batch.is_empty() {
+                return Ok(ids);
+            }
+            let saved: Vec<Result<Id>> = batch
+                .par_iter()
+                .map(|c| {
+                    let (id, _) = self.saver.save(BlobType::Data, c)?;
+                    self.bytes_read.fetch_add(c.len() as u64, Ordering::Relaxed);
+                    self.progress.add_bytes(c.len() as u64);
+                    Ok(id)
+                })
+                .collect();
+            for s in saved {
+                ids.push(s?);
+            }
+        }
+    }
+}

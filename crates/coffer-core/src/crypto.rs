@@ -1,0 +1,270 @@
+//! Cryptographic primitives: AEAD, key derivation, keyed blob ids, randomness.
+//! See docs/design.md#cryptography.
+//!
+//! Two AEADs are supported, chosen per object and recorded in it by a cipher byte:
+//! AES-256-GCM (used when the CPU has AES instructions) and ChaCha20-Poly1305.
+//! Both come from `ring`, whose tag comparison is constant-time. Nonces are never
+//! random inside a key's lifetime: every key that encrypts more than one message is
+//! a fresh subkey derived from a random 32-byte salt, and the messages under it get
+//! distinct counter nonces (see [`Nonce`]).
+
+use ring::aead::{self, Aad, LessSafeKey, UnboundKey};
+use serde::{Deserialize, Serialize};
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::id::Id;
+
+/// Bytes a seal adds to its plaintext (the authentication tag).
+pub const TAG_LEN: usize = 16;
+/// Length of every nonce.
+pub const NONCE_LEN: usize = 12;
+/// Length of every symmetric key and of every salt.
+pub const KEY_LEN: usize = 32;
+
+/// An AEAD algorithm, stored as one byte in every object it encrypts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cipher {
+    /// AES-256-GCM (NIST SP 800-38D).
+    Aes256Gcm,
+    /// ChaCha20-Poly1305 (RFC 8439).
+    #[serde(rename = "chacha20-poly1305")]
+    ChaCha20Poly1305,
+}
+
+impl Cipher {
+    /// The byte that names this cipher in stored objects.
+    pub fn to_byte(self) -> u8 {
+        match self {
+            Cipher::Aes256Gcm => 1,
+            Cipher::ChaCha20Poly1305 => 2,
+        }
+    }
+
+    /// Parses a cipher byte.
+    pub fn from_byte(b: u8) -> Option<Cipher> {
+        match b {
+            1 => Some(Cipher::Aes256Gcm),
+            2 => Some(Cipher::ChaCha20Poly1305),
+            _ => None,
+        }
+    }
+
+    /// AES-256-GCM when this CPU accelerates it, ChaCha20-Poly1305 otherwise.
+    pub fn preferred() -> Cipher {
+        if aes_accelerated() { Cipher::Aes256Gcm } else { Cipher::ChaCha20Poly1305 }
+    }
+
+    fn algorithm(self) -> &'static aead::Algorithm {
+        match self {
+            Cipher::Aes256Gcm => &aead::AES_256_GCM,
+            Cipher::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn aes_accelerated() -> bool {
+    std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq")
+}
+
+#[cfg(target_arch = "aarch64")]
+fn aes_accelerated() -> bool {
+    std::arch::is_aarch64_feature_detected!("aes") && std::arch::is_aarch64_feature_detected!("pmull")
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn aes_accelerated() -> bool {
+    false
+}
+
+/// A 256-bit secret key; wiped from memory when dropped and never printed.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct Key(pub [u8; KEY_LEN]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(<secret>)")
+    }
+}
+
+impl Key {
+    /// A fresh random key.
+    pub fn random() -> Key {
+        Key(random_array())
+    }
+
+    /// Derives a purpose-bound subkey: BLAKE3 `derive_key(context, self || salt)`.
+    /// Distinct contexts make keys for distinct purposes independent.
+    pub fn derive(&self, context: &str, salt: &[u8]) -> Key {
+        let mut h = blake3::Hasher::new_derive_key(context);
+        h.update(&self.0);
+        h.update(salt);
+        Key(*h.finalize().as_bytes())
+    }
+}
+
+/// A 96-bit AEAD nonce built from a domain word and a counter, so that nonces under
+/// one key are distinct by construction: `domain (u32 LE) || counter (u64 LE)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nonce(pub [u8; NONCE_LEN]);
+
+impl Nonce {
+    /// The nonce for `domain` and `counter`.
+    pub fn new(domain: u32, counter: u64) -> Nonce {
+        let mut n = [0u8; NONCE_LEN];
+        n[..4].copy_from_slice(&domain.to_le_bytes());
+        n[4..].copy_from_slice(&counter.to_le_bytes());
+        Nonce(n)
+    }
+}
+
+/// A key ready for sealing and opening with one cipher.
+pub struct AeadKey {
+    key: LessSafeKey,
+    cipher: Cipher,
+}
+
+impl AeadKey {
+    /// Prepares `key` for `cipher`.
+    pub fn new(cipher: Cipher, key: &Key) -> AeadKey {
+        let unbound = UnboundKey::new(cipher.algorithm(), &key.0).expect("key length is 32");
+        AeadKey { key: LessSafeKey::new(unbound), cipher }
+    }
+
+    /// The cipher this key is for.
+    pub fn cipher(&self) -> Cipher {
+        self.cipher
+    }
+
+    /// Encrypts `buf` in place and appends the tag. The caller guarantees that
+    /// `nonce` is never used twice with this key.
+    pub fn seal_in_place(&self, nonce: Nonce, aad: &[u8], buf: &mut Vec<u8>) {
+        self.seal_suffix(nonce, aad, buf, 0);
+    }
+
+    /// Encrypts `buf[start..]` in place and appends the tag, leaving `buf[..start]`
+    /// untouched: lets a pack seal each blob where it lies, without a copy.
+    pub fn seal_suffix(&self, nonce: Nonce, aad: &[u8], buf: &mut Vec<u8>, start: usize) {
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(aead::Nonce::assume_unique_for_key(nonce.0), Aad::from(aad), &mut buf[start..])
+            .expect("plaintext length within AEAD limits");
+        buf.extend_from_slice(tag.as_ref());
+    }
+
+    /// Encrypts `plaintext` into a new buffer: ciphertext || tag.
+    pub fn seal(&self, nonce: Nonce, aad: &[u8], plaintext: &[u8]) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(plaintext.len() + TAG_LEN);
+        buf.extend_from_slice(plaintext);
+        self.seal_in_place(nonce, aad, &mut buf);
+        buf
+    }
+
+    /// Authenticates and decrypts `ciphertext || tag`; `None` if anything was altered
+    /// or the key is wrong.
+    pub fn open(&self, nonce: Nonce, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        let mut buf = sealed.to_vec();
+        let len = self
+            .key
+            .open_in_place(aead::Nonce::assume_unique_for_key(nonce.0), Aad::from(aad), &mut buf)
+            .ok()?
+            .len();
+        buf.truncate(len);
+        Some(buf)
+    }
+}
+
+/// The keyed BLAKE3 id of a blob's plaintext. Without the id key, storage cannot
+/// confirm a guess of a blob's content from its id.
+pub fn blob_id(id_key: &Key, plaintext: &[u8]) -> Id {
+    Id(*blake3::keyed_hash(&id_key.0, plaintext).as_bytes())
+}
+
+/// Parameters of the scrypt KDF, recorded in each key file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScryptParams {
+    /// log2 of the CPU/memory cost N.
+    pub log_n: u8,
+    /// Block size r.
+    pub r: u32,
+    /// Parallelism p.
+    pub p: u32,
+}
+
+impl ScryptParams {
+    /// The default: N = 2^17, r = 8, p = 1 (128 MiB, a few hundred ms on a current core).
+    pub const DEFAULT: ScryptParams = ScryptParams { log_n: 17, r: 8, p: 1 };
+
+    /// Checks that parameters read from a key file are in a range that can neither
+    /// crash the process nor stall it for hours.
+    pub fn validate(&self) -> Result<scrypt::Params, String> {
+        if !(1..=22).contains(&self.log_n) || !(1..=32).contains(&self.r) || !(1..=16).contains(&self.p) {
+            return Err(format!(
+                "scrypt parameters out of range (log_n {}, r {}, p {})",
+                self.log_n, self.r, self.p
+            ));
+        }
+        scrypt::Params::new(self.log_n, self.r, self.p).map_err(|e| format!("scrypt parameters invalid: {e}"))
+    }
+}
+
+/// Derives a key-encryption key from a passphrase with scrypt.
+pub fn scrypt_kdf(passphrase: &[u8], salt: &[u8], params: ScryptParams) -> Result<Key, String> {
+    let p = params.validate()?;
+    let mut out = [0u8; KEY_LEN];
+    scrypt::scrypt(passphrase, salt, &p, &mut out).map_err(|e| e.to_string())?;
+    Ok(Key(out))
+}
+
+/// Fills an array from the operating system's CSPRNG.
+pub fn random_array<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    getrandom::fill(&mut out).expect("the operating system's random source failed");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_open_round_trip_both_ciphers() {
+        for cipher in [Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305] {
+            let k = AeadKey::new(cipher, &Key::random());
+            let ct = k.seal(Nonce::new(0, 7), b"aad", b"hello");
+            assert_eq!(ct.len(), 5 + TAG_LEN);
+            assert_eq!(k.open(Nonce::new(0, 7), b"aad", &ct).unwrap(), b"hello");
+            assert!(k.open(Nonce::new(0, 8), b"aad", &ct).is_none());
+            assert!(k.open(Nonce::new(0, 7), b"aae", &ct).is_none());
+            let mut bad = ct.clone();
+            bad[0] ^= 1;
+            assert!(k.open(Nonce::new(0, 7), b"aad", &bad).is_none());
+        }
+    }
+
+    #[test]
+    fn nonce_layout() {
+        let n = Nonce::new(1, 0x0102);
+        assert_eq!(n.0, [1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn derived_keys_differ_by_context_and_salt() {
+        let k = Key::random();
+        assert_ne!(k.derive("a", b"s"), k.derive("b", b"s"));
+        assert_ne!(k.derive("a", b"s"), k.derive("a", b"t"));
+        assert_eq!(k.derive("a", b"s"), k.derive("a", b"s"));
+    }
+
+    #[test]
+    fn scrypt_rejects_absurd_params() {
+        assert!(scrypt_kdf(b"p", b"s", ScryptParams { log_n: 40, r: 8, p: 1 }).is_err());
+        assert!(scrypt_kdf(b"p", b"s", ScryptParams { log_n: 4, r: 0, p: 1 }).is_err());
+    }
+
+    #[test]
+    fn key_debug_hides_secret() {
+        assert_eq!(format!("{:?}", Key([7; 32])), "Key(<secret>)");
+    }
+}

@@ -1,0 +1,55 @@
+//! The repository config: settings fixed when the repository is created.
+//! Stored sealed under the name `config`. See docs/design.md#config.
+
+use serde::{Deserialize, Serialize};
+
+use crate::chunker::ChunkerParams;
+use crate::id::Id;
+
+/// Default zstd level.
+pub const DEFAULT_COMPRESSION_LEVEL: i32 = 3;
+/// Default target pack size: large enough to keep object counts low on object
+/// stores, small enough to upload in one request.
+pub const DEFAULT_PACK_SIZE: u32 = 16 << 20;
+
+/// Repository settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Repository format version.
+    pub version: u32,
+    /// Random repository id.
+    pub id: Id,
+    /// Chunk size limits.
+    pub chunker: ChunkerParams,
+    /// zstd level; 0 disables compression.
+    pub compression_level: i32,
+    /// Target pack size in bytes.
+    pub pack_size: u32,
+}
+
+impl Config {
+    /// Serializes to JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("config always serializes")
+    }
+
+    /// Parses and validates.
+    pub fn decode(buf: &[u8]) -> Result<Config, String> {
+        let c: Config = serde_json::from_slice(buf).map_err(|e| format!("config does not parse: {e}"))?;
+        if c.version != super::FORMAT_VERSION {
+            return Err(format!(
+                "repository format version {} is not supported by this coffer (it reads version {})",
+                c.version,
+                super::FORMAT_VERSION
+            ));
+        }
+        c.chunker.validate()?;
+        if !(0..=22).contains(&c.compression_level) {
+            return Err(format!("compression level {} out of range 0..=22", c.compression_level));
+        }
+        if !(1 << 20..=1 << 30).contains(&c.pack_size) {
+            return Err(format!("pack size {} out of range 1 MiB..=1 GiB", c.pack_size));
+        }
+        Ok(c)
+    }
+}

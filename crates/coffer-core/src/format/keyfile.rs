@@ -1,0 +1,171 @@
+//! Key files: the repository's master secrets wrapped by a passphrase.
+//! Stored as plaintext JSON under `keys/<id>`. See docs/design.md#key-files.
+//!
+//! The key-encryption key is `scrypt(passphrase, salt, log_n, r, p)` (32 bytes) with
+//! a random 32-byte salt per key file, so each key-encryption key seals exactly one
+//! message and the nonce `Nonce::new(0, 0)` is never reused. The associated data is
+//! [`AAD`]. The sealed plaintext is the JSON of [`MasterKeys`].
+
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroize;
+
+use crate::crypto::{AeadKey, Cipher, Key, Nonce, ScryptParams, random_array, scrypt_kdf};
+
+/// Associated data of the wrapped secrets.
+pub const AAD: &[u8] = b"coffer v1 key file";
+
+/// The repository's master secrets, each for one purpose.
+#[derive(Clone, Debug)]
+pub struct MasterKeys {
+    /// Encrypts packs, index files, snapshots and the config (through derived subkeys).
+    pub data: Key,
+    /// Keys the BLAKE3 blob ids.
+    pub id: Key,
+    /// Seeds the chunker's gear table.
+    pub chunker: Key,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MasterRepr {
+    data: String,
+    id: String,
+    chunker: String,
+}
+
+impl MasterKeys {
+    /// Fresh random secrets.
+    pub fn random() -> MasterKeys {
+        MasterKeys { data: Key::random(), id: Key::random(), chunker: Key::random() }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let r = MasterRepr { data: hex::encode(self.data.0), id: hex::encode(self.id.0), chunker: hex::encode(self.chunker.0) };
+        serde_json::to_vec(&r).expect("serializes")
+    }
+
+    fn decode(buf: &[u8]) -> Result<MasterKeys, String> {
+        let mut r: MasterRepr = serde_json::from_slice(buf).map_err(|e| format!("master keys do not parse: {e}"))?;
+        let key = |s: &str| -> Result<Key, String> {
+            let mut k = [0u8; 32];
+            hex::decode_to_slice(s, &mut k).map_err(|_| "master key is not 64 hex digits".to_string())?;
+            Ok(Key(k))
+        };
+        let out = MasterKeys { data: key(&r.data)?, id: key(&r.id)?, chunker: key(&r.chunker)? };
+        r.data.zeroize();
+        r.id.zeroize();
+        r.chunker.zeroize();
+        Ok(out)
+    }
+}
+
+/// A stored key file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyFile {
+    /// Key file layout version.
+    pub version: u32,
+    /// When the key was added (RFC 3339).
+    pub created: String,
+    /// Host it was added on.
+    pub hostname: String,
+    /// User who added it.
+    pub username: String,
+    /// Always `"scrypt"` in version 1.
+    pub kdf: String,
+    /// scrypt parameters.
+    pub scrypt: ScryptParams,
+    /// KDF salt, hex.
+    pub salt: String,
+    /// Cipher of the wrapped secrets.
+    pub cipher: Cipher,
+    /// Wrapped secrets: ciphertext and tag, hex.
+    pub data: String,
+}
+
+impl KeyFile {
+    /// Wraps `master` under `passphrase`.
+    pub fn create(
+        master: &MasterKeys,
+        passphrase: &[u8],
+        params: ScryptParams,
+        cipher: Cipher,
+        hostname: String,
+        username: String,
+    ) -> Result<KeyFile, String> {
+        let salt: [u8; 32] = random_array();
+        let kek = scrypt_kdf(passphrase, &salt, params)?;
+        let mut plain = master.encode();
+        let sealed = AeadKey::new(cipher, &kek).seal(Nonce::new(0, 0), AAD, &plain);
+        plain.zeroize();
+        Ok(KeyFile {
+            version: 1,
+            created: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
+            hostname,
+            username,
+            kdf: "scrypt".into(),
+            scrypt: params,
+            salt: hex::encode(salt),
+            cipher,
+            data: hex::encode(sealed),
+        })
+    }
+
+    /// Serializes to JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("key files always serialize")
+    }
+
+    /// Parses and validates the outer layer (no passphrase needed).
+    pub fn decode(buf: &[u8]) -> Result<KeyFile, String> {
+        let k: KeyFile = serde_json::from_slice(buf).map_err(|e| format!("key file does not parse: {e}"))?;
+        if k.version != 1 {
+            return Err(format!("key file version {} is not supported by this coffer", k.version));
+        }
+        if k.kdf != "scrypt" {
+            return Err(format!("key file uses unknown KDF {:?}", k.kdf));
+        }
+        k.scrypt.validate()?;
+        Ok(k)
+    }
+
+    /// Unwraps the master secrets. `Ok(None)` means the passphrase is wrong (or the
+    /// wrapped secrets were altered: the two cannot be told apart).
+    pub fn open(&self, passphrase: &[u8]) -> Result<Option<MasterKeys>, String> {
+        let salt = hex::decode(&self.salt).map_err(|_| "salt is not hex")?;
+        let sealed = hex::decode(&self.data).map_err(|_| "data is not hex")?;
+        let kek = scrypt_kdf(passphrase, &salt, self.scrypt)?;
+        let Some(mut plain) = AeadKey::new(self.cipher, &kek).open(Nonce::new(0, 0), AAD, &sealed) else {
+            return Ok(None);
+        };
+        let keys = MasterKeys::decode(&plain);
+        plain.zeroize();
+        keys.map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+
+    #[test]
+    fn wrap_unwrap() {
+        let m = MasterKeys::random();
+        let kf = KeyFile::create(&m, b"pw", FAST, Cipher::Aes256Gcm, "h".into(), "u".into()).unwrap();
+        let kf = KeyFile::decode(&kf.encode()).unwrap();
+        let back = kf.open(b"pw").unwrap().unwrap();
+        assert_eq!(back.data, m.data);
+        assert_eq!(back.id, m.id);
+        assert_eq!(back.chunker, m.chunker);
+        assert!(kf.open(b"wrong").unwrap().is_none());
+    }
+
+    #[test]
+    fn secrets_do_not_appear_in_key_file() {
+        let m = MasterKeys::random();
+        let kf = KeyFile::create(&m, b"pw", FAST, Cipher::ChaCha20Poly1305, "h".into(), "u".into()).unwrap();
+        let text = String::from_utf8(kf.encode()).unwrap();
+        assert!(!text.contains(&hex::encode(m.data.0)));
+        assert!(!text.contains("pw\""));
+    }
+}

@@ -1,0 +1,306 @@
+//! Packs: encrypted blobs back to back, then an encrypted header, then a fixed
+//! trailer. See docs/design.md#packs.
+//!
+//! ```text
+//! blob_0 | blob_1 | … | blob_{n-1} | header ciphertext+tag | trailer (48 bytes)
+//! trailer = salt (32) | header length incl. tag (u32 LE) | cipher (1) | 0 0 0 | "CFPK" | version u32 LE (=1)
+//! ```
+//! The pack key is `data_key.derive("coffer v1 pack", salt)`. The blob at byte offset
+//! `o` is sealed with nonce `Nonce::new(0, o)` and associated data `type || id`; its
+//! plaintext is a compression byte (0 none, 1 zstd) followed by the payload. The
+//! header is sealed with nonce `Nonce::new(1, 0)` and holds `count (u32 LE)` then
+//! `count` entries of [`ENTRY_LEN`] bytes. The pack's id is the unkeyed BLAKE3 of all
+//! its bytes, so anyone can verify a pack's integrity without keys.
+
+use super::Reader;
+use crate::crypto::{AeadKey, Cipher, Key, Nonce, TAG_LEN};
+use crate::id::{ID_LEN, Id};
+
+/// Length of the fixed trailer.
+pub const TRAILER_LEN: usize = 48;
+/// Magic bytes near a pack's end.
+pub const MAGIC: &[u8; 4] = b"CFPK";
+/// Pack layout version.
+pub const VERSION: u32 = 1;
+/// Length of one header (and index) entry: type, id, offset, length, raw length.
+pub const ENTRY_LEN: usize = 1 + ID_LEN + 8 + 4 + 4;
+/// Key-derivation context for pack keys.
+pub const KEY_CONTEXT: &str = "coffer v1 pack";
+/// Nonce domain of blobs (the counter is the blob's byte offset in the pack).
+pub const BLOB_NONCE_DOMAIN: u32 = 0;
+/// Nonce domain of the header.
+pub const HEADER_NONCE_DOMAIN: u32 = 1;
+/// Compression byte: payload stored as is.
+pub const COMPRESSION_NONE: u8 = 0;
+/// Compression byte: payload is a zstd frame.
+pub const COMPRESSION_ZSTD: u8 = 1;
+
+/// What a blob holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlobType {
+    /// A chunk of file content.
+    Data = 0,
+    /// A directory listing.
+    Tree = 1,
+}
+
+impl BlobType {
+    /// Parses the stored type byte.
+    pub fn from_byte(b: u8) -> Option<BlobType> {
+        match b {
+            0 => Some(BlobType::Data),
+            1 => Some(BlobType::Tree),
+            _ => None,
+        }
+    }
+    /// A lowercase noun for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            BlobType::Data => "data blob",
+            BlobType::Tree => "tree blob",
+        }
+    }
+}
+
+/// Where a blob sits in a pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackEntry {
+    /// The blob's type.
+    pub blob_type: BlobType,
+    /// The keyed id of its plaintext.
+    pub id: Id,
+    /// Byte offset of its ciphertext in the pack.
+    pub offset: u64,
+    /// Length of its ciphertext, tag included.
+    pub length: u32,
+    /// Length of its plaintext payload before compression.
+    pub raw_length: u32,
+}
+
+impl PackEntry {
+    /// Appends the 49-byte encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.blob_type as u8);
+        out.extend_from_slice(&self.id.0);
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.length.to_le_bytes());
+        out.extend_from_slice(&self.raw_length.to_le_bytes());
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<PackEntry, String> {
+        let t = r.u8().ok_or("truncated entry")?;
+        let blob_type = BlobType::from_byte(t).ok_or_else(|| format!("unknown blob type {t}"))?;
+        let e = PackEntry {
+            blob_type,
+            id: r.id().ok_or("truncated entry")?,
+            offset: r.u64().ok_or("truncated entry")?,
+            length: r.u32().ok_or("truncated entry")?,
+            raw_length: r.u32().ok_or("truncated entry")?,
+        };
+        if (e.length as usize) < TAG_LEN + 1 {
+            return Err(format!("blob {} has impossible length {}", e.id.short(), e.length));
+        }
+        Ok(e)
+    }
+
+    /// Associated data of this blob's seal.
+    pub fn aad(blob_type: BlobType, id: &Id) -> [u8; 1 + ID_LEN] {
+        let mut a = [0u8; 1 + ID_LEN];
+        a[0] = blob_type as u8;
+        a[1..].copy_from_slice(&id.0);
+        a
+    }
+}
+
+/// Decodes a list of `count (u32 LE)` entries that fills `buf` exactly.
+pub fn decode_entries(buf: &[u8]) -> Result<Vec<PackEntry>, String> {
+    let mut r = Reader::new(buf);
+    let count = r.u32().ok_or("truncated entry count")? as usize;
+    if r.remaining() != count.saturating_mul(ENTRY_LEN) {
+        return Err(format!("{count} entries announced but {} bytes follow", r.remaining()));
+    }
+    (0..count).map(|_| PackEntry::decode(&mut r)).collect()
+}
+
+/// The pack key for `salt`.
+pub fn pack_key(data_key: &Key, cipher: Cipher, salt: &[u8; 32]) -> AeadKey {
+    AeadKey::new(cipher, &data_key.derive(KEY_CONTEXT, salt))
+}
+
+/// Assembles one pack in memory.
+pub struct PackBuilder {
+    key: AeadKey,
+    salt: [u8; 32],
+    buf: Vec<u8>,
+    entries: Vec<PackEntry>,
+}
+
+impl PackBuilder {
+    /// Starts an empty pack with a fresh random salt.
+    pub fn new(data_key: &Key, cipher: Cipher, capacity: usize) -> Self {
+        let salt = crate::crypto::random_array();
+        PackBuilder { key: pack_key(data_key, cipher, &salt), salt, buf: Vec::with_capacity(capacity), entries: Vec::new() }
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether no blob was added.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Appends a blob: `compression` byte and `payload` are sealed under the nonce
+    /// of the blob's offset, which no other blob of this pack can share.
+    pub fn add(&mut self, blob_type: BlobType, id: Id, compression: u8, payload: &[u8], raw_length: u32) {
+        let offset = self.buf.len();
+        self.buf.push(compression);
+        self.buf.extend_from_slice(payload);
+        let aad = PackEntry::aad(blob_type, &id);
+        self.key.seal_suffix(Nonce::new(BLOB_NONCE_DOMAIN, offset as u64), &aad, &mut self.buf, offset);
+        let length = (self.buf.len() - offset) as u32;
+        self.entries.push(PackEntry { blob_type, id, offset: offset as u64, length, raw_length });
+    }
+
+    /// Seals the header, appends the trailer and returns the finished pack.
+    pub fn finish(mut self) -> FinishedPack {
+        let mut header = Vec::with_capacity(4 + self.entries.len() * ENTRY_LEN + TAG_LEN);
+        header.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for e in &self.entries {
+            e.encode(&mut header);
+        }
+        self.key.seal_in_place(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", &mut header);
+        self.buf.extend_from_slice(&header);
+        self.buf.extend_from_slice(&self.salt);
+        self.buf.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        self.buf.push(self.key.cipher().to_byte());
+        self.buf.extend_from_slice(&[0, 0, 0]);
+        self.buf.extend_from_slice(MAGIC);
+        self.buf.extend_from_slice(&VERSION.to_le_bytes());
+        let id = Id::hash_of(&self.buf);
+        FinishedPack { id, bytes: self.buf, salt: self.salt, cipher: self.key.cipher(), entries: self.entries }
+    }
+}
+
+/// A complete pack, ready to upload.
+pub struct FinishedPack {
+    /// BLAKE3 of `bytes`.
+    pub id: Id,
+    /// The pack's bytes.
+    pub bytes: Vec<u8>,
+    /// The salt of its key.
+    pub salt: [u8; 32],
+    /// Its cipher.
+    pub cipher: Cipher,
+    /// Its blobs.
+    pub entries: Vec<PackEntry>,
+}
+
+/// The decoded fixed trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer {
+    /// Salt of the pack key.
+    pub salt: [u8; 32],
+    /// Length of the sealed header.
+    pub header_len: u32,
+    /// Cipher of the pack.
+    pub cipher: Cipher,
+}
+
+/// Parses the last [`TRAILER_LEN`] bytes of a pack of `pack_len` bytes.
+pub fn decode_trailer(t: &[u8], pack_len: u64) -> Result<Trailer, String> {
+    if t.len() != TRAILER_LEN {
+        return Err(format!("trailer is {} bytes, expected {TRAILER_LEN}", t.len()));
+    }
+    let mut r = Reader::new(t);
+    let salt = r.array32().ok_or("truncated trailer")?;
+    let header_len = r.u32().ok_or("truncated trailer")?;
+    let cb = r.u8().ok_or("truncated trailer")?;
+    let cipher = Cipher::from_byte(cb).ok_or_else(|| format!("unknown cipher byte {cb}"))?;
+    r.take(3).ok_or("truncated trailer")?;
+    if r.take(4) != Some(MAGIC.as_slice()) {
+        return Err("not a coffer pack (bad magic)".into());
+    }
+    let v = r.u32().ok_or("truncated trailer")?;
+    if v != VERSION {
+        return Err(format!("pack version {v} is not supported by this coffer"));
+    }
+    if (header_len as u64) < (4 + TAG_LEN) as u64 || header_len as u64 + TRAILER_LEN as u64 > pack_len {
+        return Err(format!("header length {header_len} does not fit in a pack of {pack_len} bytes"));
+    }
+    Ok(Trailer { salt, header_len, cipher })
+}
+
+/// Decrypts a sealed header and checks each entry lies before the header.
+pub fn open_header(data_key: &Key, trailer: &Trailer, sealed: &[u8], pack_len: u64) -> Result<Vec<PackEntry>, String> {
+    let key = pack_key(data_key, trailer.cipher, &trailer.salt);
+    let plain = key
+        .open(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", sealed)
+        .ok_or("header authentication failed: the pack was altered or truncated")?;
+    let entries = decode_entries(&plain)?;
+    let blobs_end = pack_len - TRAILER_LEN as u64 - trailer.header_len as u64;
+    for e in &entries {
+        if e.offset.checked_add(e.length as u64).is_none_or(|end| end > blobs_end) {
+            return Err(format!("blob {} lies outside the pack's blob area", e.id.short()));
+        }
+    }
+    Ok(entries)
+}
+
+/// Decrypts one blob's ciphertext. Returns the compression byte's payload decoded,
+/// or a description of what is wrong. The caller checks the id.
+pub fn open_blob(key: &AeadKey, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>, String> {
+    let plain = key
+        .open(Nonce::new(BLOB_NONCE_DOMAIN, entry.offset), &PackEntry::aad(entry.blob_type, &entry.id), sealed)
+        .ok_or("authentication failed: the blob was altered")?;
+    let (&comp, payload) = plain.split_first().ok_or("empty plaintext")?;
+    let raw = entry.raw_length as usize;
+    let data = match comp {
+        COMPRESSION_NONE => payload.to_vec(),
+        COMPRESSION_ZSTD => zstd::bulk::decompress(payload, raw).map_err(|e| format!("zstd: {e}"))?,
+        c => return Err(format!("unknown compression byte {c}")),
+    };
+    if data.len() != raw {
+        return Err(format!("decoded to {} bytes, the index says {raw}", data.len()));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_and_read_back() {
+        let dk = Key::random();
+        let mut b = PackBuilder::new(&dk, Cipher::Aes256Gcm, 0);
+        let ids = [Id([1; 32]), Id([2; 32])];
+        b.add(BlobType::Data, ids[0], COMPRESSION_NONE, b"hello", 5);
+        let z = zstd::bulk::compress(&[7u8; 1000], 3).unwrap();
+        b.add(BlobType::Tree, ids[1], COMPRESSION_ZSTD, &z, 1000);
+        let p = b.finish();
+        assert_eq!(p.id, Id::hash_of(&p.bytes));
+        let n = p.bytes.len() as u64;
+        let t = decode_trailer(&p.bytes[p.bytes.len() - TRAILER_LEN..], n).unwrap();
+        let hstart = p.bytes.len() - TRAILER_LEN - t.header_len as usize;
+        let entries = open_header(&dk, &t, &p.bytes[hstart..p.bytes.len() - TRAILER_LEN], n).unwrap();
+        assert_eq!(entries, p.entries);
+        let key = pack_key(&dk, t.cipher, &t.salt);
+        let e = entries[1];
+        let blob = open_blob(&key, &e, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
+        assert_eq!(blob, vec![7u8; 1000]);
+        // A blob presented at the wrong offset or with the wrong id fails.
+        let mut moved = e;
+        moved.offset = 0;
+        assert!(open_blob(&key, &moved, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).is_err());
+    }
+
+    #[test]
+    fn garbage_trailers_are_errors() {
+        assert!(decode_trailer(&[0u8; 48], 100).is_err());
+        assert!(decode_trailer(&[0u8; 47], 100).is_err());
+        assert!(decode_entries(&[5, 0, 0, 0, 1]).is_err());
+    }
+}

@@ -1,0 +1,108 @@
+//! Snapshots: what was backed up, when, by whom, and the root tree.
+//! Stored as sealed JSON. See docs/design.md#snapshots.
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+
+/// Counts recorded at the end of a backup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Files not in the parent snapshot.
+    pub files_new: u64,
+    /// Files in the parent whose content or metadata changed.
+    pub files_changed: u64,
+    /// Files unchanged since the parent.
+    pub files_unchanged: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Other entries (symlinks, devices, FIFOs, sockets).
+    pub others: u64,
+    /// Bytes of file content read.
+    pub bytes_read: u64,
+    /// Bytes of content in the snapshot.
+    pub bytes_total: u64,
+    /// Bytes of blob plaintext added after deduplication (before compression).
+    pub bytes_new: u64,
+    /// Bytes added to the repository (packs, after compression and encryption).
+    pub bytes_added: u64,
+    /// Blobs added.
+    pub blobs_added: u64,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// An entry that could not be read during backup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The path, lossily rendered.
+    pub path: String,
+    /// Why.
+    pub error: String,
+}
+
+/// How many skipped entries a snapshot lists by name (the count is always exact).
+pub const MAX_SKIPPED_LISTED: usize = 1000;
+
+/// One snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Format version of this record.
+    pub version: u32,
+    /// When the backup started, RFC 3339 in UTC with nanoseconds.
+    pub time: String,
+    /// Host name (or `--host`).
+    pub hostname: String,
+    /// User who ran the backup.
+    pub username: String,
+    /// Absolute paths backed up, in the order given.
+    pub paths: Vec<String>,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The root tree, mirroring the absolute paths.
+    pub tree: Id,
+    /// The snapshot used for change detection, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Id>,
+    /// Exclude patterns in force.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excludes: Vec<String>,
+    /// Entries that could not be read: a snapshot with any is incomplete.
+    #[serde(default)]
+    pub skipped_count: u64,
+    /// The first [`MAX_SKIPPED_LISTED`] skipped entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+    /// Counts.
+    pub summary: Summary,
+    /// The program that wrote it, e.g. `coffer 0.1.0`.
+    pub program: String,
+}
+
+impl Snapshot {
+    /// Whether some entries could not be read.
+    pub fn is_incomplete(&self) -> bool {
+        self.skipped_count > 0
+    }
+
+    /// Serializes to JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("snapshots always serialize")
+    }
+
+    /// Parses JSON and checks the version.
+    pub fn decode(buf: &[u8]) -> Result<Snapshot, String> {
+        let s: Snapshot = serde_json::from_slice(buf).map_err(|e| format!("snapshot does not parse: {e}"))?;
+        if s.version != super::FORMAT_VERSION {
+            return Err(format!("snapshot version {} is not supported by this coffer", s.version));
+        }
+        humantime::parse_rfc3339(&s.time).map_err(|e| format!("snapshot time {:?}: {e}", s.time))?;
+        Ok(s)
+    }
+
+    /// The time as a system time.
+    pub fn system_time(&self) -> std::time::SystemTime {
+        humantime::parse_rfc3339(&self.time).unwrap_or(std::time::UNIX_EPOCH)
+    }
+}

@@ -1,0 +1,32 @@
+//! # coffer-core
+//!
+//! The library behind the `coffer` command: it backs up directory trees into an
+//! encrypted, deduplicated, compressed repository and restores them exactly.
+//!
+//! The repository format is specified in `docs/design.md`; each module below
+//! mirrors one part of it:
+//!
+//! - [`id`], [`crypto`], [`chunker`]: pure functions (ids, AEAD and KDF, content-defined chunking).
+//! - [`format`]: the byte layouts of every stored object, each with a decoder that never panics.
+//! - [`backend`]: stores opaque named objects; OpenDAL underneath.
+//! - [`repo`]: keys, index, packer, blob load/save, snapshots.
+//! - [`backup`], [`restore`], [`check`]: the operations a user runs.
+//!
+//! Libraries never print: progress and warnings reach the caller through [`progress::Progress`].
+#![deny(missing_docs)]
+
+pub mod backend;
+pub mod backup;
+
+pub mod chunker;
+pub mod crypto;
+pub mod error;
+pub mod format;
+pub mod fsmeta;
+pub mod id;
+pub mod progress;
+pub mod repo;
+
+
+pub use error::{Error, Result};
+pub use id::Id;

@@ -1,0 +1,22 @@
+//! Progress and event reporting, injected by the caller. Libraries never print;
+//! the binary implements [`Progress`] with a progress bar or JSON lines.
+
+use std::path::Path;
+
+/// Receives progress of a long operation. Every method has a no-op default, and
+/// all may be called from several threads at once.
+pub trait Progress: Send + Sync {
+    /// Totals became known (or grew): bytes and items the operation will process.
+    fn set_total(&self, _bytes: u64, _items: u64) {}
+    /// `n` more bytes were processed.
+    fn add_bytes(&self, _n: u64) {}
+    /// One more item (file) was processed.
+    fn add_item(&self, _path: &Path) {}
+    /// A non-fatal problem with `path`: the operation goes on without it.
+    fn warn(&self, _path: &Path, _message: &str) {}
+}
+
+/// A [`Progress`] that ignores everything.
+pub struct NoProgress;
+
+impl Progress for NoProgress {}

@@ -1,0 +1,366 @@
+//! The repository: opens keys, reads the config, loads the index, and loads and
+//! saves blobs and sealed objects. The layers above (backup, restore, check) use it;
+//! it uses the backend, crypto and format layers. See docs/design.md.
+
+mod index;
+mod saver;
+
+pub use index::{IndexEntry, MasterIndex, PackInfo};
+pub use saver::{BlobSaver, SaverStats};
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use rayon::prelude::*;
+
+use crate::backend::{Backend, ErrorKind};
+use crate::chunker::{Chunker, ChunkerParams};
+use crate::crypto::{Cipher, ScryptParams, blob_id, random_array};
+use crate::error::{Error, Result};
+use crate::format::config::{Config, DEFAULT_COMPRESSION_LEVEL, DEFAULT_PACK_SIZE};
+use crate::format::envelope::{self, SealedKind};
+use crate::format::keyfile::{KeyFile, MasterKeys};
+use crate::format::pack::{self, BlobType};
+use crate::format::snapshot::Snapshot;
+use crate::format::tree::Tree;
+use crate::format::{FORMAT_VERSION, ObjectKind, index as index_file};
+use crate::id::Id;
+
+/// Settings chosen when a repository is created.
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    /// Chunk size limits.
+    pub chunker: ChunkerParams,
+    /// zstd level, 0 to store uncompressed.
+    pub compression_level: i32,
+    /// Target pack size.
+    pub pack_size: u32,
+    /// KDF cost of the first key file.
+    pub kdf: ScryptParams,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions {
+            chunker: ChunkerParams::default(),
+            compression_level: DEFAULT_COMPRESSION_LEVEL,
+            pack_size: DEFAULT_PACK_SIZE,
+            kdf: ScryptParams::DEFAULT,
+        }
+    }
+}
+
+/// An open repository.
+pub struct Repository {
+    backend: Arc<dyn Backend>,
+    keys: MasterKeys,
+    config: Config,
+    cipher: Cipher,
+    chunker: Chunker,
+    index: RwLock<MasterIndex>,
+    key_id: Id,
+}
+
+/// Which snapshots a name like `latest` may pick.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotFilter {
+    /// Only snapshots of this host.
+    pub host: Option<String>,
+    /// Only snapshots carrying all of these tags.
+    pub tags: Vec<String>,
+    /// Only snapshots whose paths include all of these.
+    pub paths: Vec<String>,
+}
+
+impl SnapshotFilter {
+    /// Whether `s` passes the filter.
+    pub fn matches(&self, s: &Snapshot) -> bool {
+        self.host.as_ref().is_none_or(|h| &s.hostname == h)
+            && self.tags.iter().all(|t| s.tags.contains(t))
+            && self.paths.iter().all(|p| s.paths.contains(p))
+    }
+}
+
+fn is_not_found(e: &crate::backend::BackendError) -> bool {
+    e.kind == ErrorKind::NotFound
+}
+
+impl Repository {
+    /// Whether a repository exists at `backend` (its `config` object is there).
+    pub fn exists(backend: &dyn Backend) -> Result<bool> {
+        match backend.stat("config") {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates a repository: a key file for `passphrase`, then the config, last, so
+    /// that a half-created repository is never taken for a usable one.
+    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
+        if Self::exists(backend.as_ref())? {
+            return Err(Error::RepoExists { location: backend.location() });
+        }
+        opts.chunker.validate().map_err(Error::InvalidInput)?;
+        let config = Config {
+            version: FORMAT_VERSION,
+            id: Id(random_array()),
+            chunker: opts.chunker,
+            compression_level: opts.compression_level,
+            pack_size: opts.pack_size,
+        };
+        Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
+        let keys = MasterKeys::random();
+        let cipher = Cipher::preferred();
+        let kf = KeyFile::create(&keys, passphrase, opts.kdf, cipher, crate::fsmeta::hostname(), crate::fsmeta::username())
+            .map_err(Error::InvalidInput)?;
+        let kbytes = kf.encode();
+        let key_id = Id::hash_of(&kbytes);
+        backend.write(&ObjectKind::Key.path(&key_id), &kbytes)?;
+        backend.write("config", &envelope::seal(&keys.data, cipher, SealedKind::Config, &config.encode()))?;
+        Ok(Self::assemble(backend, keys, config, key_id))
+    }
+
+    fn assemble(backend: Arc<dyn Backend>, keys: MasterKeys, config: Config, key_id: Id) -> Repository {
+        let chunker = Chunker::new(&keys.chunker, config.chunker);
+        Repository {
+            backend,
+            keys,
+            config,
+            cipher: Cipher::preferred(),
+            chunker,
+            index: RwLock::new(MasterIndex::default()),
+            key_id,
+        }
+    }
+
+    /// Opens the repository with `passphrase`, trying every key file. The index is
+    /// not loaded; call [`Repository::load_index`].
+    pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
+        if !Self::exists(backend.as_ref())? {
+            return Err(Error::RepoNotFound { location: backend.location() });
+        }
+        let mut key_names = backend.list(ObjectKind::Key.prefix())?;
+        if key_names.is_empty() {
+            return Err(Error::NoKey);
+        }
+        key_names.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut damaged = Vec::new();
+        let mut tried = 0;
+        let mut found = None;
+        for info in &key_names {
+            let Some(id) = ObjectKind::Key.id_from_path(&info.name) else { continue };
+            let bytes = backend.read(&info.name)?;
+            if Id::hash_of(&bytes) != id {
+                damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
+                continue;
+            }
+            let kf = match KeyFile::decode(&bytes) {
+                Ok(k) => k,
+                Err(e) => {
+                    damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e));
+                    continue;
+                }
+            };
+            tried += 1;
+            match kf.open(passphrase).map_err(|e| Error::corrupt(ObjectKind::Key.describe(&id), e))? {
+                Some(keys) => {
+                    found = Some((keys, id));
+                    break;
+                }
+                None => continue,
+            }
+        }
+        let Some((keys, key_id)) = found else {
+            if tried == 0 {
+                return Err(damaged.into_iter().next().unwrap_or(Error::NoKey));
+            }
+            return Err(Error::WrongPassword { tried });
+        };
+        let sealed = backend.read("config")?;
+        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
+        let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
+        Ok(Self::assemble(backend, keys, config, key_id))
+    }
+
+    /// The storage backend.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// The repository settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The id of the key file that opened the repository.
+    pub fn key_id(&self) -> Id {
+        self.key_id
+    }
+
+    /// The master secrets.
+    pub(crate) fn keys(&self) -> &MasterKeys {
+        &self.keys
+    }
+
+    /// The cipher this process writes with.
+    pub fn cipher(&self) -> Cipher {
+        self.cipher
+    }
+
+    /// The keyed chunker.
+    pub fn chunker(&self) -> &Chunker {
+        &self.chunker
+    }
+
+    /// The keyed id of a blob's plaintext.
+    pub fn blob_id(&self, data: &[u8]) -> Id {
+        blob_id(&self.keys.id, data)
+    }
+
+    /// Read access to the master index.
+    pub fn index(&self) -> RwLockReadGuard<'_, MasterIndex> {
+        self.index.read().expect("index lock poisoned")
+    }
+
+    pub(crate) fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, MasterIndex> {
+        self.index.write().expect("index lock poisoned")
+    }
+
+    /// Lists the ids of all objects of `kind` (not `Config`).
+    pub fn list_ids(&self, kind: ObjectKind) -> Result<Vec<Id>> {
+        let mut ids: Vec<Id> =
+            self.backend.list(kind.prefix())?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Reads a stored object and checks that its content matches its name.
+    pub fn read_object(&self, kind: ObjectKind, id: &Id) -> Result<Vec<u8>> {
+        let bytes = self.backend.read(&kind.path(id))?;
+        if Id::hash_of(&bytes) != *id {
+            return Err(Error::corrupt(kind.describe(id), "content does not match its name (altered or truncated)"));
+        }
+        Ok(bytes)
+    }
+
+    /// Seals and stores `plaintext` as an object of `kind`; returns its id.
+    pub fn save_sealed(&self, kind: SealedKind, plaintext: &[u8]) -> Result<Id> {
+        let sealed = envelope::seal(&self.keys.data, self.cipher, kind, plaintext);
+        let id = Id::hash_of(&sealed);
+        let okind = match kind {
+            SealedKind::Config => return Err(Error::InvalidInput("the config is written only at init".into())),
+            SealedKind::Index => ObjectKind::Index,
+            SealedKind::Snapshot => ObjectKind::Snapshot,
+        };
+        self.backend.write(&okind.path(&id), &sealed)?;
+        Ok(id)
+    }
+
+    fn load_sealed(&self, kind: ObjectKind, sealed_kind: SealedKind, id: &Id) -> Result<Vec<u8>> {
+        let bytes = self.read_object(kind, id)?;
+        envelope::open(&self.keys.data, sealed_kind, &bytes).map_err(|e| Error::corrupt(kind.describe(id), e))
+    }
+
+    /// Loads and decodes one index file.
+    pub fn load_index_file(&self, id: &Id) -> Result<Vec<index_file::PackRecord>> {
+        let plain = self.load_sealed(ObjectKind::Index, SealedKind::Index, id)?;
+        index_file::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))
+    }
+
+    /// Loads every index file into the master index, in parallel.
+    pub fn load_index(&self) -> Result<()> {
+        let ids = self.list_ids(ObjectKind::Index)?;
+        let files: Vec<_> = ids.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
+        let mut idx = self.index_mut();
+        for recs in files {
+            for r in &recs {
+                idx.add_pack(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a blob: reads its bytes from its pack, authenticates, decrypts,
+    /// decompresses and checks that the plaintext hashes to `id`.
+    pub fn load_blob(&self, blob_type: BlobType, id: &Id) -> Result<Vec<u8>> {
+        let (entry, pack_info) = {
+            let idx = self.index();
+            let (e, p) = idx
+                .get(id)
+                .ok_or_else(|| Error::corrupt(format!("{} {}", blob_type.noun(), id.short()), "not in any index"))?;
+            (e.entry, p.clone())
+        };
+        let object = || format!("{} {} in pack {}", blob_type.noun(), id.short(), pack_info.id.short());
+        if entry.blob_type != blob_type {
+            return Err(Error::corrupt(object(), format!("indexed as a {}", entry.blob_type.noun())));
+        }
+        let sealed =
+            self.backend.read_range(&ObjectKind::Pack.path(&pack_info.id), entry.offset, entry.length as u64)?;
+        let key = pack::pack_key(&self.keys.data, pack_info.cipher, &pack_info.salt);
+        let data = pack::open_blob(&key, &entry, &sealed).map_err(|e| Error::corrupt(object(), e))?;
+        if self.blob_id(&data) != *id {
+            return Err(Error::corrupt(object(), "content does not match its id"));
+        }
+        Ok(data)
+    }
+
+    /// Loads and decodes a tree blob.
+    pub fn load_tree(&self, id: &Id) -> Result<Tree> {
+        let data = self.load_blob(BlobType::Tree, id)?;
+        Tree::decode(&data).map_err(|e| Error::corrupt(format!("tree {}", id.short()), e))
+    }
+
+    /// Loads and decodes one snapshot.
+    pub fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
+        let plain = self.load_sealed(ObjectKind::Snapshot, SealedKind::Snapshot, id)?;
+        Snapshot::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Snapshot.describe(id), e))
+    }
+
+    /// Stores a snapshot; returns its id.
+    pub fn save_snapshot(&self, snap: &Snapshot) -> Result<Id> {
+        self.save_sealed(SealedKind::Snapshot, &snap.encode())
+    }
+
+    /// Loads every snapshot, oldest first. Fails on the first damaged one.
+    pub fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
+        let ids = self.list_ids(ObjectKind::Snapshot)?;
+        let mut snaps: Vec<(Id, Snapshot)> =
+            ids.par_iter().map(|id| Ok((*id, self.load_snapshot(id)?))).collect::<Result<_>>()?;
+        snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
+        Ok(snaps)
+    }
+
+    /// Resolves a unique hex prefix among the ids of `kind`.
+    pub fn resolve_prefix(&self, kind: ObjectKind, prefix: &str) -> Result<Id> {
+        if let Some(id) = Id::from_hex(prefix) {
+            return Ok(id);
+        }
+        let p = prefix.to_ascii_lowercase();
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::SnapshotNotFound(prefix.to_string()));
+        }
+        let matches: Vec<Id> = self.list_ids(kind)?.into_iter().filter(|id| id.to_hex().starts_with(&p)).collect();
+        match matches.as_slice() {
+            [one] => Ok(*one),
+            [] => Err(Error::SnapshotNotFound(prefix.to_string())),
+            _ => Err(Error::AmbiguousId(prefix.to_string())),
+        }
+    }
+
+    /// Finds a snapshot by `latest` (the newest passing `filter`) or by id prefix.
+    pub fn find_snapshot(&self, name: &str, filter: &SnapshotFilter) -> Result<(Id, Snapshot)> {
+        if name == "latest" {
+            return self
+                .snapshots()?
+                .into_iter()
+                .rev()
+                .find(|(_, s)| filter.matches(s))
+                .ok_or_else(|| Error::SnapshotNotFound(name.to_string()));
+        }
+        let id = self.resolve_prefix(ObjectKind::Snapshot, name)?;
+        match self.load_snapshot(&id) {
+            Err(Error::Backend(e)) if is_not_found(&e) => Err(Error::SnapshotNotFound(name.to_string())),
+            r => Ok((id, r?)),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The blob saver: deduplicates, compresses, encrypts and packs blobs, uploads
+//! full packs and writes index files. Safe to call from many threads at once:
+//! each thread fills a pack of its own, taken from a small pool.
+//!
+//! Write order (docs/design.md#write-order): a pack is uploaded before any index
+//! file lists it, and [`BlobSaver::finish`] returns only after every pack and
+//! index file is stored, so a snapshot written after it references only stored blobs.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::Repository;
+use crate::error::{Error, Result};
+use crate::format::ObjectKind;
+use crate::format::envelope::SealedKind;
+use crate::format::index::{self as index_file, PackRecord};
+use crate::format::pack::{BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, FinishedPack, PackBuilder};
+use crate::id::Id;
+
+/// An index file is written after this many packs, so an interrupted backup
+/// leaves most of its uploaded packs indexed and reusable.
+const PACKS_PER_INDEX_FILE: usize = 32;
+
+/// Counters of what a saver added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SaverStats {
+    /// Blobs added.
+    pub blobs: u64,
+    /// Plaintext bytes of the blobs added.
+    pub bytes_new: u64,
+    /// Bytes uploaded (packs and index files).
+    pub bytes_stored: u64,
+    /// Packs uploaded.
+    pub packs: u64,
+}
+
+/// Saves blobs into packs. See the module documentation.
+pub struct BlobSaver<'r> {
+    repo: &'r Repository,
+    dry_run: bool,
+    packs: Mutex<Vec<PackBuilder>>,
+    pending: Mutex<HashSet<Id>>,
+    unindexed: Mutex<Vec<PackRecord>>,
+    blobs: AtomicU64,
+    bytes_new: AtomicU64,
+    bytes_stored: AtomicU64,
+    packs_done: AtomicU64,
+}
+
+impl<'r> BlobSaver<'r> {
+    /// A saver writing into `repo`.
+    pub fn new(repo: &'r Repository) -> Self {
+        BlobSaver {
+            repo,
+            dry_run: false,
+            packs: Mutex::new(Vec::new()),
+            pending: Mutex::new(HashSet::new()),
+            unindexed: Mutex::new(Vec::new()),
+            blobs: AtomicU64::new(0),
+            bytes_new: AtomicU64::new(0),
+            bytes_stored: AtomicU64::new(0),
+            packs_done: AtomicU64::new(0),
+        }
+    }
+
+    /// A saver that deduplicates and counts but stores nothing (for `--dry-run`).
+    pub fn dry_run(repo: &'r Repository) -> Self {
+        BlobSaver { dry_run: true, ..Self::new(repo) }
+    }
+
+    /// Saves `data` unless a blob with its id is already stored or being stored.
+    /// Returns the id and whether this call added it.
+    pub fn save(&self, blob_type: BlobType, data: &[u8]) -> Result<(Id, bool)> {
+        let id = self.repo.blob_id(data);
+        Ok((id, self.save_with_id(blob_type, id, data)?))
+    }
+
+    /// Like [`BlobSaver::save`] with the id already computed by the caller.
+    pub fn save_with_id(&self, blob_type: BlobType, id: Id, data: &[u8]) -> Result<bool> {
+        if self.repo.index().contains(&id, blob_type) || !self.pending.lock().expect("poisoned").insert(id) {
+            return Ok(false);
+        }
+        let raw_length = u32::try_from(data.len())
+            .map_err(|_| Error::InvalidInput(format!("blob of {} bytes exceeds the 4 GiB limit", data.len())))?;
+        if self.dry_run {
+            self.blobs.fetch_add(1, Ordering::Relaxed);
+            self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
+            return Ok(true);
+        }
+        let level = self.repo.config().compression_level;
+        let compressed = if level > 0 { zstd::bulk::compress(data, level).ok().filter(|c| c.len() < data.len()) } else { None };
+        let (compression, payload) = match &compressed {
+            Some(c) => (COMPRESSION_ZSTD, c.as_slice()),
+            None => (COMPRESSION_NONE, data),
+        };
+        let pack_size = self.repo.config().pack_size as usize;
+        let mut builder = self.packs.lock().expect("poisoned").pop().unwrap_or_else(|| {
+            PackBuilder::new(&self.repo.keys().data, self.repo.cipher(), pack_size + pack_size / 4)
+        });
+        builder.add(blob_type, id, compression, payload, raw_length);
+        self.blobs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
+        if builder.len() >= pack_size {
+            self.upload(builder.finish())?;
+        } else {
+            self.packs.lock().expect("poisoned").push(builder);
+        }
+        Ok(true)
+    }
+
+    fn upload(&self, pack: FinishedPack) -> Result<()> {
+        self.repo.backend().write(&ObjectKind::Pack.path(&pack.id), &pack.bytes)?;
+        self.bytes_stored.fetch_add(pack.bytes.len() as u64, Ordering::Relaxed);
+        self.packs_done.fetch_add(1, Ordering::Relaxed);
+        let rec = PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, entries: pack.entries };
+        self.repo.index_mut().add_pack(&rec);
+        let batch = {
+            let mut u = self.unindexed.lock().expect("poisoned");
+            u.push(rec);
+            if u.len() >= PACKS_PER_INDEX_FILE { std::mem::take(&mut *u) } else { Vec::new() }
+        };
+        self.write_index(batch)
+    }
+
+    fn write_index(&self, batch: Vec<PackRecord>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let plain = index_file::encode(&batch);
+        self.repo.save_sealed(SealedKind::Index, &plain)?;
+        self.bytes_stored.fetch_add(plain.len() as u64, Ordering::Relaxed);
+        let mut pending = self.pending.lock().expect("poisoned");
+        for rec in &batch {
+            for e in &rec.entries {
+                pending.remove(&e.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Uploads every partly filled pack and writes the remaining index records.
+    pub fn flush(&self) -> Result<()> {
+        let builders = std::mem::take(&mut *self.packs.lock().expect("poisoned"));
+        for b in builders {
+            if !b.is_empty() {
+                self.upload(b.finish())?;
+            }
+        }
+        let rest = std::mem::take(&mut *self.unindexed.lock().expect("poisoned"));
+        self.write_index(rest)
+    }
+
+    /// Flushes and returns what was added.
+    pub fn finish(self) -> Result<SaverStats> {
+        self.flush()?;
+        Ok(self.stats())
+    }
+
+    /// What was added so far.
+    pub fn stats(&self) -> SaverStats {
+        SaverStats {
+            blobs: self.blobs.load(Ordering::Relaxed),
+            bytes_new: self.bytes_new.load(Ordering::Relaxed),
+            bytes_stored: self.bytes_stored.load(Ordering::Relaxed),
+            packs: self.packs_done.load(Ordering::Relaxed),
+        }
+    }
+}

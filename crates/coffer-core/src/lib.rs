@@ -18,6 +18,7 @@
 pub mod backend;
 pub mod backup;
 
+pub mod check;
 pub mod chunker;
 pub mod crypto;
 pub mod error;
@@ -26,7 +27,8 @@ pub mod fsmeta;
 pub mod id;
 pub mod progress;
 pub mod repo;
-
+pub mod restore;
+pub mod walk;
 
 pub use error::{Error, Result};
 pub use id::Id;

@@ -1,1 +1,72 @@
-fn main(){}
+//! The `coffer` command line: parses arguments, opens the repository, runs one
+//! command, prints its result (text or `--json`) and exits with a code that says
+//! what happened (see `exit_code`). The only crate that prints.
+
+mod args;
+mod cmd;
+mod output;
+mod password;
+mod progress;
+mod repo_open;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+use coffer_core::Error;
+
+/// Exit codes, documented in the README and in `coffer --help`.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Any failure not listed below.
+    pub const FAILURE: u8 = 1;
+    /// Wrong passphrase, or no usable key.
+    pub const WRONG_PASSWORD: u8 = 3;
+    /// The repository does not exist.
+    pub const NO_REPOSITORY: u8 = 10;
+    /// The backup was made, but some files could not be read.
+    pub const INCOMPLETE: u8 = 11;
+    /// Repository data is damaged (an object failed to verify) or check found errors.
+    pub const DAMAGED: u8 = 12;
+    /// The restore target is not empty and --overwrite was not given.
+    pub const TARGET_NOT_EMPTY: u8 = 13;
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<Error>() {
+            return match e {
+                Error::WrongPassword { .. } | Error::NoKey => exit::WRONG_PASSWORD,
+                Error::RepoNotFound { .. } => exit::NO_REPOSITORY,
+                Error::Corrupt { .. } => exit::DAMAGED,
+                Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
+                _ => exit::FAILURE,
+            };
+        }
+    }
+    exit::FAILURE
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.global.json;
+    let result = match &cli.command {
+        Command::Init(a) => cmd::init::run(&cli.global, a),
+        Command::Backup(a) => cmd::backup::run(&cli.global, a),
+        Command::Snapshots(a) => cmd::snapshots::run(&cli.global, a),
+        Command::Ls(a) => cmd::ls::run(&cli.global, a),
+        Command::Restore(a) => cmd::restore::run(&cli.global, a),
+        Command::Cat(a) => cmd::cat::run(&cli.global, a),
+        Command::Check(a) => cmd::check::run(&cli.global, a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let code = exit_code(&e);
+            output::error(json, &e, code);
+            ExitCode::from(code)
+        }
+    }
+}

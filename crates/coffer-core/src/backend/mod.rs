@@ -39,8 +39,14 @@ pub struct BackendError {
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            ErrorKind::NotFound => write!(f, "{}: not found in the repository storage", self.object),
-            ErrorKind::Transient => write!(f, "{}: storage error (temporary, retry later): {}", self.object, self.message),
+            ErrorKind::NotFound => {
+                write!(f, "{}: not found in the repository storage", self.object)
+            }
+            ErrorKind::Transient => write!(
+                f,
+                "{}: storage error (temporary, retry later): {}",
+                self.object, self.message
+            ),
             ErrorKind::Permanent => write!(f, "{}: storage error: {}", self.object, self.message),
         }
     }
@@ -49,7 +55,11 @@ impl fmt::Display for BackendError {
 impl BackendError {
     /// Builds an error of `kind` about `object`.
     pub fn new(kind: ErrorKind, object: impl Into<String>, message: impl Into<String>) -> Self {
-        BackendError { kind, object: object.into(), message: message.into() }
+        BackendError {
+            kind,
+            object: object.into(),
+            message: message.into(),
+        }
     }
 }
 

@@ -1,0 +1,230 @@
+//! Command-line arguments. Option names follow restic's where one exists, so that
+//! habits carry over.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0   success
+  1   failure
+  2   wrong usage
+  3   wrong passphrase, or no usable key
+  10  the repository does not exist
+  11  backup made, but some files could not be read (snapshot is incomplete)
+  12  repository data is damaged (or check found errors)
+  13  restore target is not empty (pass --overwrite)";
+
+/// coffer: encrypted, deduplicated, compressed backups.
+#[derive(Parser, Debug)]
+#[command(name = "coffer", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Repository location (a directory). Default: $XDG_DATA_HOME/coffer/repo,
+    /// else ~/.local/share/coffer/repo.
+    #[arg(short = 'r', long, env = "COFFER_REPOSITORY", global = true)]
+    pub repo: Option<String>,
+    /// Read the passphrase from this file (first line). COFFER_PASSWORD takes precedence.
+    #[arg(long, env = "COFFER_PASSWORD_FILE", global = true)]
+    pub password_file: Option<PathBuf>,
+    /// Print machine-readable JSON (one document, or JSON lines for streams).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print only errors and warnings; no progress bar.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a repository.
+    Init(InitArgs),
+    /// Back up files and directories.
+    Backup(BackupArgs),
+    /// List snapshots.
+    Snapshots(SnapshotsArgs),
+    /// List the entries of a snapshot.
+    Ls(LsArgs),
+    /// Restore a snapshot, or part of one, into a directory.
+    Restore(RestoreArgs),
+    /// Print a decrypted repository object (for debugging).
+    Cat(CatArgs),
+    /// Verify the repository's structure and, with --read-data, all of its data.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Minimum chunk size (e.g. 512K).
+    #[arg(long, default_value = "512K", value_parser = parse_size)]
+    pub chunk_min: u64,
+    /// Average chunk size, a power of two (e.g. 1M).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub chunk_avg: u64,
+    /// Maximum chunk size (e.g. 8M).
+    #[arg(long, default_value = "8M", value_parser = parse_size)]
+    pub chunk_max: u64,
+    /// zstd compression level, 0 to disable.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=22))]
+    pub compression: i32,
+    /// Target pack size (e.g. 16M).
+    #[arg(long, default_value = "16M", value_parser = parse_size)]
+    pub pack_size: u64,
+    /// scrypt cost: log2(N). Lower is faster to open and weaker against guessing.
+    #[arg(long, default_value_t = 17, value_parser = clap::value_parser!(u8).range(10..=22))]
+    pub kdf_log_n: u8,
+}
+
+/// Which snapshots `latest` may pick.
+#[derive(Args, Debug, Clone, Default)]
+pub struct FilterArgs {
+    /// Only snapshots of this host.
+    #[arg(long = "host", short = 'H')]
+    pub host: Option<String>,
+    /// Only snapshots with this tag (repeat for several).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Only snapshots that include this path (repeat for several).
+    #[arg(long = "path")]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    /// Files and directories to back up.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Tag the snapshot (repeat, or separate with commas).
+    #[arg(long = "tag", value_delimiter = ',')]
+    pub tags: Vec<String>,
+    /// Host name to record instead of this machine's.
+    #[arg(long, short = 'H')]
+    pub host: Option<String>,
+    /// Leave out entries matching this gitignore-style pattern (repeatable).
+    #[arg(long = "exclude", short = 'e')]
+    pub excludes: Vec<String>,
+    /// Read exclude patterns from a file, one per line (repeatable).
+    #[arg(long = "exclude-file")]
+    pub exclude_files: Vec<PathBuf>,
+    /// Do not cross file system boundaries.
+    #[arg(long, short = 'x')]
+    pub one_file_system: bool,
+    /// Read and chunk everything, write nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Snapshot to compare against for change detection (default: the latest with
+    /// the same host and paths).
+    #[arg(long)]
+    pub parent: Option<String>,
+    /// Read every file, even those unchanged since the parent snapshot.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotsArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// Snapshot id (a unique prefix works) or `latest`.
+    pub snapshot: String,
+    /// Only entries at and below this path.
+    pub path: Option<PathBuf>,
+    /// Show mode, owner, size and time.
+    #[arg(long, short = 'l')]
+    pub long: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// SNAPSHOT or SNAPSHOT:SUBPATH (id prefix or `latest`).
+    pub snapshot: String,
+    /// Directory to restore into.
+    #[arg(long, short = 't')]
+    pub target: PathBuf,
+    /// Restore only entries matching this gitignore-style pattern (repeatable).
+    #[arg(long = "include", short = 'i')]
+    pub includes: Vec<String>,
+    /// Do not restore entries matching this gitignore-style pattern (repeatable).
+    #[arg(long = "exclude", short = 'e')]
+    pub excludes: Vec<String>,
+    /// Replace files already in the target.
+    #[arg(long)]
+    pub overwrite: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CatArgs {
+    /// One of: config, key, snapshot, index, tree.
+    pub kind: String,
+    /// The object: an id or unique prefix (key, snapshot, index); for tree, a blob
+    /// id or SNAPSHOT:PATH.
+    pub id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Also read and verify every pack.
+    #[arg(long)]
+    pub read_data: bool,
+}
+
+/// Parses sizes such as `4096`, `512K`, `1M`, `2G` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'B' => 1,
+                _ => return Err(format!("unknown size unit in {s:?}: use K, M or G")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 512K or 8M"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("8m"), Ok(8 << 20));
+        assert!(parse_size("3X").is_err());
+        assert!(parse_size("M").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

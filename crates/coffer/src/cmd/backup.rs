@@ -1,0 +1,105 @@
+//! `coffer backup`.
+
+use anyhow::{Context, Result};
+use coffer_core::backup::{BackupOptions, backup};
+use coffer_core::format::ObjectKind;
+use coffer_core::repo::InitOptions;
+use serde_json::json;
+
+use crate::args::{BackupArgs, GlobalArgs};
+use crate::progress::Display;
+use crate::{exit, output, repo_open};
+
+fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
+    let mut patterns = a.excludes.clone();
+    for f in &a.exclude_files {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read exclude file {}", f.display()))?;
+        patterns.extend(
+            text.lines()
+                .map(str::trim_end)
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+    }
+    Ok(patterns)
+}
+
+pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
+    let (path, is_default) = repo_open::location(global)?;
+    let mut created = false;
+    let repo = if is_default && !path.join("config").exists() {
+        created = true;
+        let repo = repo_open::create(global, &path, &InitOptions::default())?;
+        if !global.json && !global.quiet {
+            println!("created the default repository at {}", path.display());
+        }
+        repo
+    } else {
+        let repo = repo_open::open_unindexed(global, &path)?;
+        repo.load_index()?;
+        repo
+    };
+    let parent = match &a.parent {
+        Some(p) => Some(repo.resolve_prefix(ObjectKind::Snapshot, p)?),
+        None => None,
+    };
+    let opts = BackupOptions {
+        paths: a.paths.clone(),
+        excludes: read_exclude_files(a)?,
+        one_file_system: a.one_file_system,
+        dry_run: a.dry_run,
+        tags: a.tags.iter().filter(|t| !t.is_empty()).cloned().collect(),
+        hostname: a.host.clone(),
+        parent,
+        force: a.force,
+    };
+    let display = Display::new(global.json, global.quiet, "backup");
+    let result = backup(&repo, &opts, &display);
+    display.finish();
+    let result = result?;
+    let s = &result.snapshot;
+    let m = &s.summary;
+    if global.json {
+        output::json(&json!({
+            "type": "summary",
+            "created_repository": created,
+            "repository": path,
+            "snapshot_id": result.id,
+            "dry_run": a.dry_run,
+            "incomplete": s.is_incomplete(),
+            "skipped": s.skipped_count,
+            "parent": s.parent,
+            "summary": m,
+        }));
+    } else if !global.quiet {
+        println!(
+            "Files:    {} new, {} changed, {} unchanged",
+            m.files_new, m.files_changed, m.files_unchanged
+        );
+        println!("Dirs:     {}   Other entries: {}", m.dirs, m.others);
+        println!(
+            "Data:     {} read of {}, {} new after deduplication, {} added to the repository",
+            output::bytes(m.bytes_read),
+            output::bytes(m.bytes_total),
+            output::bytes(m.bytes_new),
+            output::bytes(m.bytes_added)
+        );
+        println!("Duration: {:.2}s", m.duration_ms as f64 / 1000.0);
+        if s.is_incomplete() {
+            println!(
+                "{} entries could not be read: the snapshot is incomplete",
+                s.skipped_count
+            );
+        }
+        match result.id {
+            Some(id) => println!("snapshot {} saved", id.short()),
+            None => println!("dry run: nothing was written"),
+        }
+    }
+    Ok(if s.is_incomplete() {
+        exit::INCOMPLETE
+    } else {
+        exit::OK
+    })
+}

@@ -1,0 +1,52 @@
+//! `coffer init`.
+
+use anyhow::{Result, bail};
+use coffer_core::chunker::ChunkerParams;
+use coffer_core::crypto::ScryptParams;
+use coffer_core::repo::InitOptions;
+use serde_json::json;
+
+use crate::args::{GlobalArgs, InitArgs};
+use crate::{exit, output, repo_open};
+
+fn to_u32(v: u64, what: &str) -> Result<u32> {
+    u32::try_from(v).or_else(|_| bail!("{what} {v} is too large"))
+}
+
+/// The init options from the command line.
+pub fn options(a: &InitArgs) -> Result<InitOptions> {
+    let chunker = ChunkerParams {
+        min_size: to_u32(a.chunk_min, "--chunk-min")?,
+        avg_size: to_u32(a.chunk_avg, "--chunk-avg")?,
+        max_size: to_u32(a.chunk_max, "--chunk-max")?,
+    };
+    chunker.validate().map_err(anyhow::Error::msg)?;
+    Ok(InitOptions {
+        chunker,
+        compression_level: a.compression,
+        pack_size: to_u32(a.pack_size, "--pack-size")?,
+        kdf: ScryptParams {
+            log_n: a.kdf_log_n,
+            ..ScryptParams::DEFAULT
+        },
+    })
+}
+
+pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
+    let opts = options(a)?;
+    let (path, _) = repo_open::location(global)?;
+    let repo = repo_open::create(global, &path, &opts)?;
+    if global.json {
+        output::json(
+            &json!({"created": true, "location": path, "id": repo.config().id, "config": repo.config()}),
+        );
+    } else if !global.quiet {
+        println!(
+            "created coffer repository {} at {}",
+            repo.config().id.short(),
+            path.display()
+        );
+        println!("keep the passphrase safe: without it, the data cannot be read");
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,67 @@
+//! `coffer restore`.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow};
+use coffer_core::repo::SnapshotFilter;
+use coffer_core::restore::{RestoreOptions, restore};
+use serde_json::json;
+
+use crate::args::{GlobalArgs, RestoreArgs};
+use crate::progress::Display;
+use crate::{exit, output, repo_open};
+
+pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
+    let (name, subpath) = match a.snapshot.split_once(':') {
+        Some((n, p)) => (n, Some(PathBuf::from(p))),
+        None => (a.snapshot.as_str(), None),
+    };
+    let repo = repo_open::open(global)?;
+    let (id, snap) = repo.find_snapshot(name, &SnapshotFilter::from(&a.filter))?;
+    let opts = RestoreOptions {
+        target: a.target.clone(),
+        subpath,
+        includes: a.includes.clone(),
+        excludes: a.excludes.clone(),
+        overwrite: a.overwrite,
+    };
+    let display = Display::new(global.json, global.quiet, "restore");
+    let summary = restore(&repo, &snap, &opts, &display);
+    display.finish();
+    let summary = summary?;
+    for (path, err) in &summary.failures {
+        if global.json {
+            eprintln!(
+                "{}",
+                json!({"type": "failure", "path": path, "message": err.to_string()})
+            );
+        } else {
+            eprintln!("error: {}: {err}", path.display());
+        }
+    }
+    if global.json {
+        output::json(&json!({
+            "type": "summary", "snapshot_id": id, "target": a.target,
+            "files": summary.files, "dirs": summary.dirs, "others": summary.others,
+            "bytes": summary.bytes, "warnings": summary.warnings, "failures": summary.failures.len(),
+        }));
+    } else if !global.quiet {
+        println!(
+            "restored snapshot {} to {}: {} files, {} directories, {} other entries, {}",
+            id.short(),
+            a.target.display(),
+            summary.files,
+            summary.dirs,
+            summary.others,
+            output::bytes(summary.bytes)
+        );
+    }
+    let n = summary.failures.len();
+    if let Some((path, err)) = summary.failures.into_iter().next() {
+        return Err(anyhow!(err).context(format!(
+            "{n} entries could not be restored (first: {})",
+            path.display()
+        )));
+    }
+    Ok(exit::OK)
+}

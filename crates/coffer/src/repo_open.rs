@@ -1,0 +1,80 @@
+//! Finding and opening the repository named on the command line.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use coffer_core::backend::{Backend, OpendalBackend};
+use coffer_core::repo::{InitOptions, Repository};
+
+use crate::args::GlobalArgs;
+use crate::password::{self, Purpose};
+
+/// The default repository: `$XDG_DATA_HOME/coffer/repo`, else `~/.local/share/coffer/repo`.
+pub fn default_location() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d).join("coffer/repo"));
+    }
+    let home = dirs::home_dir()
+        .context("cannot find the home directory for the default repository: pass --repo")?;
+    Ok(home.join(".local/share/coffer/repo"))
+}
+
+/// Where the repository is, and whether it is the embedded default.
+pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
+    match &global.repo {
+        Some(r) => {
+            let path = r.strip_prefix("local:").unwrap_or(r);
+            if let Some((scheme, _)) = path.split_once("://") {
+                bail!(
+                    "repository location {r:?}: the {scheme:?} backend is not supported yet; use a local directory"
+                );
+            }
+            Ok((PathBuf::from(path), false))
+        }
+        None => Ok((default_location()?, true)),
+    }
+}
+
+/// Opens the storage backend at `path`.
+pub fn backend(path: &PathBuf) -> Result<Arc<dyn Backend>> {
+    let be = OpendalBackend::local(path)
+        .with_context(|| format!("cannot open repository storage at {}", path.display()))?;
+    Ok(Arc::new(be))
+}
+
+/// Opens the repository and loads its index.
+pub fn open(global: &GlobalArgs) -> Result<Repository> {
+    let (path, _) = location(global)?;
+    let repo = open_unindexed(global, &path)?;
+    repo.load_index()?;
+    Ok(repo)
+}
+
+/// Opens the repository without loading the index.
+pub fn open_unindexed(global: &GlobalArgs, path: &PathBuf) -> Result<Repository> {
+    if !path.join("config").exists() && !path.exists() {
+        return Err(coffer_core::Error::RepoNotFound {
+            location: path.display().to_string(),
+        }
+        .into());
+    }
+    let be = backend(path)?;
+    if !Repository::exists(be.as_ref())? {
+        return Err(coffer_core::Error::RepoNotFound {
+            location: path.display().to_string(),
+        }
+        .into());
+    }
+    let pw = password::read(global, Purpose::Open)?;
+    Ok(Repository::open(be, pw.as_bytes())?)
+}
+
+/// Creates a repository at `path`.
+pub fn create(global: &GlobalArgs, path: &PathBuf, opts: &InitOptions) -> Result<Repository> {
+    std::fs::create_dir_all(path)
+        .with_context(|| format!("cannot create repository directory {}", path.display()))?;
+    let be = backend(path)?;
+    let pw = password::read(global, Purpose::Create)?;
+    Ok(Repository::init(be, pw.as_bytes(), opts)?)
+}

@@ -69,11 +69,9 @@ pub struct BackupResult {
 pub fn build_excludes(patterns: &[String]) -> Result<Gitignore> {
     let mut b = GitignoreBuilder::new("/");
     for p in patterns {
-        b.add_line(None, p)
-            .map_err(|e| Error::InvalidInput(format!("bad exclude pattern {p:?}: {e}")))?;
+        b.add_line(None, p).map_err(|e| Error::InvalidInput(format!("bad exclude pattern {p:?}: {e}")))?;
     }
-    b.build()
-        .map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))
+    b.build().map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))
 }
 
 /// Makes `p` absolute and lexically clean (no `.`, `..` resolved against the
@@ -122,9 +120,7 @@ fn build_virtual_root(paths: &[PathBuf]) -> BTreeMap<Vec<u8>, VirtualNode> {
                 map.insert(c.clone(), VirtualNode::Real(here.clone()));
                 continue 'outer;
             }
-            let entry = map
-                .entry(c.clone())
-                .or_insert_with(|| VirtualNode::Dir(here.clone(), BTreeMap::new()));
+            let entry = map.entry(c.clone()).or_insert_with(|| VirtualNode::Dir(here.clone(), BTreeMap::new()));
             match entry {
                 VirtualNode::Real(_) => continue 'outer, // an ancestor is already backed up whole
                 VirtualNode::Dir(_, children) => map = children,
@@ -154,39 +150,22 @@ struct Archiver<'a> {
 }
 
 /// Backs up `opts.paths` into `repo` and writes a snapshot (unless a dry run).
-pub fn backup(
-    repo: &Repository,
-    opts: &BackupOptions,
-    progress: &dyn Progress,
-) -> Result<BackupResult> {
+pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) -> Result<BackupResult> {
     let start = Instant::now();
     let time = SystemTime::now();
     if opts.paths.is_empty() {
-        return Err(Error::InvalidInput(
-            "nothing to back up: give at least one path".into(),
-        ));
+        return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
     }
-    let paths: Vec<PathBuf> = opts
-        .paths
-        .iter()
-        .map(|p| clean_absolute(p))
-        .collect::<Result<_>>()?;
+    let paths: Vec<PathBuf> = opts.paths.iter().map(|p| clean_absolute(p)).collect::<Result<_>>()?;
     for p in &paths {
         std::fs::symlink_metadata(p).map_err(|e| Error::io(p, e))?;
     }
     let hostname = opts.hostname.clone().unwrap_or_else(fsmeta::hostname);
-    let path_strings: Vec<String> = paths
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
+    let path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let parent = match opts.parent {
         Some(id) => Some(id),
         None => {
-            let filter = SnapshotFilter {
-                host: Some(hostname.clone()),
-                tags: vec![],
-                paths: vec![],
-            };
+            let filter = SnapshotFilter { host: Some(hostname.clone()), tags: vec![], paths: vec![] };
             repo.snapshots()?
                 .into_iter()
                 .rev()
@@ -201,11 +180,7 @@ pub fn backup(
     let excludes = build_excludes(&opts.excludes)?;
     let arch = Archiver {
         repo,
-        saver: if opts.dry_run {
-            BlobSaver::dry_run(repo)
-        } else {
-            BlobSaver::new(repo)
-        },
+        saver: if opts.dry_run { BlobSaver::dry_run(repo) } else { BlobSaver::new(repo) },
         excludes,
         opts,
         progress,
@@ -260,11 +235,7 @@ pub fn backup(
         },
         program: format!("coffer {}", env!("CARGO_PKG_VERSION")),
     };
-    let id = if opts.dry_run {
-        None
-    } else {
-        Some(repo.save_snapshot(&snapshot)?)
-    };
+    let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot)?) };
     Ok(BackupResult { id, snapshot })
 }
 
@@ -306,10 +277,7 @@ impl Archiver<'_> {
         self.skipped_count.fetch_add(1, Ordering::Relaxed);
         let mut s = self.skipped.lock().expect("poisoned");
         if s.len() < MAX_SKIPPED_LISTED {
-            s.push(Skipped {
-                path: path.to_string_lossy().into_owned(),
-                error: message,
-            });
+            s.push(Skipped { path: path.to_string_lossy().into_owned(), error: message });
         }
     }
 
@@ -318,11 +286,7 @@ impl Archiver<'_> {
         id.and_then(|id| self.repo.load_tree(&id).ok())
     }
 
-    fn save_virtual(
-        &self,
-        children: &BTreeMap<Vec<u8>, VirtualNode>,
-        parent: Option<Id>,
-    ) -> Result<Id> {
+    fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<Id> {
         let parent = self.parent_tree(parent);
         let results: Vec<Result<Option<Node>>> = children
             .par_iter()
@@ -340,10 +304,7 @@ impl Archiver<'_> {
                         let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
                         let (mut node, _) = fsmeta::read_node(name, path, &md, &self.names);
                         if node.kind != NodeKind::Dir {
-                            return Err(Error::InvalidInput(format!(
-                                "{} is not a directory",
-                                path.display()
-                            )));
+                            return Err(Error::InvalidInput(format!("{} is not a directory", path.display())));
                         }
                         node.subtree = Some(self.save_virtual(sub, pnode.and_then(|n| n.subtree))?);
                         self.dirs.fetch_add(1, Ordering::Relaxed);
@@ -387,9 +348,7 @@ impl Archiver<'_> {
             NodeKind::Dir => {
                 self.dirs.fetch_add(1, Ordering::Relaxed);
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
-                let parent_sub = parent
-                    .filter(|p| p.kind == NodeKind::Dir)
-                    .and_then(|p| p.subtree);
+                let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
                 node.subtree = Some(if crosses {
                     self.save_tree(Vec::new())?
                 } else {
@@ -457,20 +416,12 @@ impl Archiver<'_> {
             && (node.size == 0 || !parent.content.is_empty())
             && {
                 let idx = self.repo.index();
-                parent
-                    .content
-                    .iter()
-                    .all(|id| idx.contains(id, BlobType::Data))
+                parent.content.iter().all(|id| idx.contains(id, BlobType::Data))
             }
     }
 
     /// Stores a file's content; `Ok(None)` when it could not be read.
-    fn save_file(
-        &self,
-        path: &Path,
-        node: &Node,
-        parent: Option<&Node>,
-    ) -> Result<Option<Vec<Id>>> {
+    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<Vec<Id>>> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
         if let Some(p) = parent.filter(|p| self.unchanged(node, p)) {
             self.files_unchanged.fetch_add(1, Ordering::Relaxed);
@@ -500,10 +451,7 @@ impl Archiver<'_> {
             Err(e) => return Err(e),
         };
         if let Some(k) = link_key {
-            self.hardlinks
-                .lock()
-                .expect("poisoned")
-                .insert(k, content.clone());
+            self.hardlinks.lock().expect("poisoned").insert(k, content.clone());
         }
         self.progress.add_item(path);
         Ok(Some(content))

@@ -60,11 +60,7 @@ impl CheckReport {
 }
 
 /// Checks `repo`. Opens its own view of the index, so `repo` need not have it loaded.
-pub fn check(
-    repo: &Repository,
-    opts: &CheckOptions,
-    progress: &dyn Progress,
-) -> Result<CheckReport> {
+pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) -> Result<CheckReport> {
     let mut r = CheckReport::default();
     check_keys(repo, &mut r)?;
     check_index(repo, &mut r)?;
@@ -78,10 +74,7 @@ pub fn check(
     let indexed: HashSet<Id> = repo.index().packs().iter().map(|p| p.id).collect();
     for id in &indexed {
         if !packs.contains_key(id) {
-            r.errors.push(format!(
-                "pack {}: listed in the index but missing from the repository",
-                id.short()
-            ));
+            r.errors.push(format!("pack {}: listed in the index but missing from the repository", id.short()));
         }
     }
     for id in packs.keys() {
@@ -104,8 +97,7 @@ fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
         match repo.read_object(ObjectKind::Key, &id) {
             Ok(bytes) => {
                 if let Err(e) = KeyFile::decode(&bytes) {
-                    r.errors
-                        .push(format!("{}: {e}", ObjectKind::Key.describe(&id)));
+                    r.errors.push(format!("{}: {e}", ObjectKind::Key.describe(&id)));
                 }
             }
             Err(e) => r.errors.push(e.to_string()),
@@ -148,18 +140,14 @@ fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<()> {
             let tree = match repo.load_tree(&tid) {
                 Ok(t) => t,
                 Err(e) => {
-                    r.errors
-                        .push(format!("snapshot {}, directory {path}: {e}", sid.short()));
+                    r.errors.push(format!("snapshot {}, directory {path}: {e}", sid.short()));
                     continue;
                 }
             };
             r.trees += 1;
             let idx = repo.index();
             for node in &tree.nodes {
-                let child = Path::new(&path)
-                    .join(node.name.display())
-                    .to_string_lossy()
-                    .into_owned();
+                let child = Path::new(&path).join(node.name.display()).to_string_lossy().into_owned();
                 match (node.kind, node.subtree) {
                     (NodeKind::Dir, Some(sub)) => stack.push((sub, child)),
                     _ => {
@@ -189,9 +177,7 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<Str
         Err(e) => return vec![e.to_string()],
     };
     if Id::hash_of(&bytes) != *id {
-        return vec![format!(
-            "{name}: content does not match its name (altered or truncated)"
-        )];
+        return vec![format!("{name}: content does not match its name (altered or truncated)")];
     }
     let len = bytes.len() as u64;
     if bytes.len() < TRAILER_LEN {
@@ -202,12 +188,7 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<Str
         Err(e) => return vec![format!("{name}: {e}")],
     };
     let hstart = bytes.len() - TRAILER_LEN - trailer.header_len as usize;
-    let entries = match pack::open_header(
-        &repo.keys().data,
-        &trailer,
-        &bytes[hstart..bytes.len() - TRAILER_LEN],
-        len,
-    ) {
+    let entries = match pack::open_header(&repo.keys().data, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len) {
         Ok(e) => e,
         Err(e) => return vec![format!("{name}: {e}")],
     };
@@ -217,16 +198,8 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<Str
         let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
         match pack::open_blob(&key, e, sealed) {
             Ok(data) if repo.blob_id(&data) == e.id => {}
-            Ok(_) => problems.push(format!(
-                "{name}: {} {} does not match its id",
-                e.blob_type.noun(),
-                e.id.short()
-            )),
-            Err(err) => problems.push(format!(
-                "{name}: {} {}: {err}",
-                e.blob_type.noun(),
-                e.id.short()
-            )),
+            Ok(_) => problems.push(format!("{name}: {} {} does not match its id", e.blob_type.noun(), e.id.short())),
+            Err(err) => problems.push(format!("{name}: {} {}: {err}", e.blob_type.noun(), e.id.short())),
         }
     }
     let in_header: HashSet<(Id, u64)> = entries.iter().map(|e| (e.id, e.offset)).collect();
@@ -242,20 +215,12 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<Str
     problems
 }
 
-fn read_data(
-    repo: &Repository,
-    packs: &HashMap<Id, u64>,
-    r: &mut CheckReport,
-    progress: &dyn Progress,
-) {
+fn read_data(repo: &Repository, packs: &HashMap<Id, u64>, r: &mut CheckReport, progress: &dyn Progress) {
     let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
     {
         let idx = repo.index();
         for (_, e) in idx.iter() {
-            by_pack
-                .entry(idx.packs()[e.pack as usize].id)
-                .or_default()
-                .push(e.entry);
+            by_pack.entry(idx.packs()[e.pack as usize].id).or_default().push(e.entry);
         }
     }
     let mut ids: Vec<(Id, u64)> = packs.iter().map(|(k, v)| (*k, *v)).collect();

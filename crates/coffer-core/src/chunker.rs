@@ -26,11 +26,7 @@ pub struct ChunkerParams {
 
 impl Default for ChunkerParams {
     fn default() -> Self {
-        ChunkerParams {
-            min_size: 512 << 10,
-            avg_size: 1 << 20,
-            max_size: 8 << 20,
-        }
+        ChunkerParams { min_size: 512 << 10, avg_size: 1 << 20, max_size: 8 << 20 }
     }
 }
 
@@ -41,11 +37,7 @@ impl ChunkerParams {
 
     /// Checks the invariants `64 <= min <= avg <= max <= 64 MiB`, `avg` a power of two.
     pub fn validate(&self) -> Result<(), String> {
-        let ChunkerParams {
-            min_size,
-            avg_size,
-            max_size,
-        } = *self;
+        let ChunkerParams { min_size, avg_size, max_size } = *self;
         if !(min_size >= 64
             && min_size <= avg_size
             && avg_size <= max_size
@@ -89,12 +81,7 @@ impl Chunker {
             *g = u64::from_le_bytes(b.try_into().expect("8 bytes"));
         }
         let bits = params.avg_size.trailing_zeros();
-        Chunker {
-            gear,
-            mask_hard: top_bits(bits + 2),
-            mask_easy: top_bits(bits.saturating_sub(2).max(1)),
-            params,
-        }
+        Chunker { gear, mask_hard: top_bits(bits + 2), mask_easy: top_bits(bits.saturating_sub(2).max(1)), params }
     }
 
     /// The limits this chunker enforces.
@@ -155,13 +142,7 @@ pub struct ChunkReader<R> {
 impl<R: Read> ChunkReader<R> {
     /// Chunks `reader` with `chunker`.
     pub fn new(reader: R, chunker: Chunker) -> Self {
-        ChunkReader {
-            reader,
-            chunker,
-            buf: Vec::new(),
-            pos: 0,
-            eof: false,
-        }
+        ChunkReader { reader, chunker, buf: Vec::new(), pos: 0, eof: false }
     }
 
     fn fill(&mut self) -> io::Result<()> {
@@ -223,11 +204,7 @@ mod tests {
     }
 
     fn small() -> ChunkerParams {
-        ChunkerParams {
-            min_size: 2 << 10,
-            avg_size: 8 << 10,
-            max_size: 32 << 10,
-        }
+        ChunkerParams { min_size: 2 << 10, avg_size: 8 << 10, max_size: 32 << 10 }
     }
 
     #[test]
@@ -260,19 +237,10 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
-        let a: std::collections::HashSet<_> =
-            ends(&data).into_iter().filter(|&e| e > 200_000).collect();
-        let b: Vec<_> = ends(&edited)
-            .into_iter()
-            .filter(|&e| e > 200_000)
-            .map(|e| e - 14)
-            .collect();
+        let a: std::collections::HashSet<_> = ends(&data).into_iter().filter(|&e| e > 200_000).collect();
+        let b: Vec<_> = ends(&edited).into_iter().filter(|&e| e > 200_000).map(|e| e - 14).collect();
         let shared = b.iter().filter(|e| a.contains(e)).count();
-        assert!(
-            shared * 10 >= b.len() * 9,
-            "{shared} of {} boundaries shared",
-            b.len()
-        );
+        assert!(shared * 10 >= b.len() * 9, "{shared} of {} boundaries shared", b.len());
     }
 
     #[test]
@@ -311,32 +279,8 @@ mod tests {
     #[test]
     fn validate_rejects_bad_sizes() {
         assert!(ChunkerParams::default().validate().is_ok());
-        assert!(
-            ChunkerParams {
-                min_size: 10,
-                avg_size: 1024,
-                max_size: 4096
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            ChunkerParams {
-                min_size: 1024,
-                avg_size: 3000,
-                max_size: 4096
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            ChunkerParams {
-                min_size: 1024,
-                avg_size: 4096,
-                max_size: 1 << 30
-            }
-            .validate()
-            .is_err()
-        );
+        assert!(ChunkerParams { min_size: 10, avg_size: 1024, max_size: 4096 }.validate().is_err());
+        assert!(ChunkerParams { min_size: 1024, avg_size: 3000, max_size: 4096 }.validate().is_err());
+        assert!(ChunkerParams { min_size: 1024, avg_size: 4096, max_size: 1 << 30 }.validate().is_err());
     }
 }

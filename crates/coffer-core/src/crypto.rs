@@ -52,11 +52,7 @@ impl Cipher {
 
     /// AES-256-GCM when this CPU accelerates it, ChaCha20-Poly1305 otherwise.
     pub fn preferred() -> Cipher {
-        if aes_accelerated() {
-            Cipher::Aes256Gcm
-        } else {
-            Cipher::ChaCha20Poly1305
-        }
+        if aes_accelerated() { Cipher::Aes256Gcm } else { Cipher::ChaCha20Poly1305 }
     }
 
     fn algorithm(self) -> &'static aead::Algorithm {
@@ -74,8 +70,7 @@ fn aes_accelerated() -> bool {
 
 #[cfg(target_arch = "aarch64")]
 fn aes_accelerated() -> bool {
-    std::arch::is_aarch64_feature_detected!("aes")
-        && std::arch::is_aarch64_feature_detected!("pmull")
+    std::arch::is_aarch64_feature_detected!("aes") && std::arch::is_aarch64_feature_detected!("pmull")
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -134,10 +129,7 @@ impl AeadKey {
     /// Prepares `key` for `cipher`.
     pub fn new(cipher: Cipher, key: &Key) -> AeadKey {
         let unbound = UnboundKey::new(cipher.algorithm(), &key.0).expect("key length is 32");
-        AeadKey {
-            key: LessSafeKey::new(unbound),
-            cipher,
-        }
+        AeadKey { key: LessSafeKey::new(unbound), cipher }
     }
 
     /// The cipher this key is for.
@@ -156,11 +148,7 @@ impl AeadKey {
     pub fn seal_suffix(&self, nonce: Nonce, aad: &[u8], buf: &mut Vec<u8>, start: usize) {
         let tag = self
             .key
-            .seal_in_place_separate_tag(
-                aead::Nonce::assume_unique_for_key(nonce.0),
-                Aad::from(aad),
-                &mut buf[start..],
-            )
+            .seal_in_place_separate_tag(aead::Nonce::assume_unique_for_key(nonce.0), Aad::from(aad), &mut buf[start..])
             .expect("plaintext length within AEAD limits");
         buf.extend_from_slice(tag.as_ref());
     }
@@ -177,15 +165,8 @@ impl AeadKey {
     /// or the key is wrong.
     pub fn open(&self, nonce: Nonce, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
         let mut buf = sealed.to_vec();
-        let len = self
-            .key
-            .open_in_place(
-                aead::Nonce::assume_unique_for_key(nonce.0),
-                Aad::from(aad),
-                &mut buf,
-            )
-            .ok()?
-            .len();
+        let len =
+            self.key.open_in_place(aead::Nonce::assume_unique_for_key(nonce.0), Aad::from(aad), &mut buf).ok()?.len();
         buf.truncate(len);
         Some(buf)
     }
@@ -210,26 +191,15 @@ pub struct ScryptParams {
 
 impl ScryptParams {
     /// The default: N = 2^17, r = 8, p = 1 (128 MiB, a few hundred ms on a current core).
-    pub const DEFAULT: ScryptParams = ScryptParams {
-        log_n: 17,
-        r: 8,
-        p: 1,
-    };
+    pub const DEFAULT: ScryptParams = ScryptParams { log_n: 17, r: 8, p: 1 };
 
     /// Checks that parameters read from a key file are in a range that can neither
     /// crash the process nor stall it for hours.
     pub fn validate(&self) -> Result<scrypt::Params, String> {
-        if !(1..=22).contains(&self.log_n)
-            || !(1..=32).contains(&self.r)
-            || !(1..=16).contains(&self.p)
-        {
-            return Err(format!(
-                "scrypt parameters out of range (log_n {}, r {}, p {})",
-                self.log_n, self.r, self.p
-            ));
+        if !(1..=22).contains(&self.log_n) || !(1..=32).contains(&self.r) || !(1..=16).contains(&self.p) {
+            return Err(format!("scrypt parameters out of range (log_n {}, r {}, p {})", self.log_n, self.r, self.p));
         }
-        scrypt::Params::new(self.log_n, self.r, self.p)
-            .map_err(|e| format!("scrypt parameters invalid: {e}"))
+        scrypt::Params::new(self.log_n, self.r, self.p).map_err(|e| format!("scrypt parameters invalid: {e}"))
     }
 }
 
@@ -283,30 +253,8 @@ mod tests {
 
     #[test]
     fn scrypt_rejects_absurd_params() {
-        assert!(
-            scrypt_kdf(
-                b"p",
-                b"s",
-                ScryptParams {
-                    log_n: 40,
-                    r: 8,
-                    p: 1
-                }
-            )
-            .is_err()
-        );
-        assert!(
-            scrypt_kdf(
-                b"p",
-                b"s",
-                ScryptParams {
-                    log_n: 4,
-                    r: 0,
-                    p: 1
-                }
-            )
-            .is_err()
-        );
+        assert!(scrypt_kdf(b"p", b"s", ScryptParams { log_n: 40, r: 8, p: 1 }).is_err());
+        assert!(scrypt_kdf(b"p", b"s", ScryptParams { log_n: 4, r: 0, p: 1 }).is_err());
     }
 
     #[test]

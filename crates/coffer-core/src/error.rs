@@ -76,17 +76,11 @@ pub enum Error {
 impl Error {
     /// Builds a [`Error::Corrupt`].
     pub fn corrupt(object: impl Into<String>, detail: impl Into<String>) -> Self {
-        Error::Corrupt {
-            object: object.into(),
-            detail: detail.into(),
-        }
+        Error::Corrupt { object: object.into(), detail: detail.into() }
     }
 
     /// Builds an [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            source,
-        }
+        Error::Io { path: path.into(), source }
     }
 }

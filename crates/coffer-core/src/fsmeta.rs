@@ -17,18 +17,13 @@ use crate::format::tree::{Node, NodeKind, Timestamp, Xattr};
 
 /// The host name of this machine.
 pub fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
 /// The name of the user running this process (or its uid).
 pub fn username() -> String {
     let uid = rustix::process::geteuid().as_raw();
-    uzers::get_user_by_uid(uid)
-        .map(|u| u.name().to_string_lossy().into_owned())
-        .unwrap_or_else(|| uid.to_string())
+    uzers::get_user_by_uid(uid).map(|u| u.name().to_string_lossy().into_owned()).unwrap_or_else(|| uid.to_string())
 }
 
 /// Whether this process may set owners and create device nodes.
@@ -49,9 +44,7 @@ impl NameCache {
             .lock()
             .expect("poisoned")
             .entry(uid)
-            .or_insert_with(|| {
-                uzers::get_user_by_uid(uid).map(|u| u.name().to_string_lossy().into_owned())
-            })
+            .or_insert_with(|| uzers::get_user_by_uid(uid).map(|u| u.name().to_string_lossy().into_owned()))
             .clone()
     }
 
@@ -60,9 +53,7 @@ impl NameCache {
             .lock()
             .expect("poisoned")
             .entry(gid)
-            .or_insert_with(|| {
-                uzers::get_group_by_gid(gid).map(|g| g.name().to_string_lossy().into_owned())
-            })
+            .or_insert_with(|| uzers::get_group_by_gid(gid).map(|g| g.name().to_string_lossy().into_owned()))
             .clone()
     }
 }
@@ -89,12 +80,7 @@ pub fn node_kind(md: &Metadata) -> NodeKind {
 
 /// Builds the node for `path` from its `lstat` metadata: everything but content
 /// and subtree. Extended attributes that cannot be read are returned as a warning.
-pub fn read_node(
-    name: &[u8],
-    path: &Path,
-    md: &Metadata,
-    names: &NameCache,
-) -> (Node, Option<String>) {
+pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> (Node, Option<String>) {
     let kind = node_kind(md);
     let mut warning = None;
     let target = if kind == NodeKind::Symlink {
@@ -130,11 +116,7 @@ pub fn read_node(
         inode: md.ino(),
         device: md.dev(),
         links: md.nlink(),
-        rdev: if matches!(kind, NodeKind::Chardev | NodeKind::Blockdev) {
-            md.rdev()
-        } else {
-            0
-        },
+        rdev: if matches!(kind, NodeKind::Chardev | NodeKind::Blockdev) { md.rdev() } else { 0 },
         target,
         xattrs,
         content: Vec::new(),
@@ -158,10 +140,7 @@ pub fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
     let mut out = Vec::new();
     for name in names {
         if let Some(value) = xattr::get(path, &name)? {
-            out.push(Xattr {
-                name: Bytes(name.as_bytes().to_vec()),
-                value: Bytes(value),
-            });
+            out.push(Xattr { name: Bytes(name.as_bytes().to_vec()), value: Bytes(value) });
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -169,10 +148,7 @@ pub fn read_xattrs(path: &Path) -> io::Result<Vec<Xattr>> {
 }
 
 fn ts(t: Timestamp) -> Timespec {
-    Timespec {
-        tv_sec: t.0,
-        tv_nsec: t.1 as _,
-    }
+    Timespec { tv_sec: t.0, tv_nsec: t.1 as _ }
 }
 
 /// Creates a special file (FIFO or device node) at `path`.
@@ -183,13 +159,7 @@ pub fn create_special(path: &Path, node: &Node) -> io::Result<()> {
         NodeKind::Blockdev => FileType::BlockDevice,
         _ => return Err(io::Error::other("not a special file")),
     };
-    rustix::fs::mknodat(
-        CWD,
-        path,
-        ft,
-        Mode::from_raw_mode(node.mode & 0o777),
-        node.rdev as _,
-    )?;
+    rustix::fs::mknodat(CWD, path, ft, Mode::from_raw_mode(node.mode & 0o777), node.rdev as _)?;
     Ok(())
 }
 
@@ -212,13 +182,8 @@ pub fn apply_metadata(path: &Path, node: &Node, as_root: bool) -> io::Result<()>
     if node.kind != NodeKind::Symlink {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(node.mode))?;
     }
-    let times = Timestamps {
-        last_access: Timespec {
-            tv_sec: 0,
-            tv_nsec: UTIME_OMIT,
-        },
-        last_modification: ts(node.mtime),
-    };
+    let times =
+        Timestamps { last_access: Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT }, last_modification: ts(node.mtime) };
     rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW)?;
     match first_err {
         Some(e) => Err(e),

@@ -101,11 +101,7 @@ pub fn restore(
     }
     let mut p = Planner {
         repo,
-        includes: if opts.includes.is_empty() {
-            None
-        } else {
-            Some(build_excludes(&opts.includes)?)
-        },
+        includes: if opts.includes.is_empty() { None } else { Some(build_excludes(&opts.includes)?) },
         excludes: build_excludes(&opts.excludes)?,
         overwrite: opts.overwrite,
         as_root: fsmeta::is_root(),
@@ -123,9 +119,7 @@ pub fn restore(
             p.plan_dir(id, &target, &snap_root, false)?;
         }
         Located::Entry(node) if node.kind == NodeKind::Dir => {
-            let sub = node
-                .subtree
-                .ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
+            let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
             p.plan_dir(sub, &target, &snap_root, false)?;
         }
         Located::Entry(node) => {
@@ -158,9 +152,7 @@ impl Planner<'_> {
             return Ok(());
         };
         if !self.overwrite {
-            return Err(Error::TargetNotEmpty {
-                path: path.to_path_buf(),
-            });
+            return Err(Error::TargetNotEmpty { path: path.to_path_buf() });
         }
         let r = if md.is_dir() {
             if keep_dir {
@@ -174,11 +166,7 @@ impl Planner<'_> {
     }
 
     fn selected(&self, snap_path: &Path, is_dir: bool, ancestor_selected: bool) -> bool {
-        ancestor_selected
-            || self
-                .includes
-                .as_ref()
-                .is_none_or(|inc| inc.matched(snap_path, is_dir).is_ignore())
+        ancestor_selected || self.includes.as_ref().is_none_or(|inc| inc.matched(snap_path, is_dir).is_ignore())
     }
 
     /// Plans the contents of tree `id` into `dir`. Returns whether anything below
@@ -201,13 +189,7 @@ impl Planner<'_> {
         }
     }
 
-    fn plan_node(
-        &mut self,
-        node: &Node,
-        path: &Path,
-        snap_path: &Path,
-        ancestor_selected: bool,
-    ) -> Result<bool> {
+    fn plan_node(&mut self, node: &Node, path: &Path, snap_path: &Path, ancestor_selected: bool) -> Result<bool> {
         let is_dir = node.kind == NodeKind::Dir;
         if self.excludes.matched(snap_path, is_dir).is_ignore() {
             return Ok(false);
@@ -223,9 +205,7 @@ impl Planner<'_> {
                     }
                 }
             }
-            let sub = node
-                .subtree
-                .ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
+            let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
             let below = self.plan_dir(sub, path, snap_path, selected)?;
             if selected || below {
                 self.summary.dirs += 1;
@@ -251,22 +231,14 @@ impl Planner<'_> {
                 self.files.push((path.to_path_buf(), node.clone()));
             }
             NodeKind::Symlink => {
-                let target = OsStr::from_bytes(
-                    node.target
-                        .as_ref()
-                        .map(|t| t.0.as_slice())
-                        .unwrap_or_default(),
-                );
+                let target = OsStr::from_bytes(node.target.as_ref().map(|t| t.0.as_slice()).unwrap_or_default());
                 std::os::unix::fs::symlink(target, path).map_err(|e| Error::io(path, e))?;
                 self.summary.others += 1;
                 self.apply(path, node);
             }
             NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
                 if node.kind != NodeKind::Fifo && !self.as_root {
-                    self.warn(
-                        path,
-                        "device node not recreated: restoring device nodes needs root".into(),
-                    );
+                    self.warn(path, "device node not recreated: restoring device nodes needs root".into());
                     return Ok(false);
                 }
                 match fsmeta::create_special(path, node) {
@@ -297,22 +269,20 @@ impl Planner<'_> {
         let bytes = AtomicU64::new(0);
         let failures = Mutex::new(Vec::new());
         let files = std::mem::take(&mut self.files);
-        files.par_iter().for_each(
-            |(path, node)| match write_file(repo, path, node, progress) {
-                Ok(n) => {
-                    bytes.fetch_add(n, Ordering::Relaxed);
-                    if let Err(e) = fsmeta::apply_metadata(path, node, as_root) {
-                        warnings.fetch_add(1, Ordering::Relaxed);
-                        progress.warn(path, &format!("cannot restore all metadata: {e}"));
-                    }
-                    progress.add_item(path);
+        files.par_iter().for_each(|(path, node)| match write_file(repo, path, node, progress) {
+            Ok(n) => {
+                bytes.fetch_add(n, Ordering::Relaxed);
+                if let Err(e) = fsmeta::apply_metadata(path, node, as_root) {
+                    warnings.fetch_add(1, Ordering::Relaxed);
+                    progress.warn(path, &format!("cannot restore all metadata: {e}"));
                 }
-                Err(e) => {
-                    let _ = std::fs::remove_file(path);
-                    failures.lock().expect("poisoned").push((path.clone(), e));
-                }
-            },
-        );
+                progress.add_item(path);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                failures.lock().expect("poisoned").push((path.clone(), e));
+            }
+        });
         let failures = failures.into_inner().expect("poisoned");
         let failed: std::collections::HashSet<&PathBuf> = failures.iter().map(|(p, _)| p).collect();
         self.links.retain(|(first, _)| !failed.contains(first));
@@ -326,10 +296,7 @@ impl Planner<'_> {
         for (first, path) in std::mem::take(&mut self.links) {
             match std::fs::hard_link(&first, &path) {
                 Ok(()) => self.summary.others += 1,
-                Err(e) => self
-                    .summary
-                    .failures
-                    .push((path.clone(), Error::io(&path, e))),
+                Err(e) => self.summary.failures.push((path.clone(), Error::io(&path, e))),
             }
         }
     }
@@ -352,8 +319,7 @@ fn write_file(repo: &Repository, path: &Path, node: &Node, progress: &dyn Progre
     for id in &node.content {
         let data = repo.load_blob(BlobType::Data, id)?;
         if !(node.sparse && is_all_zero(&data)) {
-            f.write_all_at(&data, offset)
-                .map_err(|e| Error::io(path, e))?;
+            f.write_all_at(&data, offset).map_err(|e| Error::io(path, e))?;
         }
         offset += data.len() as u64;
         progress.add_bytes(data.len() as u64);

@@ -30,10 +30,7 @@ pub fn locate(repo: &Repository, root: Id, path: &Path) -> Result<Located> {
     let mut found: Option<Node> = None;
     for (i, name) in comps.iter().enumerate() {
         let t = repo.load_tree(&tree)?;
-        let node = t
-            .find(name)
-            .ok_or_else(|| Error::PathNotInSnapshot(path.display().to_string()))?
-            .clone();
+        let node = t.find(name).ok_or_else(|| Error::PathNotInSnapshot(path.display().to_string()))?.clone();
         if i + 1 < comps.len() {
             tree = node
                 .subtree
@@ -51,12 +48,7 @@ pub fn locate(repo: &Repository, root: Id, path: &Path) -> Result<Located> {
 /// Visits every entry below tree `id` depth first, in name order, with its
 /// snapshot path (`prefix` joined with the names above it). Directories are
 /// visited before their contents.
-pub fn walk(
-    repo: &Repository,
-    id: Id,
-    prefix: &Path,
-    visit: &mut dyn FnMut(&Path, &Node) -> Result<()>,
-) -> Result<()> {
+pub fn walk(repo: &Repository, id: Id, prefix: &Path, visit: &mut dyn FnMut(&Path, &Node) -> Result<()>) -> Result<()> {
     let tree = repo.load_tree(&id)?;
     for node in &tree.nodes {
         let path: PathBuf = prefix.join(std::ffi::OsStr::from_bytes(&node.name.0));

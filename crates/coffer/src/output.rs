@@ -6,10 +6,7 @@ use serde_json::json;
 pub fn error(json: bool, err: &anyhow::Error, code: u8) {
     if json {
         let causes: Vec<String> = err.chain().skip(1).map(|c| c.to_string()).collect();
-        eprintln!(
-            "{}",
-            json!({"type": "error", "message": err.to_string(), "causes": causes, "exit_code": code})
-        );
+        eprintln!("{}", json!({"type": "error", "message": err.to_string(), "causes": causes, "exit_code": code}));
     } else {
         eprintln!("error: {err:#}");
     }
@@ -29,19 +26,12 @@ pub fn bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.2} {}", UNITS[u]) }
 }
 
 /// Formats a snapshot time (RFC 3339) as `YYYY-MM-DD HH:MM:SS` UTC.
 pub fn time(rfc3339: &str) -> String {
-    rfc3339
-        .get(..19)
-        .map(|s| s.replace('T', " "))
-        .unwrap_or_else(|| rfc3339.to_string())
+    rfc3339.get(..19).map(|s| s.replace('T', " ")).unwrap_or_else(|| rfc3339.to_string())
 }
 
 #[cfg(test)]

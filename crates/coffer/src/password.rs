@@ -20,14 +20,12 @@ pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<String> {
         return Ok(p);
     }
     if let Some(file) = &global.password_file {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read password file {}", file.display()))?;
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("cannot read password file {}", file.display()))?;
         return Ok(text.lines().next().unwrap_or("").to_string());
     }
     if !std::io::stdin().is_terminal() {
-        bail!(
-            "no passphrase: set COFFER_PASSWORD or COFFER_PASSWORD_FILE, pass --password-file, or run on a terminal"
-        );
+        bail!("no passphrase: set COFFER_PASSWORD or COFFER_PASSWORD_FILE, pass --password-file, or run on a terminal");
     }
     let first = rpassword::prompt_password("enter passphrase for repository: ")?;
     if purpose == Purpose::Create {

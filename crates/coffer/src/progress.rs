@@ -54,8 +54,7 @@ impl Progress for Display {
 
     fn warn(&self, path: &Path, message: &str) {
         let line = if self.json {
-            json!({"type": "warning", "path": path.to_string_lossy(), "message": message})
-                .to_string()
+            json!({"type": "warning", "path": path.to_string_lossy(), "message": message}).to_string()
         } else {
             format!("warning: {}: {message}", path.display())
         };

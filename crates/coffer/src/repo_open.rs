@@ -15,8 +15,7 @@ pub fn default_location() -> Result<PathBuf> {
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(d).join("coffer/repo"));
     }
-    let home = dirs::home_dir()
-        .context("cannot find the home directory for the default repository: pass --repo")?;
+    let home = dirs::home_dir().context("cannot find the home directory for the default repository: pass --repo")?;
     Ok(home.join(".local/share/coffer/repo"))
 }
 
@@ -26,9 +25,7 @@ pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
         Some(r) => {
             let path = r.strip_prefix("local:").unwrap_or(r);
             if let Some((scheme, _)) = path.split_once("://") {
-                bail!(
-                    "repository location {r:?}: the {scheme:?} backend is not supported yet; use a local directory"
-                );
+                bail!("repository location {r:?}: the {scheme:?} backend is not supported yet; use a local directory");
             }
             Ok((PathBuf::from(path), false))
         }
@@ -38,8 +35,8 @@ pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
 
 /// Opens the storage backend at `path`.
 pub fn backend(path: &PathBuf) -> Result<Arc<dyn Backend>> {
-    let be = OpendalBackend::local(path)
-        .with_context(|| format!("cannot open repository storage at {}", path.display()))?;
+    let be =
+        OpendalBackend::local(path).with_context(|| format!("cannot open repository storage at {}", path.display()))?;
     Ok(Arc::new(be))
 }
 
@@ -54,17 +51,11 @@ pub fn open(global: &GlobalArgs) -> Result<Repository> {
 /// Opens the repository without loading the index.
 pub fn open_unindexed(global: &GlobalArgs, path: &PathBuf) -> Result<Repository> {
     if !path.join("config").exists() && !path.exists() {
-        return Err(coffer_core::Error::RepoNotFound {
-            location: path.display().to_string(),
-        }
-        .into());
+        return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let be = backend(path)?;
     if !Repository::exists(be.as_ref())? {
-        return Err(coffer_core::Error::RepoNotFound {
-            location: path.display().to_string(),
-        }
-        .into());
+        return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let pw = password::read(global, Purpose::Open)?;
     Ok(Repository::open(be, pw.as_bytes())?)
@@ -72,8 +63,7 @@ pub fn open_unindexed(global: &GlobalArgs, path: &PathBuf) -> Result<Repository>
 
 /// Creates a repository at `path`.
 pub fn create(global: &GlobalArgs, path: &PathBuf, opts: &InitOptions) -> Result<Repository> {
-    std::fs::create_dir_all(path)
-        .with_context(|| format!("cannot create repository directory {}", path.display()))?;
+    std::fs::create_dir_all(path).with_context(|| format!("cannot create repository directory {}", path.display()))?;
     let be = backend(path)?;
     let pw = password::read(global, Purpose::Create)?;
     Ok(Repository::init(be, pw.as_bytes(), opts)?)

@@ -6,7 +6,8 @@
 //! - `write` is atomic: a reader sees the whole object or none of it, never a part;
 //!   writing the same name with the same bytes again is harmless (idempotent).
 //! - after `write` returns, `read`, `stat` and `list` see the object (read-after-write).
-//! - `read_range` returns exactly the bytes asked for, or an error.
+//! - `read_range` returns the bytes asked for, fewer only when the object ends
+//!   first; the caller decides whether a short object is damage.
 
 mod opendal_fs;
 
@@ -42,11 +43,9 @@ impl fmt::Display for BackendError {
             ErrorKind::NotFound => {
                 write!(f, "{}: not found in the repository storage", self.object)
             }
-            ErrorKind::Transient => write!(
-                f,
-                "{}: storage error (temporary, retry later): {}",
-                self.object, self.message
-            ),
+            ErrorKind::Transient => {
+                write!(f, "{}: storage error (temporary, retry later): {}", self.object, self.message)
+            }
             ErrorKind::Permanent => write!(f, "{}: storage error: {}", self.object, self.message),
         }
     }
@@ -55,11 +54,7 @@ impl fmt::Display for BackendError {
 impl BackendError {
     /// Builds an error of `kind` about `object`.
     pub fn new(kind: ErrorKind, object: impl Into<String>, message: impl Into<String>) -> Self {
-        BackendError {
-            kind,
-            object: object.into(),
-            message: message.into(),
-        }
+        BackendError { kind, object: object.into(), message: message.into() }
     }
 }
 
@@ -83,7 +78,7 @@ pub trait Backend: Send + Sync {
     /// Reads a whole object. `Err(NotFound)` if absent.
     fn read(&self, name: &str) -> BackendResult<Vec<u8>>;
 
-    /// Reads `len` bytes at `offset`. Fails if the object is shorter.
+    /// Reads `len` bytes at `offset`; returns fewer only if the object ends first.
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>>;
 
     /// Writes an object atomically; idempotent for equal content.

@@ -19,10 +19,7 @@ impl Serialize for Bytes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match std::str::from_utf8(&self.0) {
             Ok(t) => Repr::Text(t.into()).serialize(s),
-            Err(_) => Repr::Hex {
-                hex: hex::encode(&self.0),
-            }
-            .serialize(s),
+            Err(_) => Repr::Hex { hex: hex::encode(&self.0) }.serialize(s),
         }
     }
 }
@@ -31,9 +28,7 @@ impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match Repr::deserialize(d)? {
             Repr::Text(t) => Ok(Bytes(t.into_owned().into_bytes())),
-            Repr::Hex { hex } => hex::decode(hex)
-                .map(Bytes)
-                .map_err(serde::de::Error::custom),
+            Repr::Hex { hex } => hex::decode(hex).map(Bytes).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -61,13 +56,7 @@ mod tests {
             let json = serde_json::to_string(&Bytes(b.clone())).unwrap();
             assert_eq!(serde_json::from_str::<Bytes>(&json).unwrap().0, b);
         }
-        assert_eq!(
-            serde_json::to_string(&Bytes(b"a".to_vec())).unwrap(),
-            "\"a\""
-        );
-        assert_eq!(
-            serde_json::to_string(&Bytes(vec![0xff])).unwrap(),
-            "{\"hex\":\"ff\"}"
-        );
+        assert_eq!(serde_json::to_string(&Bytes(b"a".to_vec())).unwrap(), "\"a\"");
+        assert_eq!(serde_json::to_string(&Bytes(vec![0xff])).unwrap(), "{\"hex\":\"ff\"}");
     }
 }

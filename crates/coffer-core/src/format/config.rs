@@ -35,8 +35,7 @@ impl Config {
 
     /// Parses and validates.
     pub fn decode(buf: &[u8]) -> Result<Config, String> {
-        let c: Config =
-            serde_json::from_slice(buf).map_err(|e| format!("config does not parse: {e}"))?;
+        let c: Config = serde_json::from_slice(buf).map_err(|e| format!("config does not parse: {e}"))?;
         if c.version != super::FORMAT_VERSION {
             return Err(format!(
                 "repository format version {} is not supported by this coffer (it reads version {})",
@@ -46,16 +45,10 @@ impl Config {
         }
         c.chunker.validate()?;
         if !(0..=22).contains(&c.compression_level) {
-            return Err(format!(
-                "compression level {} out of range 0..=22",
-                c.compression_level
-            ));
+            return Err(format!("compression level {} out of range 0..=22", c.compression_level));
         }
         if !(1 << 20..=1 << 30).contains(&c.pack_size) {
-            return Err(format!(
-                "pack size {} out of range 1 MiB..=1 GiB",
-                c.pack_size
-            ));
+            return Err(format!("pack size {} out of range 1 MiB..=1 GiB", c.pack_size));
         }
         Ok(c)
     }

@@ -51,36 +51,22 @@ pub fn seal(data_key: &Key, cipher: Cipher, kind: SealedKind, plaintext: &[u8]) 
 /// The error says what is wrong, for the caller to name the object.
 pub fn open(data_key: &Key, kind: SealedKind, sealed: &[u8]) -> Result<Vec<u8>, String> {
     if sealed.len() < OVERHEAD {
-        return Err(format!(
-            "truncated: {} bytes, a sealed object has at least {OVERHEAD}",
-            sealed.len()
-        ));
+        return Err(format!("truncated: {} bytes, a sealed object has at least {OVERHEAD}", sealed.len()));
     }
     if &sealed[..6] != MAGIC {
         return Err("not a coffer object (bad magic)".into());
     }
     if sealed[6] != VERSION {
-        return Err(format!(
-            "envelope version {} is not supported by this coffer",
-            sealed[6]
-        ));
+        return Err(format!("envelope version {} is not supported by this coffer", sealed[6]));
     }
     if sealed[7] != kind as u8 {
-        return Err(format!(
-            "holds object kind {} where kind {} was expected",
-            sealed[7], kind as u8
-        ));
+        return Err(format!("holds object kind {} where kind {} was expected", sealed[7], kind as u8));
     }
-    let cipher =
-        Cipher::from_byte(sealed[8]).ok_or_else(|| format!("unknown cipher byte {}", sealed[8]))?;
+    let cipher = Cipher::from_byte(sealed[8]).ok_or_else(|| format!("unknown cipher byte {}", sealed[8]))?;
     let salt = &sealed[HEADER_LEN..HEADER_LEN + KEY_LEN];
     let key = AeadKey::new(cipher, &data_key.derive(KEY_CONTEXT, salt));
-    key.open(
-        Nonce::new(0, 0),
-        &sealed[..HEADER_LEN],
-        &sealed[HEADER_LEN + KEY_LEN..],
-    )
-    .ok_or_else(|| "authentication failed: the object was altered or truncated".to_string())
+    key.open(Nonce::new(0, 0), &sealed[..HEADER_LEN], &sealed[HEADER_LEN + KEY_LEN..])
+        .ok_or_else(|| "authentication failed: the object was altered or truncated".to_string())
 }
 
 #[cfg(test)]
@@ -90,12 +76,7 @@ mod tests {
     #[test]
     fn round_trip_and_tamper() {
         let k = Key::random();
-        let s = seal(
-            &k,
-            Cipher::ChaCha20Poly1305,
-            SealedKind::Snapshot,
-            b"secret",
-        );
+        let s = seal(&k, Cipher::ChaCha20Poly1305, SealedKind::Snapshot, b"secret");
         assert_eq!(s.len(), 6 + OVERHEAD);
         assert_eq!(open(&k, SealedKind::Snapshot, &s).unwrap(), b"secret");
         assert!(open(&k, SealedKind::Index, &s).is_err());
@@ -103,10 +84,7 @@ mod tests {
         for i in 0..s.len() {
             let mut t = s.clone();
             t[i] ^= 0x40;
-            assert!(
-                open(&k, SealedKind::Snapshot, &t).is_err(),
-                "flip at {i} undetected"
-            );
+            assert!(open(&k, SealedKind::Snapshot, &t).is_err(), "flip at {i} undetected");
         }
         for n in 0..s.len() {
             assert!(open(&k, SealedKind::Snapshot, &s[..n]).is_err());

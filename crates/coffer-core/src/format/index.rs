@@ -62,26 +62,13 @@ pub fn decode(buf: &[u8]) -> Result<Vec<PackRecord>, String> {
         let cipher = Cipher::from_byte(cb).ok_or_else(|| format!("unknown cipher byte {cb}"))?;
         let n = r.u32().ok_or("truncated index")? as usize;
         if n.saturating_mul(ENTRY_LEN) > r.remaining() {
-            return Err(format!(
-                "pack {} announces {n} entries beyond the end of the index",
-                id.short()
-            ));
+            return Err(format!("pack {} announces {n} entries beyond the end of the index", id.short()));
         }
-        let entries = (0..n)
-            .map(|_| PackEntry::decode(&mut r))
-            .collect::<Result<Vec<_>, _>>()?;
-        packs.push(PackRecord {
-            id,
-            salt,
-            cipher,
-            entries,
-        });
+        let entries = (0..n).map(|_| PackEntry::decode(&mut r)).collect::<Result<Vec<_>, _>>()?;
+        packs.push(PackRecord { id, salt, cipher, entries });
     }
     if r.remaining() != 0 {
-        return Err(format!(
-            "{} trailing bytes after the last pack",
-            r.remaining()
-        ));
+        return Err(format!("{} trailing bytes after the last pack", r.remaining()));
     }
     Ok(packs)
 }

@@ -35,11 +35,7 @@ struct MasterRepr {
 impl MasterKeys {
     /// Fresh random secrets.
     pub fn random() -> MasterKeys {
-        MasterKeys {
-            data: Key::random(),
-            id: Key::random(),
-            chunker: Key::random(),
-        }
+        MasterKeys { data: Key::random(), id: Key::random(), chunker: Key::random() }
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -52,19 +48,13 @@ impl MasterKeys {
     }
 
     fn decode(buf: &[u8]) -> Result<MasterKeys, String> {
-        let mut r: MasterRepr =
-            serde_json::from_slice(buf).map_err(|e| format!("master keys do not parse: {e}"))?;
+        let mut r: MasterRepr = serde_json::from_slice(buf).map_err(|e| format!("master keys do not parse: {e}"))?;
         let key = |s: &str| -> Result<Key, String> {
             let mut k = [0u8; 32];
-            hex::decode_to_slice(s, &mut k)
-                .map_err(|_| "master key is not 64 hex digits".to_string())?;
+            hex::decode_to_slice(s, &mut k).map_err(|_| "master key is not 64 hex digits".to_string())?;
             Ok(Key(k))
         };
-        let out = MasterKeys {
-            data: key(&r.data)?,
-            id: key(&r.id)?,
-            chunker: key(&r.chunker)?,
-        };
+        let out = MasterKeys { data: key(&r.data)?, id: key(&r.id)?, chunker: key(&r.chunker)? };
         r.data.zeroize();
         r.id.zeroize();
         r.chunker.zeroize();
@@ -130,13 +120,9 @@ impl KeyFile {
 
     /// Parses and validates the outer layer (no passphrase needed).
     pub fn decode(buf: &[u8]) -> Result<KeyFile, String> {
-        let k: KeyFile =
-            serde_json::from_slice(buf).map_err(|e| format!("key file does not parse: {e}"))?;
+        let k: KeyFile = serde_json::from_slice(buf).map_err(|e| format!("key file does not parse: {e}"))?;
         if k.version != 1 {
-            return Err(format!(
-                "key file version {} is not supported by this coffer",
-                k.version
-            ));
+            return Err(format!("key file version {} is not supported by this coffer", k.version));
         }
         if k.kdf != "scrypt" {
             return Err(format!("key file uses unknown KDF {:?}", k.kdf));
@@ -151,8 +137,7 @@ impl KeyFile {
         let salt = hex::decode(&self.salt).map_err(|_| "salt is not hex")?;
         let sealed = hex::decode(&self.data).map_err(|_| "data is not hex")?;
         let kek = scrypt_kdf(passphrase, &salt, self.scrypt)?;
-        let Some(mut plain) = AeadKey::new(self.cipher, &kek).open(Nonce::new(0, 0), AAD, &sealed)
-        else {
+        let Some(mut plain) = AeadKey::new(self.cipher, &kek).open(Nonce::new(0, 0), AAD, &sealed) else {
             return Ok(None);
         };
         let keys = MasterKeys::decode(&plain);
@@ -165,17 +150,12 @@ impl KeyFile {
 mod tests {
     use super::*;
 
-    const FAST: ScryptParams = ScryptParams {
-        log_n: 4,
-        r: 8,
-        p: 1,
-    };
+    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 
     #[test]
     fn wrap_unwrap() {
         let m = MasterKeys::random();
-        let kf =
-            KeyFile::create(&m, b"pw", FAST, Cipher::Aes256Gcm, "h".into(), "u".into()).unwrap();
+        let kf = KeyFile::create(&m, b"pw", FAST, Cipher::Aes256Gcm, "h".into(), "u".into()).unwrap();
         let kf = KeyFile::decode(&kf.encode()).unwrap();
         let back = kf.open(b"pw").unwrap().unwrap();
         assert_eq!(back.data, m.data);
@@ -187,15 +167,7 @@ mod tests {
     #[test]
     fn secrets_do_not_appear_in_key_file() {
         let m = MasterKeys::random();
-        let kf = KeyFile::create(
-            &m,
-            b"pw",
-            FAST,
-            Cipher::ChaCha20Poly1305,
-            "h".into(),
-            "u".into(),
-        )
-        .unwrap();
+        let kf = KeyFile::create(&m, b"pw", FAST, Cipher::ChaCha20Poly1305, "h".into(), "u".into()).unwrap();
         let text = String::from_utf8(kf.encode()).unwrap();
         assert!(!text.contains(&hex::encode(m.data.0)));
         assert!(!text.contains("pw\""));

@@ -120,18 +120,9 @@ mod tests {
     #[test]
     fn paths() {
         let id = Id([0xab; 32]);
-        assert_eq!(
-            ObjectKind::Pack.path(&id),
-            format!("data/ab/{}", id.to_hex())
-        );
-        assert_eq!(
-            ObjectKind::Index.path(&id),
-            format!("index/{}", id.to_hex())
-        );
-        assert_eq!(
-            ObjectKind::Pack.id_from_path(&ObjectKind::Pack.path(&id)),
-            Some(id)
-        );
+        assert_eq!(ObjectKind::Pack.path(&id), format!("data/ab/{}", id.to_hex()));
+        assert_eq!(ObjectKind::Index.path(&id), format!("index/{}", id.to_hex()));
+        assert_eq!(ObjectKind::Pack.id_from_path(&ObjectKind::Pack.path(&id)), Some(id));
     }
 
     #[test]

@@ -98,11 +98,7 @@ impl PackEntry {
             raw_length: r.u32().ok_or("truncated entry")?,
         };
         if (e.length as usize) < TAG_LEN + 1 {
-            return Err(format!(
-                "blob {} has impossible length {}",
-                e.id.short(),
-                e.length
-            ));
+            return Err(format!("blob {} has impossible length {}", e.id.short(), e.length));
         }
         Ok(e)
     }
@@ -121,10 +117,7 @@ pub fn decode_entries(buf: &[u8]) -> Result<Vec<PackEntry>, String> {
     let mut r = Reader::new(buf);
     let count = r.u32().ok_or("truncated entry count")? as usize;
     if r.remaining() != count.saturating_mul(ENTRY_LEN) {
-        return Err(format!(
-            "{count} entries announced but {} bytes follow",
-            r.remaining()
-        ));
+        return Err(format!("{count} entries announced but {} bytes follow", r.remaining()));
     }
     (0..count).map(|_| PackEntry::decode(&mut r)).collect()
 }
@@ -166,32 +159,14 @@ impl PackBuilder {
 
     /// Appends a blob: `compression` byte and `payload` are sealed under the nonce
     /// of the blob's offset, which no other blob of this pack can share.
-    pub fn add(
-        &mut self,
-        blob_type: BlobType,
-        id: Id,
-        compression: u8,
-        payload: &[u8],
-        raw_length: u32,
-    ) {
+    pub fn add(&mut self, blob_type: BlobType, id: Id, compression: u8, payload: &[u8], raw_length: u32) {
         let offset = self.buf.len();
         self.buf.push(compression);
         self.buf.extend_from_slice(payload);
         let aad = PackEntry::aad(blob_type, &id);
-        self.key.seal_suffix(
-            Nonce::new(BLOB_NONCE_DOMAIN, offset as u64),
-            &aad,
-            &mut self.buf,
-            offset,
-        );
+        self.key.seal_suffix(Nonce::new(BLOB_NONCE_DOMAIN, offset as u64), &aad, &mut self.buf, offset);
         let length = (self.buf.len() - offset) as u32;
-        self.entries.push(PackEntry {
-            blob_type,
-            id,
-            offset: offset as u64,
-            length,
-            raw_length,
-        });
+        self.entries.push(PackEntry { blob_type, id, offset: offset as u64, length, raw_length });
     }
 
     /// Seals the header, appends the trailer and returns the finished pack.
@@ -201,24 +176,16 @@ impl PackBuilder {
         for e in &self.entries {
             e.encode(&mut header);
         }
-        self.key
-            .seal_in_place(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", &mut header);
+        self.key.seal_in_place(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", &mut header);
         self.buf.extend_from_slice(&header);
         self.buf.extend_from_slice(&self.salt);
-        self.buf
-            .extend_from_slice(&(header.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(&(header.len() as u32).to_le_bytes());
         self.buf.push(self.key.cipher().to_byte());
         self.buf.extend_from_slice(&[0, 0, 0]);
         self.buf.extend_from_slice(MAGIC);
         self.buf.extend_from_slice(&VERSION.to_le_bytes());
         let id = Id::hash_of(&self.buf);
-        FinishedPack {
-            id,
-            bytes: self.buf,
-            salt: self.salt,
-            cipher: self.key.cipher(),
-            entries: self.entries,
-        }
+        FinishedPack { id, bytes: self.buf, salt: self.salt, cipher: self.key.cipher(), entries: self.entries }
     }
 }
 
@@ -250,10 +217,7 @@ pub struct Trailer {
 /// Parses the last [`TRAILER_LEN`] bytes of a pack of `pack_len` bytes.
 pub fn decode_trailer(t: &[u8], pack_len: u64) -> Result<Trailer, String> {
     if t.len() != TRAILER_LEN {
-        return Err(format!(
-            "trailer is {} bytes, expected {TRAILER_LEN}",
-            t.len()
-        ));
+        return Err(format!("trailer is {} bytes, expected {TRAILER_LEN}", t.len()));
     }
     let mut r = Reader::new(t);
     let salt = r.array32().ok_or("truncated trailer")?;
@@ -268,27 +232,14 @@ pub fn decode_trailer(t: &[u8], pack_len: u64) -> Result<Trailer, String> {
     if v != VERSION {
         return Err(format!("pack version {v} is not supported by this coffer"));
     }
-    if (header_len as u64) < (4 + TAG_LEN) as u64
-        || header_len as u64 + TRAILER_LEN as u64 > pack_len
-    {
-        return Err(format!(
-            "header length {header_len} does not fit in a pack of {pack_len} bytes"
-        ));
+    if (header_len as u64) < (4 + TAG_LEN) as u64 || header_len as u64 + TRAILER_LEN as u64 > pack_len {
+        return Err(format!("header length {header_len} does not fit in a pack of {pack_len} bytes"));
     }
-    Ok(Trailer {
-        salt,
-        header_len,
-        cipher,
-    })
+    Ok(Trailer { salt, header_len, cipher })
 }
 
 /// Decrypts a sealed header and checks each entry lies before the header.
-pub fn open_header(
-    data_key: &Key,
-    trailer: &Trailer,
-    sealed: &[u8],
-    pack_len: u64,
-) -> Result<Vec<PackEntry>, String> {
+pub fn open_header(data_key: &Key, trailer: &Trailer, sealed: &[u8], pack_len: u64) -> Result<Vec<PackEntry>, String> {
     let key = pack_key(data_key, trailer.cipher, &trailer.salt);
     let plain = key
         .open(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", sealed)
@@ -296,14 +247,8 @@ pub fn open_header(
     let entries = decode_entries(&plain)?;
     let blobs_end = pack_len - TRAILER_LEN as u64 - trailer.header_len as u64;
     for e in &entries {
-        if e.offset
-            .checked_add(e.length as u64)
-            .is_none_or(|end| end > blobs_end)
-        {
-            return Err(format!(
-                "blob {} lies outside the pack's blob area",
-                e.id.short()
-            ));
+        if e.offset.checked_add(e.length as u64).is_none_or(|end| end > blobs_end) {
+            return Err(format!("blob {} lies outside the pack's blob area", e.id.short()));
         }
     }
     Ok(entries)
@@ -313,26 +258,17 @@ pub fn open_header(
 /// or a description of what is wrong. The caller checks the id.
 pub fn open_blob(key: &AeadKey, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>, String> {
     let plain = key
-        .open(
-            Nonce::new(BLOB_NONCE_DOMAIN, entry.offset),
-            &PackEntry::aad(entry.blob_type, &entry.id),
-            sealed,
-        )
+        .open(Nonce::new(BLOB_NONCE_DOMAIN, entry.offset), &PackEntry::aad(entry.blob_type, &entry.id), sealed)
         .ok_or("authentication failed: the blob was altered")?;
     let (&comp, payload) = plain.split_first().ok_or("empty plaintext")?;
     let raw = entry.raw_length as usize;
     let data = match comp {
         COMPRESSION_NONE => payload.to_vec(),
-        COMPRESSION_ZSTD => {
-            zstd::bulk::decompress(payload, raw).map_err(|e| format!("zstd: {e}"))?
-        }
+        COMPRESSION_ZSTD => zstd::bulk::decompress(payload, raw).map_err(|e| format!("zstd: {e}"))?,
         c => return Err(format!("unknown compression byte {c}")),
     };
     if data.len() != raw {
-        return Err(format!(
-            "decoded to {} bytes, the index says {raw}",
-            data.len()
-        ));
+        return Err(format!("decoded to {} bytes, the index says {raw}", data.len()));
     }
     Ok(data)
 }
@@ -354,29 +290,16 @@ mod tests {
         let n = p.bytes.len() as u64;
         let t = decode_trailer(&p.bytes[p.bytes.len() - TRAILER_LEN..], n).unwrap();
         let hstart = p.bytes.len() - TRAILER_LEN - t.header_len as usize;
-        let entries =
-            open_header(&dk, &t, &p.bytes[hstart..p.bytes.len() - TRAILER_LEN], n).unwrap();
+        let entries = open_header(&dk, &t, &p.bytes[hstart..p.bytes.len() - TRAILER_LEN], n).unwrap();
         assert_eq!(entries, p.entries);
         let key = pack_key(&dk, t.cipher, &t.salt);
         let e = entries[1];
-        let blob = open_blob(
-            &key,
-            &e,
-            &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize],
-        )
-        .unwrap();
+        let blob = open_blob(&key, &e, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
         assert_eq!(blob, vec![7u8; 1000]);
         // A blob presented at the wrong offset or with the wrong id fails.
         let mut moved = e;
         moved.offset = 0;
-        assert!(
-            open_blob(
-                &key,
-                &moved,
-                &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]
-            )
-            .is_err()
-        );
+        assert!(open_blob(&key, &moved, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).is_err());
     }
 
     #[test]

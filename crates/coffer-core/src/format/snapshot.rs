@@ -93,16 +93,11 @@ impl Snapshot {
 
     /// Parses JSON and checks the version.
     pub fn decode(buf: &[u8]) -> Result<Snapshot, String> {
-        let s: Snapshot =
-            serde_json::from_slice(buf).map_err(|e| format!("snapshot does not parse: {e}"))?;
+        let s: Snapshot = serde_json::from_slice(buf).map_err(|e| format!("snapshot does not parse: {e}"))?;
         if s.version != super::FORMAT_VERSION {
-            return Err(format!(
-                "snapshot version {} is not supported by this coffer",
-                s.version
-            ));
+            return Err(format!("snapshot version {} is not supported by this coffer", s.version));
         }
-        humantime::parse_rfc3339(&s.time)
-            .map_err(|e| format!("snapshot time {:?}: {e}", s.time))?;
+        humantime::parse_rfc3339(&s.time).map_err(|e| format!("snapshot time {:?}: {e}", s.time))?;
         Ok(s)
     }
 

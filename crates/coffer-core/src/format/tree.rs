@@ -119,23 +119,14 @@ impl Tree {
     /// Parses a tree and checks its invariants: names sorted, unique, valid
     /// path components; directories have a subtree.
     pub fn decode(buf: &[u8]) -> Result<Tree, String> {
-        let t: Tree =
-            serde_json::from_slice(buf).map_err(|e| format!("tree does not parse: {e}"))?;
+        let t: Tree = serde_json::from_slice(buf).map_err(|e| format!("tree does not parse: {e}"))?;
         for n in &t.nodes {
             let name = &n.name.0;
-            if name.is_empty()
-                || name == b"."
-                || name == b".."
-                || name.contains(&b'/')
-                || name.contains(&0)
-            {
+            if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
                 return Err(format!("invalid entry name {:?}", n.name.display()));
             }
             if (n.kind == NodeKind::Dir) != n.subtree.is_some() {
-                return Err(format!(
-                    "entry {:?}: subtree present exactly when a directory",
-                    n.name.display()
-                ));
+                return Err(format!("entry {:?}: subtree present exactly when a directory", n.name.display()));
             }
         }
         if t.nodes.windows(2).any(|w| w[0].name >= w[1].name) {
@@ -146,10 +137,7 @@ impl Tree {
 
     /// The entry named `name`.
     pub fn find(&self, name: &[u8]) -> Option<&Node> {
-        self.nodes
-            .binary_search_by(|n| n.name.0.as_slice().cmp(name))
-            .ok()
-            .map(|i| &self.nodes[i])
+        self.nodes.binary_search_by(|n| n.name.0.as_slice().cmp(name)).ok().map(|i| &self.nodes[i])
     }
 }
 
@@ -183,12 +171,7 @@ mod tests {
 
     #[test]
     fn round_trip_with_binary_names() {
-        let t = Tree {
-            nodes: vec![
-                node(b"a", NodeKind::File),
-                node(&[b'b', 0xff], NodeKind::Dir),
-            ],
-        };
+        let t = Tree { nodes: vec![node(b"a", NodeKind::File), node(&[b'b', 0xff], NodeKind::Dir)] };
         assert_eq!(Tree::decode(&t.encode()).unwrap(), t);
         assert!(t.find(&[b'b', 0xff]).is_some());
         assert!(t.find(b"c").is_none());
@@ -196,17 +179,11 @@ mod tests {
 
     #[test]
     fn invariants_enforced() {
-        let unsorted = Tree {
-            nodes: vec![node(b"b", NodeKind::File), node(b"a", NodeKind::File)],
-        };
+        let unsorted = Tree { nodes: vec![node(b"b", NodeKind::File), node(b"a", NodeKind::File)] };
         assert!(Tree::decode(&unsorted.encode()).is_err());
-        let slash = Tree {
-            nodes: vec![node(b"a/b", NodeKind::File)],
-        };
+        let slash = Tree { nodes: vec![node(b"a/b", NodeKind::File)] };
         assert!(Tree::decode(&slash.encode()).is_err());
-        let dotdot = Tree {
-            nodes: vec![node(b"..", NodeKind::File)],
-        };
+        let dotdot = Tree { nodes: vec![node(b"..", NodeKind::File)] };
         assert!(Tree::decode(&dotdot.encode()).is_err());
         let mut d = node(b"d", NodeKind::Dir);
         d.subtree = None;

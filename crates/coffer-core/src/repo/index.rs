@@ -40,18 +40,11 @@ impl MasterIndex {
     /// Adds every blob of `rec`. A blob already indexed keeps its first location.
     pub fn add_pack(&mut self, rec: &PackRecord) {
         let pos = *self.pack_pos.entry(rec.id).or_insert_with(|| {
-            self.packs.push(PackInfo {
-                id: rec.id,
-                salt: rec.salt,
-                cipher: rec.cipher,
-            });
+            self.packs.push(PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher });
             (self.packs.len() - 1) as u32
         });
         for e in &rec.entries {
-            self.blobs.entry(e.id).or_insert(IndexEntry {
-                pack: pos,
-                entry: *e,
-            });
+            self.blobs.entry(e.id).or_insert(IndexEntry { pack: pos, entry: *e });
         }
     }
 
@@ -63,9 +56,7 @@ impl MasterIndex {
 
     /// Whether blob `id` of `blob_type` is stored.
     pub fn contains(&self, id: &Id, blob_type: BlobType) -> bool {
-        self.blobs
-            .get(id)
-            .is_some_and(|e| e.entry.blob_type == blob_type)
+        self.blobs.get(id).is_some_and(|e| e.entry.blob_type == blob_type)
     }
 
     /// Number of indexed blobs.

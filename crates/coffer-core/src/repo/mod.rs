@@ -96,15 +96,9 @@ impl Repository {
 
     /// Creates a repository: a key file for `passphrase`, then the config, last, so
     /// that a half-created repository is never taken for a usable one.
-    pub fn init(
-        backend: Arc<dyn Backend>,
-        passphrase: &[u8],
-        opts: &InitOptions,
-    ) -> Result<Repository> {
+    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
         if Self::exists(backend.as_ref())? {
-            return Err(Error::RepoExists {
-                location: backend.location(),
-            });
+            return Err(Error::RepoExists { location: backend.location() });
         }
         opts.chunker.validate().map_err(Error::InvalidInput)?;
         let config = Config {
@@ -117,31 +111,17 @@ impl Repository {
         Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
         let keys = MasterKeys::random();
         let cipher = Cipher::preferred();
-        let kf = KeyFile::create(
-            &keys,
-            passphrase,
-            opts.kdf,
-            cipher,
-            crate::fsmeta::hostname(),
-            crate::fsmeta::username(),
-        )
-        .map_err(Error::InvalidInput)?;
+        let kf =
+            KeyFile::create(&keys, passphrase, opts.kdf, cipher, crate::fsmeta::hostname(), crate::fsmeta::username())
+                .map_err(Error::InvalidInput)?;
         let kbytes = kf.encode();
         let key_id = Id::hash_of(&kbytes);
         backend.write(&ObjectKind::Key.path(&key_id), &kbytes)?;
-        backend.write(
-            "config",
-            &envelope::seal(&keys.data, cipher, SealedKind::Config, &config.encode()),
-        )?;
+        backend.write("config", &envelope::seal(&keys.data, cipher, SealedKind::Config, &config.encode()))?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
 
-    fn assemble(
-        backend: Arc<dyn Backend>,
-        keys: MasterKeys,
-        config: Config,
-        key_id: Id,
-    ) -> Repository {
+    fn assemble(backend: Arc<dyn Backend>, keys: MasterKeys, config: Config, key_id: Id) -> Repository {
         let chunker = Chunker::new(&keys.chunker, config.chunker);
         Repository {
             backend,
@@ -158,9 +138,7 @@ impl Repository {
     /// not loaded; call [`Repository::load_index`].
     pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
         if !Self::exists(backend.as_ref())? {
-            return Err(Error::RepoNotFound {
-                location: backend.location(),
-            });
+            return Err(Error::RepoNotFound { location: backend.location() });
         }
         let mut key_names = backend.list(ObjectKind::Key.prefix())?;
         if key_names.is_empty() {
@@ -176,10 +154,7 @@ impl Repository {
             };
             let bytes = backend.read(&info.name)?;
             if Id::hash_of(&bytes) != id {
-                damaged.push(Error::corrupt(
-                    ObjectKind::Key.describe(&id),
-                    "content does not match its name",
-                ));
+                damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
                 continue;
             }
             let kf = match KeyFile::decode(&bytes) {
@@ -190,10 +165,7 @@ impl Repository {
                 }
             };
             tried += 1;
-            match kf
-                .open(passphrase)
-                .map_err(|e| Error::corrupt(ObjectKind::Key.describe(&id), e))?
-            {
+            match kf.open(passphrase).map_err(|e| Error::corrupt(ObjectKind::Key.describe(&id), e))? {
                 Some(keys) => {
                     found = Some((keys, id));
                     break;
@@ -208,8 +180,7 @@ impl Repository {
             return Err(Error::WrongPassword { tried });
         };
         let sealed = backend.read("config")?;
-        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed)
-            .map_err(|e| Error::corrupt("config", e))?;
+        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
         let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
@@ -260,12 +231,8 @@ impl Repository {
 
     /// Lists the ids of all objects of `kind` (not `Config`).
     pub fn list_ids(&self, kind: ObjectKind) -> Result<Vec<Id>> {
-        let mut ids: Vec<Id> = self
-            .backend
-            .list(kind.prefix())?
-            .iter()
-            .filter_map(|o| kind.id_from_path(&o.name))
-            .collect();
+        let mut ids: Vec<Id> =
+            self.backend.list(kind.prefix())?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
         ids.sort();
         Ok(ids)
     }
@@ -274,10 +241,7 @@ impl Repository {
     pub fn read_object(&self, kind: ObjectKind, id: &Id) -> Result<Vec<u8>> {
         let bytes = self.backend.read(&kind.path(id))?;
         if Id::hash_of(&bytes) != *id {
-            return Err(Error::corrupt(
-                kind.describe(id),
-                "content does not match its name (altered or truncated)",
-            ));
+            return Err(Error::corrupt(kind.describe(id), "content does not match its name (altered or truncated)"));
         }
         Ok(bytes)
     }
@@ -288,9 +252,7 @@ impl Repository {
         let id = Id::hash_of(&sealed);
         let okind = match kind {
             SealedKind::Config => {
-                return Err(Error::InvalidInput(
-                    "the config is written only at init".into(),
-                ));
+                return Err(Error::InvalidInput("the config is written only at init".into()));
             }
             SealedKind::Index => ObjectKind::Index,
             SealedKind::Snapshot => ObjectKind::Snapshot,
@@ -301,8 +263,7 @@ impl Repository {
 
     fn load_sealed(&self, kind: ObjectKind, sealed_kind: SealedKind, id: &Id) -> Result<Vec<u8>> {
         let bytes = self.read_object(kind, id)?;
-        envelope::open(&self.keys.data, sealed_kind, &bytes)
-            .map_err(|e| Error::corrupt(kind.describe(id), e))
+        envelope::open(&self.keys.data, sealed_kind, &bytes).map_err(|e| Error::corrupt(kind.describe(id), e))
     }
 
     /// Loads and decodes one index file.
@@ -314,10 +275,7 @@ impl Repository {
     /// Loads every index file into the master index, in parallel.
     pub fn load_index(&self) -> Result<()> {
         let ids = self.list_ids(ObjectKind::Index)?;
-        let files: Vec<_> = ids
-            .par_iter()
-            .map(|id| self.load_index_file(id))
-            .collect::<Result<_>>()?;
+        let files: Vec<_> = ids.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
         let mut idx = self.index_mut();
         for recs in files {
             for r in &recs {
@@ -332,36 +290,34 @@ impl Repository {
     pub fn load_blob(&self, blob_type: BlobType, id: &Id) -> Result<Vec<u8>> {
         let (entry, pack_info) = {
             let idx = self.index();
-            let (e, p) = idx.get(id).ok_or_else(|| {
-                Error::corrupt(
-                    format!("{} {}", blob_type.noun(), id.short()),
-                    "not in any index",
-                )
-            })?;
+            let (e, p) = idx
+                .get(id)
+                .ok_or_else(|| Error::corrupt(format!("{} {}", blob_type.noun(), id.short()), "not in any index"))?;
             (e.entry, p.clone())
         };
-        let object = || {
-            format!(
-                "{} {} in pack {}",
-                blob_type.noun(),
-                id.short(),
-                pack_info.id.short()
-            )
-        };
+        let object = || format!("{} {} in pack {}", blob_type.noun(), id.short(), pack_info.id.short());
         if entry.blob_type != blob_type {
+            return Err(Error::corrupt(object(), format!("indexed as a {}", entry.blob_type.noun())));
+        }
+        let sealed =
+            match self.backend.read_range(&ObjectKind::Pack.path(&pack_info.id), entry.offset, entry.length as u64) {
+                Ok(b) => b,
+                Err(e) if is_not_found(&e) => {
+                    return Err(Error::corrupt(object(), "the pack is missing from the repository"));
+                }
+                Err(e) => return Err(e.into()),
+            };
+        if sealed.len() != entry.length as usize {
             return Err(Error::corrupt(
                 object(),
-                format!("indexed as a {}", entry.blob_type.noun()),
+                format!(
+                    "the pack is truncated: it ends before the blob at offset {} ({} bytes)",
+                    entry.offset, entry.length
+                ),
             ));
         }
-        let sealed = self.backend.read_range(
-            &ObjectKind::Pack.path(&pack_info.id),
-            entry.offset,
-            entry.length as u64,
-        )?;
         let key = pack::pack_key(&self.keys.data, pack_info.cipher, &pack_info.salt);
-        let data =
-            pack::open_blob(&key, &entry, &sealed).map_err(|e| Error::corrupt(object(), e))?;
+        let data = pack::open_blob(&key, &entry, &sealed).map_err(|e| Error::corrupt(object(), e))?;
         if self.blob_id(&data) != *id {
             return Err(Error::corrupt(object(), "content does not match its id"));
         }
@@ -388,15 +344,9 @@ impl Repository {
     /// Loads every snapshot, oldest first. Fails on the first damaged one.
     pub fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
         let ids = self.list_ids(ObjectKind::Snapshot)?;
-        let mut snaps: Vec<(Id, Snapshot)> = ids
-            .par_iter()
-            .map(|id| Ok((*id, self.load_snapshot(id)?)))
-            .collect::<Result<_>>()?;
-        snaps.sort_by(|a, b| {
-            a.1.system_time()
-                .cmp(&b.1.system_time())
-                .then(a.0.cmp(&b.0))
-        });
+        let mut snaps: Vec<(Id, Snapshot)> =
+            ids.par_iter().map(|id| Ok((*id, self.load_snapshot(id)?))).collect::<Result<_>>()?;
+        snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
         Ok(snaps)
     }
 
@@ -409,11 +359,7 @@ impl Repository {
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(Error::SnapshotNotFound(prefix.to_string()));
         }
-        let matches: Vec<Id> = self
-            .list_ids(kind)?
-            .into_iter()
-            .filter(|id| id.to_hex().starts_with(&p))
-            .collect();
+        let matches: Vec<Id> = self.list_ids(kind)?.into_iter().filter(|id| id.to_hex().starts_with(&p)).collect();
         match matches.as_slice() {
             [one] => Ok(*one),
             [] => Err(Error::SnapshotNotFound(prefix.to_string())),
@@ -433,9 +379,7 @@ impl Repository {
         }
         let id = self.resolve_prefix(ObjectKind::Snapshot, name)?;
         match self.load_snapshot(&id) {
-            Err(Error::Backend(e)) if is_not_found(&e) => {
-                Err(Error::SnapshotNotFound(name.to_string()))
-            }
+            Err(Error::Backend(e)) if is_not_found(&e) => Err(Error::SnapshotNotFound(name.to_string())),
             r => Ok((id, r?)),
         }
     }

@@ -15,9 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::envelope::SealedKind;
 use crate::format::index::{self as index_file, PackRecord};
-use crate::format::pack::{
-    BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, FinishedPack, PackBuilder,
-};
+use crate::format::pack::{BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, FinishedPack, PackBuilder};
 use crate::id::Id;
 
 /// An index file is written after this many packs, so an interrupted backup
@@ -68,10 +66,7 @@ impl<'r> BlobSaver<'r> {
 
     /// A saver that deduplicates and counts but stores nothing (for `--dry-run`).
     pub fn dry_run(repo: &'r Repository) -> Self {
-        BlobSaver {
-            dry_run: true,
-            ..Self::new(repo)
-        }
+        BlobSaver { dry_run: true, ..Self::new(repo) }
     }
 
     /// Saves `data` unless a blob with its id is already stored or being stored.
@@ -83,52 +78,31 @@ impl<'r> BlobSaver<'r> {
 
     /// Like [`BlobSaver::save`] with the id already computed by the caller.
     pub fn save_with_id(&self, blob_type: BlobType, id: Id, data: &[u8]) -> Result<bool> {
-        if self.repo.index().contains(&id, blob_type)
-            || !self.pending.lock().expect("poisoned").insert(id)
-        {
+        if self.repo.index().contains(&id, blob_type) || !self.pending.lock().expect("poisoned").insert(id) {
             return Ok(false);
         }
-        let raw_length = u32::try_from(data.len()).map_err(|_| {
-            Error::InvalidInput(format!(
-                "blob of {} bytes exceeds the 4 GiB limit",
-                data.len()
-            ))
-        })?;
+        let raw_length = u32::try_from(data.len())
+            .map_err(|_| Error::InvalidInput(format!("blob of {} bytes exceeds the 4 GiB limit", data.len())))?;
         if self.dry_run {
             self.blobs.fetch_add(1, Ordering::Relaxed);
-            self.bytes_new
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
             return Ok(true);
         }
         let level = self.repo.config().compression_level;
-        let compressed = if level > 0 {
-            zstd::bulk::compress(data, level)
-                .ok()
-                .filter(|c| c.len() < data.len())
-        } else {
-            None
-        };
+        let compressed =
+            if level > 0 { zstd::bulk::compress(data, level).ok().filter(|c| c.len() < data.len()) } else { None };
         let (compression, payload) = match &compressed {
             Some(c) => (COMPRESSION_ZSTD, c.as_slice()),
             None => (COMPRESSION_NONE, data),
         };
         let pack_size = self.repo.config().pack_size as usize;
-        let mut builder = self
-            .packs
-            .lock()
-            .expect("poisoned")
-            .pop()
-            .unwrap_or_else(|| {
-                PackBuilder::new(
-                    &self.repo.keys().data,
-                    self.repo.cipher(),
-                    pack_size + pack_size / 4,
-                )
+        let mut builder =
+            self.packs.lock().expect("poisoned").pop().unwrap_or_else(|| {
+                PackBuilder::new(&self.repo.keys().data, self.repo.cipher(), pack_size + pack_size / 4)
             });
         builder.add(blob_type, id, compression, payload, raw_length);
         self.blobs.fetch_add(1, Ordering::Relaxed);
-        self.bytes_new
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
         if builder.len() >= pack_size {
             self.upload(builder.finish())?;
         } else {
@@ -138,27 +112,15 @@ impl<'r> BlobSaver<'r> {
     }
 
     fn upload(&self, pack: FinishedPack) -> Result<()> {
-        self.repo
-            .backend()
-            .write(&ObjectKind::Pack.path(&pack.id), &pack.bytes)?;
-        self.bytes_stored
-            .fetch_add(pack.bytes.len() as u64, Ordering::Relaxed);
+        self.repo.backend().write(&ObjectKind::Pack.path(&pack.id), &pack.bytes)?;
+        self.bytes_stored.fetch_add(pack.bytes.len() as u64, Ordering::Relaxed);
         self.packs_done.fetch_add(1, Ordering::Relaxed);
-        let rec = PackRecord {
-            id: pack.id,
-            salt: pack.salt,
-            cipher: pack.cipher,
-            entries: pack.entries,
-        };
+        let rec = PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, entries: pack.entries };
         self.repo.index_mut().add_pack(&rec);
         let batch = {
             let mut u = self.unindexed.lock().expect("poisoned");
             u.push(rec);
-            if u.len() >= PACKS_PER_INDEX_FILE {
-                std::mem::take(&mut *u)
-            } else {
-                Vec::new()
-            }
+            if u.len() >= PACKS_PER_INDEX_FILE { std::mem::take(&mut *u) } else { Vec::new() }
         };
         self.write_index(batch)
     }
@@ -169,8 +131,7 @@ impl<'r> BlobSaver<'r> {
         }
         let plain = index_file::encode(&batch);
         self.repo.save_sealed(SealedKind::Index, &plain)?;
-        self.bytes_stored
-            .fetch_add(plain.len() as u64, Ordering::Relaxed);
+        self.bytes_stored.fetch_add(plain.len() as u64, Ordering::Relaxed);
         let mut pending = self.pending.lock().expect("poisoned");
         for rec in &batch {
             for e in &rec.entries {

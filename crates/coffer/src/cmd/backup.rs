@@ -13,13 +13,9 @@ use crate::{exit, output, repo_open};
 fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
     let mut patterns = a.excludes.clone();
     for f in &a.exclude_files {
-        let text = std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read exclude file {}", f.display()))?;
+        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read exclude file {}", f.display()))?;
         patterns.extend(
-            text.lines()
-                .map(str::trim_end)
-                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-                .map(String::from),
+            text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty() && !l.starts_with('#')).map(String::from),
         );
     }
     Ok(patterns)
@@ -73,10 +69,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
             "summary": m,
         }));
     } else if !global.quiet {
-        println!(
-            "Files:    {} new, {} changed, {} unchanged",
-            m.files_new, m.files_changed, m.files_unchanged
-        );
+        println!("Files:    {} new, {} changed, {} unchanged", m.files_new, m.files_changed, m.files_unchanged);
         println!("Dirs:     {}   Other entries: {}", m.dirs, m.others);
         println!(
             "Data:     {} read of {}, {} new after deduplication, {} added to the repository",
@@ -87,19 +80,12 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         );
         println!("Duration: {:.2}s", m.duration_ms as f64 / 1000.0);
         if s.is_incomplete() {
-            println!(
-                "{} entries could not be read: the snapshot is incomplete",
-                s.skipped_count
-            );
+            println!("{} entries could not be read: the snapshot is incomplete", s.skipped_count);
         }
         match result.id {
             Some(id) => println!("snapshot {} saved", id.short()),
             None => println!("dry run: nothing was written"),
         }
     }
-    Ok(if s.is_incomplete() {
-        exit::INCOMPLETE
-    } else {
-        exit::OK
-    })
+    Ok(if s.is_incomplete() { exit::INCOMPLETE } else { exit::OK })
 }

@@ -15,8 +15,7 @@ use crate::args::{CatArgs, GlobalArgs};
 use crate::{exit, repo_open};
 
 fn need<'a>(a: &'a CatArgs) -> Result<&'a str> {
-    a.id.as_deref()
-        .with_context(|| format!("'coffer cat {}' needs an id", a.kind))
+    a.id.as_deref().with_context(|| format!("'coffer cat {}' needs an id", a.kind))
 }
 
 fn tree_id(repo: &Repository, spec: &str) -> Result<Id> {
@@ -27,9 +26,7 @@ fn tree_id(repo: &Repository, spec: &str) -> Result<Id> {
     let (_, s) = repo.find_snapshot(snap, &SnapshotFilter::default())?;
     match locate(repo, s.tree, &Path::new("/").join(path))? {
         Located::Root(id) => Ok(id),
-        Located::Entry(n) if n.kind == NodeKind::Dir => {
-            n.subtree.context("directory without a tree")
-        }
+        Located::Entry(n) if n.kind == NodeKind::Dir => n.subtree.context("directory without a tree"),
         Located::Entry(_) => bail!("{path} is not a directory"),
     }
 }
@@ -45,8 +42,8 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
                 None => repo.key_id(),
             };
             let bytes = repo.read_object(ObjectKind::Key, &id)?;
-            let kf = KeyFile::decode(&bytes)
-                .map_err(|e| coffer_core::Error::corrupt(ObjectKind::Key.describe(&id), e))?;
+            let kf =
+                KeyFile::decode(&bytes).map_err(|e| coffer_core::Error::corrupt(ObjectKind::Key.describe(&id), e))?;
             json!({"id": id, "key": kf})
         }
         "snapshot" => {

@@ -12,13 +12,7 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
     let repo = repo_open::open_unindexed(global, &path)?;
     let display = Display::new(global.json, global.quiet, "check");
-    let report = check(
-        &repo,
-        &CheckOptions {
-            read_data: a.read_data,
-        },
-        &display,
-    );
+    let report = check(&repo, &CheckOptions { read_data: a.read_data }, &display);
     display.finish();
     let r = report?;
     if global.json {
@@ -41,11 +35,7 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
                 r.trees,
                 r.data_blobs,
                 r.packs,
-                if a.read_data {
-                    format!(" ({} read in full)", r.packs_read)
-                } else {
-                    String::new()
-                }
+                if a.read_data { format!(" ({} read in full)", r.packs_read) } else { String::new() }
             );
         }
         if r.is_ok() {

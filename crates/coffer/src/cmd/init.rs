@@ -25,10 +25,7 @@ pub fn options(a: &InitArgs) -> Result<InitOptions> {
         chunker,
         compression_level: a.compression,
         pack_size: to_u32(a.pack_size, "--pack-size")?,
-        kdf: ScryptParams {
-            log_n: a.kdf_log_n,
-            ..ScryptParams::DEFAULT
-        },
+        kdf: ScryptParams { log_n: a.kdf_log_n, ..ScryptParams::DEFAULT },
     })
 }
 
@@ -37,15 +34,9 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
     let repo = repo_open::create(global, &path, &opts)?;
     if global.json {
-        output::json(
-            &json!({"created": true, "location": path, "id": repo.config().id, "config": repo.config()}),
-        );
+        output::json(&json!({"created": true, "location": path, "id": repo.config().id, "config": repo.config()}));
     } else if !global.quiet {
-        println!(
-            "created coffer repository {} at {}",
-            repo.config().id.short(),
-            path.display()
-        );
+        println!("created coffer repository {} at {}", repo.config().id.short(), path.display());
         println!("keep the passphrase safe: without it, the data cannot be read");
     }
     Ok(exit::OK)

@@ -47,11 +47,7 @@ fn print(global: &GlobalArgs, long: bool, path: &Path, n: &Node) {
     } else if long {
         let owner = n.user.clone().unwrap_or_else(|| n.uid.to_string());
         let group = n.group.clone().unwrap_or_else(|| n.gid.to_string());
-        let target = n
-            .target
-            .as_ref()
-            .map(|t| format!(" -> {}", t.display()))
-            .unwrap_or_default();
+        let target = n.target.as_ref().map(|t| format!(" -> {}", t.display())).unwrap_or_default();
         println!(
             "{} {owner:>8} {group:>8} {:>12} {:>12}.{:09} {}{target}",
             mode_string(n),
@@ -93,11 +89,10 @@ mod tests {
 
     #[test]
     fn modes() {
-        let mut n: Node = serde_json::from_value(
-            json!({"name": "a", "type": "file", "mode": 0o4755, "uid": 0, "gid": 0,
-            "mtime": [0, 0], "ctime": [0, 0]}),
-        )
-        .unwrap();
+        let mut n: Node =
+            serde_json::from_value(json!({"name": "a", "type": "file", "mode": 0o4755, "uid": 0, "gid": 0,
+            "mtime": [0, 0], "ctime": [0, 0]}))
+            .unwrap();
         assert_eq!(mode_string(&n), "-rwsr-xr-x");
         n.mode = 0o1644;
         assert_eq!(mode_string(&n), "-rw-r--r-T");

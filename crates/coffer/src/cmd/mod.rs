@@ -14,10 +14,6 @@ use crate::args::FilterArgs;
 
 impl From<&FilterArgs> for SnapshotFilter {
     fn from(f: &FilterArgs) -> Self {
-        SnapshotFilter {
-            host: f.host.clone(),
-            tags: f.tags.clone(),
-            paths: f.paths.clone(),
-        }
+        SnapshotFilter { host: f.host.clone(), tags: f.tags.clone(), paths: f.paths.clone() }
     }
 }

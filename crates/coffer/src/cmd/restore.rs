@@ -31,10 +31,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     let summary = summary?;
     for (path, err) in &summary.failures {
         if global.json {
-            eprintln!(
-                "{}",
-                json!({"type": "failure", "path": path, "message": err.to_string()})
-            );
+            eprintln!("{}", json!({"type": "failure", "path": path, "message": err.to_string()}));
         } else {
             eprintln!("error: {}: {err}", path.display());
         }
@@ -58,10 +55,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     }
     let n = summary.failures.len();
     if let Some((path, err)) = summary.failures.into_iter().next() {
-        return Err(anyhow!(err).context(format!(
-            "{n} entries could not be restored (first: {})",
-            path.display()
-        )));
+        return Err(anyhow!(err).context(format!("{n} entries could not be restored (first: {})", path.display())));
     }
     Ok(exit::OK)
 }

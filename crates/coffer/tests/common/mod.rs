@@ -63,7 +63,8 @@ impl Env {
         a.extend_from_slice(args);
         let out = self.run(&a);
         assert_success(&out);
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out.stdout)))
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out.stdout)))
     }
 
     /// Backs up `paths` and returns the snapshot id.

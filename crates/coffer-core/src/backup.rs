@@ -91,6 +91,20 @@ pub fn clean_absolute(p: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
+/// Makes a path given by the user absolute and resolves symlinks in the
+/// directories above it (not in the path's last component, which is backed up
+/// as what it is), so the snapshot mirrors real directories. Fails if the path
+/// does not exist.
+pub fn resolve_path(p: &Path) -> Result<PathBuf> {
+    let clean = clean_absolute(p)?;
+    let resolved = match (clean.parent(), clean.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent).map_err(|e| Error::io(parent, e))?.join(name),
+        _ => clean,
+    };
+    std::fs::symlink_metadata(&resolved).map_err(|e| Error::io(&resolved, e))?;
+    Ok(resolved)
+}
+
 /// The virtual directory structure above the backed-up paths.
 enum VirtualNode {
     /// A path given by the user: backed up as it is.
@@ -156,12 +170,11 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
     if opts.paths.is_empty() {
         return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
     }
-    let paths: Vec<PathBuf> = opts.paths.iter().map(|p| clean_absolute(p)).collect::<Result<_>>()?;
-    for p in &paths {
-        std::fs::symlink_metadata(p).map_err(|e| Error::io(p, e))?;
-    }
+    let paths: Vec<PathBuf> = opts.paths.iter().map(|p| resolve_path(p)).collect::<Result<_>>()?;
     let hostname = opts.hostname.clone().unwrap_or_else(fsmeta::hostname);
-    let path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    path_strings.sort();
+    path_strings.dedup();
     let parent = match opts.parent {
         Some(id) => Some(id),
         None => {
@@ -204,7 +217,15 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
         .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
     let tree = std::thread::scope(|s| {
         s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
-        pool.install(|| arch.save_virtual(&vroot, parent_tree))
+        pool.install(|| {
+            if paths.iter().any(|p| p.parent().is_none()) {
+                // The whole file system: "/" itself is the root tree.
+                let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
+                arch.save_dir(Path::new("/"), md.dev(), parent_tree)
+            } else {
+                arch.save_virtual(&vroot, parent_tree)
+            }
+        })
     })?;
     let stats = arch.saver.finish()?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
@@ -302,7 +323,11 @@ impl Archiver<'_> {
                     },
                     VirtualNode::Dir(path, sub) => {
                         let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
-                        let (mut node, _) = fsmeta::read_node(name, path, &md, &self.names);
+                        let (mut node, warning) =
+                            fsmeta::read_node(name, path, &md, &self.names).map_err(Error::InvalidInput)?;
+                        if let Some(w) = warning {
+                            self.progress.warn(path, &w);
+                        }
                         if node.kind != NodeKind::Dir {
                             return Err(Error::InvalidInput(format!("{} is not a directory", path.display())));
                         }
@@ -337,12 +362,16 @@ impl Archiver<'_> {
         parent: Option<&Node>,
         dev: Option<u64>,
     ) -> Result<Option<Node>> {
-        let (mut node, warning) = fsmeta::read_node(name, path, md, &self.names);
-        if let Some(w) = warning {
-            self.skip(path, w);
-            if node.kind == NodeKind::Symlink {
+        let (mut node, warning) = match fsmeta::read_node(name, path, md, &self.names) {
+            Ok(r) => r,
+            Err(e) => {
+                self.skip(path, e);
                 return Ok(None);
             }
+        };
+        if let Some(w) = warning {
+            // The entry is kept; only its extended attributes are missing.
+            self.progress.warn(path, &w);
         }
         match node.kind {
             NodeKind::Dir => {

@@ -197,7 +197,7 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<Str
     for e in &entries {
         let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
         match pack::open_blob(&key, e, sealed) {
-            Ok(data) if repo.blob_id(&data) == e.id => {}
+            Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => {}
             Ok(_) => problems.push(format!("{name}: {} {} does not match its id", e.blob_type.noun(), e.id.short())),
             Err(err) => problems.push(format!("{name}: {} {}: {err}", e.blob_type.noun(), e.id.short())),
         }

@@ -152,23 +152,12 @@ impl<R: Read> ChunkReader<R> {
         }
         self.buf.drain(..self.pos);
         self.pos = 0;
-        let want = 2 * max;
-        while self.buf.len() < want {
-            let old = self.buf.len();
-            self.buf.resize(want, 0);
-            match self.reader.read(&mut self.buf[old..]) {
-                Ok(0) => {
-                    self.buf.truncate(old);
-                    self.eof = true;
-                    break;
-                }
-                Ok(n) => self.buf.truncate(old + n),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.buf.truncate(old),
-                Err(e) => {
-                    self.buf.truncate(old);
-                    return Err(e);
-                }
-            }
+        // `read_to_end` on a `Take` reads into spare capacity without zero-filling it
+        // first (for readers such as `File`), which matters for many small files.
+        let want = (2 * max - self.buf.len()) as u64;
+        let n = (&mut self.reader).take(want).read_to_end(&mut self.buf)?;
+        if (n as u64) < want {
+            self.eof = true;
         }
         Ok(())
     }

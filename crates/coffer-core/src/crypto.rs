@@ -196,12 +196,27 @@ impl ScryptParams {
     /// Checks that parameters read from a key file are in a range that can neither
     /// crash the process nor stall it for hours.
     pub fn validate(&self) -> Result<scrypt::Params, String> {
-        if !(1..=22).contains(&self.log_n) || !(1..=32).contains(&self.r) || !(1..=16).contains(&self.p) {
-            return Err(format!("scrypt parameters out of range (log_n {}, r {}, p {})", self.log_n, self.r, self.p));
+        let ScryptParams { log_n, r, p } = *self;
+        let in_range = (1..=24).contains(&log_n) && (1..=64).contains(&r) && (1..=64).contains(&p);
+        // Memory is 128 * r * N bytes; work is about p * r * N.
+        let n = 1u128 << log_n.min(24);
+        let (memory, work) = (128 * r as u128 * n, p as u128 * r as u128 * n);
+        if !in_range || memory > MAX_SCRYPT_MEMORY || work > MAX_SCRYPT_WORK {
+            return Err(format!(
+                "scrypt parameters out of range (log_n {log_n}, r {r}, p {p}): at most {} MiB of memory and \
+                 32 times the default work are accepted",
+                MAX_SCRYPT_MEMORY >> 20
+            ));
         }
-        scrypt::Params::new(self.log_n, self.r, self.p).map_err(|e| format!("scrypt parameters invalid: {e}"))
+        scrypt::Params::new(log_n, r, p).map_err(|e| format!("scrypt parameters invalid: {e}"))
     }
 }
+
+/// The most memory a key file may ask scrypt for (1 GiB): a planted key file must
+/// not be able to exhaust memory.
+pub const MAX_SCRYPT_MEMORY: u128 = 1 << 30;
+/// The most work (p * r * N) a key file may ask for: 32 times the default.
+pub const MAX_SCRYPT_WORK: u128 = 1 << 25;
 
 /// Derives a key-encryption key from a passphrase with scrypt.
 pub fn scrypt_kdf(passphrase: &[u8], salt: &[u8], params: ScryptParams) -> Result<Key, String> {
@@ -255,6 +270,11 @@ mod tests {
     fn scrypt_rejects_absurd_params() {
         assert!(scrypt_kdf(b"p", b"s", ScryptParams { log_n: 40, r: 8, p: 1 }).is_err());
         assert!(scrypt_kdf(b"p", b"s", ScryptParams { log_n: 4, r: 0, p: 1 }).is_err());
+        // Each parameter in range, together 16 GiB: refused.
+        assert!(ScryptParams { log_n: 22, r: 32, p: 1 }.validate().is_err());
+        assert!(ScryptParams { log_n: 17, r: 8, p: 64 }.validate().is_err());
+        assert!(ScryptParams::DEFAULT.validate().is_ok());
+        assert!(ScryptParams { log_n: 20, r: 8, p: 1 }.validate().is_ok());
     }
 
     #[test]

@@ -79,18 +79,15 @@ pub fn node_kind(md: &Metadata) -> NodeKind {
 }
 
 /// Builds the node for `path` from its `lstat` metadata: everything but content
-/// and subtree. Extended attributes that cannot be read are returned as a warning.
-pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> (Node, Option<String>) {
+/// and subtree. Extended attributes that cannot be read are left out and returned
+/// as a warning; a symlink whose target cannot be read is an error (the entry
+/// cannot be recorded).
+pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> Result<(Node, Option<String>), String> {
     let kind = node_kind(md);
     let mut warning = None;
     let target = if kind == NodeKind::Symlink {
-        match std::fs::read_link(path) {
-            Ok(t) => Some(Bytes(t.as_os_str().as_bytes().to_vec())),
-            Err(e) => {
-                warning = Some(format!("cannot read symlink target: {e}"));
-                Some(Bytes::default())
-            }
-        }
+        let t = std::fs::read_link(path).map_err(|e| format!("cannot read symlink target: {e}"))?;
+        Some(Bytes(t.as_os_str().as_bytes().to_vec()))
     } else {
         None
     };
@@ -123,7 +120,7 @@ pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> 
         sparse: is_file && md.size() > 0 && md.blocks().saturating_mul(512) < md.size(),
         subtree: None,
     };
-    (node, warning)
+    Ok((node, warning))
 }
 
 fn unsupported(e: &io::Error) -> bool {

@@ -284,12 +284,19 @@ impl Planner<'_> {
             }
         });
         let failures = failures.into_inner().expect("poisoned");
-        let failed: std::collections::HashSet<&PathBuf> = failures.iter().map(|(p, _)| p).collect();
-        self.links.retain(|(first, _)| !failed.contains(first));
+        let failed: std::collections::HashSet<PathBuf> = failures.iter().map(|(p, _)| p.clone()).collect();
+        let (lost, links): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.links).into_iter().partition(|(first, _)| failed.contains(first));
+        self.links = links;
+        let lost = lost.into_iter().map(|(first, path)| {
+            let why = format!("hard link to {} not created: that file could not be restored", first.display());
+            (path, Error::InvalidInput(why))
+        });
         self.summary.files += (files.len() - failures.len()) as u64;
         self.summary.bytes += bytes.into_inner();
         self.summary.warnings += warnings.into_inner();
         self.summary.failures.extend(failures);
+        self.summary.failures.extend(lost);
     }
 
     fn make_links(&mut self) {

@@ -47,18 +47,25 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create a repository.
+    #[command(after_help = EXIT_CODES)]
     Init(InitArgs),
     /// Back up files and directories.
+    #[command(after_help = EXIT_CODES)]
     Backup(BackupArgs),
     /// List snapshots.
+    #[command(after_help = EXIT_CODES)]
     Snapshots(SnapshotsArgs),
     /// List the entries of a snapshot.
+    #[command(after_help = EXIT_CODES)]
     Ls(LsArgs),
     /// Restore a snapshot, or part of one, into a directory.
+    #[command(after_help = EXIT_CODES)]
     Restore(RestoreArgs),
     /// Print a decrypted repository object (for debugging).
+    #[command(after_help = EXIT_CODES)]
     Cat(CatArgs),
     /// Verify the repository's structure and, with --read-data, all of its data.
+    #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
 }
 

@@ -1,7 +1,7 @@
 //! The backend over OpenDAL. The local directory is the default service; any
 //! OpenDAL operator can be wrapped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use opendal::{ErrorKind as OdErrorKind, Operator, blocking};
@@ -12,6 +12,9 @@ use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
 /// on a small runtime that this value owns.
 pub struct OpendalBackend {
     op: blocking::Operator,
+    /// For the local service: the root directory, whose directories are synced
+    /// after each write so that a renamed object survives a power cut.
+    local_root: Option<PathBuf>,
     location: String,
     _runtime: Arc<tokio::runtime::Runtime>,
 }
@@ -44,14 +47,16 @@ impl OpendalBackend {
                 .map_err(|e| BackendError::new(ErrorKind::Permanent, "runtime", e.to_string()))?,
         );
         let op = Operator::new(builder).map_err(|e| err(&root_s, e))?;
-        Self::from_operator(op, root_s, runtime)
+        let mut be = Self::from_operator(op, root_s, runtime)?;
+        be.local_root = Some(root.to_path_buf());
+        Ok(be)
     }
 
     /// Wraps any OpenDAL operator.
     pub fn from_operator(op: Operator, location: String, runtime: Arc<tokio::runtime::Runtime>) -> BackendResult<Self> {
         let _guard = runtime.enter();
         let op = blocking::Operator::new(op).map_err(|e| err(&location, e))?;
-        Ok(OpendalBackend { op, location, _runtime: runtime })
+        Ok(OpendalBackend { op, location, local_root: None, _runtime: runtime })
     }
 }
 
@@ -79,6 +84,22 @@ impl Backend for OpendalBackend {
 
     fn write(&self, name: &str, data: &[u8]) -> BackendResult<()> {
         self.op.write(name, data.to_vec()).map_err(|e| err(name, e))?;
+        if let Some(root) = &self.local_root {
+            // The write was fsynced and renamed into place; make the rename (and a
+            // newly created fan-out directory) durable too, before anything that
+            // refers to this object is written.
+            let mut dir = Path::new(name).parent();
+            while let Some(d) = dir {
+                let full = root.join(d);
+                std::fs::File::open(&full)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| BackendError::new(ErrorKind::Permanent, name, format!("cannot sync directory: {e}")))?;
+                if d.as_os_str().is_empty() {
+                    break;
+                }
+                dir = d.parent();
+            }
+        }
         Ok(())
     }
 

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroize;
 
-use crate::crypto::{AeadKey, Cipher, Key, Nonce, ScryptParams, random_array, scrypt_kdf};
+use crate::crypto::{AeadKey, Cipher, Key, Nonce, ScryptParams, TAG_LEN, random_array, scrypt_kdf};
 
 /// Associated data of the wrapped secrets.
 pub const AAD: &[u8] = b"coffer v1 key file";
@@ -128,6 +128,14 @@ impl KeyFile {
             return Err(format!("key file uses unknown KDF {:?}", k.kdf));
         }
         k.scrypt.validate()?;
+        match hex::decode(&k.salt) {
+            Ok(s) if s.len() == 32 => {}
+            _ => return Err("salt is not 32 bytes of hex".into()),
+        }
+        match hex::decode(&k.data) {
+            Ok(d) if d.len() > TAG_LEN => {}
+            _ => return Err("wrapped secrets are not hex, or too short".into()),
+        }
         Ok(k)
     }
 

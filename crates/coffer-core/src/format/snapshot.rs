@@ -55,7 +55,7 @@ pub struct Snapshot {
     pub hostname: String,
     /// User who ran the backup.
     pub username: String,
-    /// Absolute paths backed up, in the order given.
+    /// Absolute paths backed up, sorted.
     pub paths: Vec<String>,
     /// Tags.
     #[serde(default)]

@@ -14,7 +14,10 @@ use rayon::prelude::*;
 
 use crate::backend::{Backend, ErrorKind};
 use crate::chunker::{Chunker, ChunkerParams};
-use crate::crypto::{Cipher, ScryptParams, blob_id, random_array};
+use crate::crypto::{Cipher, Key, ScryptParams, blob_id, random_array};
+
+/// Derivation context of the key for tree blob ids (from the id key).
+pub const TREE_ID_CONTEXT: &str = "coffer v1 tree id";
 use crate::error::{Error, Result};
 use crate::format::config::{Config, DEFAULT_COMPRESSION_LEVEL, DEFAULT_PACK_SIZE};
 use crate::format::envelope::{self, SealedKind};
@@ -58,6 +61,7 @@ pub struct Repository {
     chunker: Chunker,
     index: RwLock<MasterIndex>,
     key_id: Id,
+    tree_id_key: Key,
 }
 
 /// Which snapshots a name like `latest` may pick.
@@ -123,6 +127,7 @@ impl Repository {
 
     fn assemble(backend: Arc<dyn Backend>, keys: MasterKeys, config: Config, key_id: Id) -> Repository {
         let chunker = Chunker::new(&keys.chunker, config.chunker);
+        let tree_id_key = keys.id.derive(TREE_ID_CONTEXT, b"");
         Repository {
             backend,
             keys,
@@ -131,6 +136,7 @@ impl Repository {
             chunker,
             index: RwLock::new(MasterIndex::default()),
             key_id,
+            tree_id_key,
         }
     }
 
@@ -164,13 +170,13 @@ impl Repository {
                     continue;
                 }
             };
-            tried += 1;
-            match kf.open(passphrase).map_err(|e| Error::corrupt(ObjectKind::Key.describe(&id), e))? {
-                Some(keys) => {
+            match kf.open(passphrase) {
+                Ok(Some(keys)) => {
                     found = Some((keys, id));
                     break;
                 }
-                None => continue,
+                Ok(None) => tried += 1,
+                Err(e) => damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e)),
             }
         }
         let Some((keys, key_id)) = found else {
@@ -215,9 +221,13 @@ impl Repository {
         &self.chunker
     }
 
-    /// The keyed id of a blob's plaintext.
-    pub fn blob_id(&self, data: &[u8]) -> Id {
-        blob_id(&self.keys.id, data)
+    /// The keyed id of a blob's plaintext. Data and tree blobs are keyed apart, so
+    /// a file whose bytes equal a tree's encoding never shares an id with it.
+    pub fn blob_id(&self, blob_type: BlobType, data: &[u8]) -> Id {
+        match blob_type {
+            BlobType::Data => blob_id(&self.keys.id, data),
+            BlobType::Tree => blob_id(&self.tree_id_key, data),
+        }
     }
 
     /// Read access to the master index.
@@ -318,7 +328,7 @@ impl Repository {
         }
         let key = pack::pack_key(&self.keys.data, pack_info.cipher, &pack_info.salt);
         let data = pack::open_blob(&key, &entry, &sealed).map_err(|e| Error::corrupt(object(), e))?;
-        if self.blob_id(&data) != *id {
+        if self.blob_id(blob_type, &data) != *id {
             return Err(Error::corrupt(object(), "content does not match its id"));
         }
         Ok(data)

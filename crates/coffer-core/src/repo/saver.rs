@@ -72,7 +72,7 @@ impl<'r> BlobSaver<'r> {
     /// Saves `data` unless a blob with its id is already stored or being stored.
     /// Returns the id and whether this call added it.
     pub fn save(&self, blob_type: BlobType, data: &[u8]) -> Result<(Id, bool)> {
-        let id = self.repo.blob_id(data);
+        let id = self.repo.blob_id(blob_type, data);
         Ok((id, self.save_with_id(blob_type, id, data)?))
     }
 

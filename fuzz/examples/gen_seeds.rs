@@ -1,0 +1,239 @@
+//! Writes the seed corpus: a few valid encodings per target, under `corpus/<target>/`.
+//! Run from `fuzz/`: `cargo run --example gen_seeds`. Sealed seeds use random salts, so
+//! their bytes change on every run (their number and meaning do not).
+
+use std::fs;
+use std::path::Path;
+
+use coffer_core::chunker::ChunkerParams;
+use coffer_core::crypto::{Cipher, ScryptParams};
+use coffer_core::format::bytes::Bytes;
+use coffer_core::format::config::{Config, DEFAULT_COMPRESSION_LEVEL, DEFAULT_PACK_SIZE};
+use coffer_core::format::envelope::{self, SealedKind};
+use coffer_core::format::index::{self, PackRecord};
+use coffer_core::format::keyfile::{KeyFile, MasterKeys};
+use coffer_core::format::pack::{
+    BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, PackBuilder, PackEntry, TRAILER_LEN, pack_key,
+};
+use coffer_core::format::snapshot::{Skipped, Snapshot, Summary};
+use coffer_core::format::tree::{Node, NodeKind, Timestamp, Tree, Xattr};
+use coffer_core::id::Id;
+use coffer_fuzz::{DATA_KEY, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, seal_blob};
+
+fn write(target: &str, name: &str, bytes: &[u8]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join(name), bytes).unwrap();
+}
+
+fn node(name: &[u8], kind: NodeKind) -> Node {
+    Node {
+        name: Bytes(name.to_vec()),
+        kind,
+        mode: 0o644,
+        uid: 1000,
+        gid: 1000,
+        user: None,
+        group: None,
+        mtime: Timestamp(1_700_000_000, 123_456_789),
+        ctime: Timestamp(1_700_000_001, 0),
+        size: 0,
+        inode: 42,
+        device: 2049,
+        links: 1,
+        rdev: 0,
+        target: None,
+        xattrs: vec![],
+        content: vec![],
+        sparse: false,
+        subtree: None,
+    }
+}
+
+fn trees() -> Vec<Tree> {
+    let mut file = node(b"a.txt", NodeKind::File);
+    file.size = 5;
+    file.content = vec![Id([1; 32]), Id([2; 32])];
+    file.user = Some("me".into());
+    file.group = Some("staff".into());
+    file.xattrs = vec![Xattr { name: Bytes(b"user.comment".to_vec()), value: Bytes(vec![0xff, 0]) }];
+    file.sparse = true;
+    let mut dir = node(&[b'b', 0xff], NodeKind::Dir);
+    dir.mode = 0o755;
+    dir.subtree = Some(Id([3; 32]));
+    let mut link = node(b"link", NodeKind::Symlink);
+    link.target = Some(Bytes(b"../x".to_vec()));
+    let mut dev = node(b"null", NodeKind::Chardev);
+    dev.rdev = 0x103;
+    vec![Tree::default(), Tree { nodes: vec![file, dir, link, dev, node(b"pipe", NodeKind::Fifo)] }]
+}
+
+fn snapshots() -> Vec<Snapshot> {
+    let minimal = Snapshot {
+        version: 1,
+        time: "2026-01-02T03:04:05.123456789Z".into(),
+        hostname: "host".into(),
+        username: "user".into(),
+        paths: vec!["/home/user".into()],
+        tags: vec![],
+        tree: Id([9; 32]),
+        parent: None,
+        excludes: vec![],
+        skipped_count: 0,
+        skipped: vec![],
+        summary: Summary::default(),
+        program: "coffer 0.1.0".into(),
+    };
+    let full = Snapshot {
+        tags: vec!["nightly".into()],
+        parent: Some(Id([8; 32])),
+        excludes: vec!["target/".into(), "*.tmp".into()],
+        skipped_count: 1,
+        skipped: vec![Skipped { path: "/home/user/secret".into(), error: "permission denied".into() }],
+        summary: Summary {
+            files_new: 3,
+            dirs: 2,
+            bytes_read: 100,
+            bytes_total: 100,
+            duration_ms: 7,
+            ..Summary::default()
+        },
+        ..minimal.clone()
+    };
+    vec![minimal, full]
+}
+
+fn config() -> Config {
+    Config {
+        version: 1,
+        id: Id([0xc0; 32]),
+        chunker: ChunkerParams::default(),
+        compression_level: DEFAULT_COMPRESSION_LEVEL,
+        pack_size: DEFAULT_PACK_SIZE,
+    }
+}
+
+fn entry(blob_type: BlobType, id: u8, offset: u64, length: u32, raw_length: u32) -> PackEntry {
+    PackEntry { blob_type, id: Id([id; 32]), offset, length, raw_length }
+}
+
+fn main() {
+    for (i, t) in trees().iter().enumerate() {
+        write("tree_decode", &format!("seed-{i}.json"), &t.encode());
+    }
+    for (i, s) in snapshots().iter().enumerate() {
+        write("snapshot_decode", &format!("seed-{i}.json"), &s.encode());
+    }
+    write("config_decode", "seed-0.json", &config().encode());
+
+    let fast = ScryptParams { log_n: 4, r: 8, p: 1 };
+    for (i, cipher) in [Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305].into_iter().enumerate() {
+        let kf = KeyFile::create(&MasterKeys::random(), b"pw", fast, cipher, "host".into(), "user".into()).unwrap();
+        write("keyfile_decode", &format!("seed-{i}.json"), &kf.encode());
+    }
+
+    let records = vec![
+        PackRecord {
+            id: Id([0xa1; 32]),
+            salt: [0xa2; 32],
+            cipher: Cipher::Aes256Gcm,
+            entries: vec![entry(BlobType::Data, 1, 0, 40, 23), entry(BlobType::Tree, 2, 40, 100, 300)],
+        },
+        PackRecord { id: Id([0xb1; 32]), salt: [0xb2; 32], cipher: Cipher::ChaCha20Poly1305, entries: vec![] },
+    ];
+    write("index_decode", "seed-0.bin", &index::encode(&[]));
+    write("index_decode", "seed-1.bin", &index::encode(&records));
+
+    // A real pack, for its trailer and its header's plaintext.
+    let mut b = PackBuilder::new(&DATA_KEY, Cipher::Aes256Gcm, 0);
+    b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5);
+    let z = zstd_frame();
+    b.add(BlobType::Tree, Id([2; 32]), COMPRESSION_ZSTD, &z, 1000);
+    let pack = b.finish();
+    let n = pack.bytes.len();
+    let mut t = (n as u64).to_le_bytes().to_vec();
+    t.extend_from_slice(&pack.bytes[n - TRAILER_LEN..]);
+    write("pack_trailer", "seed-0.bin", &t);
+    let mut header = (pack.entries.len() as u32).to_le_bytes().to_vec();
+    for e in &pack.entries {
+        e.encode(&mut header);
+    }
+    write("pack_entries", "seed-0.bin", &header);
+    write("pack_entries", "seed-1.bin", &0u32.to_le_bytes());
+
+    let snap = snapshots().pop().unwrap().encode();
+    write(
+        "envelope_open",
+        "config.bin",
+        &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Config, &config().encode()),
+    );
+    write(
+        "envelope_open",
+        "index.bin",
+        &envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Index, &index::encode(&records)),
+    );
+    write("envelope_open", "snapshot.bin", &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap));
+
+    // pack_open_blob: flags | offset | raw_length | rest.
+    let blob_input = |flags: u8, offset: u64, raw: u32, rest: &[u8]| {
+        let mut v = vec![flags];
+        v.extend_from_slice(&offset.to_le_bytes());
+        v.extend_from_slice(&raw.to_le_bytes());
+        v.extend_from_slice(rest);
+        v
+    };
+    let mut plain_none = vec![COMPRESSION_NONE];
+    plain_none.extend_from_slice(b"hello");
+    let mut plain_zstd = vec![COMPRESSION_ZSTD];
+    plain_zstd.extend_from_slice(&z);
+    write("pack_open_blob", "plain-none.bin", &blob_input(FLAG_SEAL, 0, 5, &plain_none));
+    write("pack_open_blob", "plain-zstd.bin", &blob_input(FLAG_SEAL | FLAG_TREE | FLAG_CHACHA, 22, 1000, &plain_zstd));
+    // Already sealed, as stored (opens without FLAG_SEAL).
+    let key = pack_key(&DATA_KEY, Cipher::Aes256Gcm, &PACK_SALT);
+    let sealed = seal_blob(&key, BlobType::Data, 64, &plain_none);
+    write("pack_open_blob", "sealed-none.bin", &blob_input(0, 64, 5, &sealed));
+
+    check_seeds();
+}
+
+/// Every seed is a valid input: it passes the decoder it seeds, so fuzzing starts from the
+/// accepting paths.
+fn check_seeds() {
+    use coffer_core::format::pack::{decode_entries, decode_trailer, open_blob};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let mut n = 0;
+    for target in fs::read_dir(&dir).unwrap() {
+        let target = target.unwrap().path();
+        for f in fs::read_dir(&target).unwrap() {
+            let data = fs::read(f.unwrap().path()).unwrap();
+            let ok = match target.file_name().unwrap().to_str().unwrap() {
+                "tree_decode" => Tree::decode(&data).is_ok(),
+                "snapshot_decode" => Snapshot::decode(&data).is_ok(),
+                "config_decode" => Config::decode(&data).is_ok(),
+                "keyfile_decode" => KeyFile::decode(&data).is_ok(),
+                "index_decode" => index::decode(&data).is_ok(),
+                "pack_entries" => decode_entries(&data).is_ok(),
+                "pack_trailer" => {
+                    let (len, t) = coffer_fuzz::split_trailer_input(&data).unwrap();
+                    decode_trailer(t, len).is_ok()
+                }
+                "envelope_open" => [SealedKind::Config, SealedKind::Index, SealedKind::Snapshot]
+                    .into_iter()
+                    .any(|k| envelope::open(&DATA_KEY, k, &data).is_ok()),
+                "pack_open_blob" => {
+                    let c = coffer_fuzz::blob_case(&data).unwrap();
+                    open_blob(&c.key, &c.entry, &c.sealed).is_ok()
+                }
+                other => panic!("seeds for unknown target {other}"),
+            };
+            assert!(ok, "seed {} of {} does not decode", n, target.display());
+            n += 1;
+        }
+    }
+    println!("{n} seeds written and checked");
+}
+
+/// 1000 bytes of a repeating pattern as a zstd frame (the payload of a compressed blob).
+fn zstd_frame() -> Vec<u8> {
+    zstd::bulk::compress(&(0..1000u32).map(|i| (i % 7) as u8).collect::<Vec<_>>(), 3).unwrap()
+}

@@ -160,19 +160,20 @@ pub fn create_special(path: &Path, node: &Node) -> io::Result<()> {
     Ok(())
 }
 
-/// Applies extended attributes, owner (when root), permissions and mtime to the
-/// entry at `path`, in the order that keeps each from undoing another: xattrs,
-/// then owner (which clears setuid), then mode, then times. Symlinks get no mode.
+/// Applies owner (when root), extended attributes, permissions and mtime to the
+/// entry at `path`, in the order that keeps each from undoing another: owner
+/// first (a chown clears setuid/setgid bits and file capabilities), then xattrs
+/// (including `security.capability`), then mode, then times. Symlinks get no mode.
 pub fn apply_metadata(path: &Path, node: &Node, as_root: bool) -> io::Result<()> {
     let mut first_err = None;
-    for x in &node.xattrs {
-        if let Err(e) = xattr::set(path, OsStr::from_bytes(&x.name.0), &x.value.0) {
-            first_err.get_or_insert(e);
-        }
-    }
     if as_root {
         let r = std::os::unix::fs::lchown(path, Some(node.uid), Some(node.gid));
         if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    for x in &node.xattrs {
+        if let Err(e) = xattr::set(path, OsStr::from_bytes(&x.name.0), &x.value.0) {
             first_err.get_or_insert(e);
         }
     }

@@ -77,6 +77,8 @@ struct Planner<'a> {
     links: Vec<(PathBuf, PathBuf)>,
     first_link: HashMap<(u64, u64), PathBuf>,
     dirs: Vec<(PathBuf, Node)>,
+    target: PathBuf,
+    made: std::collections::HashSet<PathBuf>,
     summary: RestoreSummary,
 }
 
@@ -110,6 +112,8 @@ pub fn restore(
         links: Vec::new(),
         first_link: HashMap::new(),
         dirs: Vec::new(),
+        target: target.clone(),
+        made: std::collections::HashSet::new(),
         summary: RestoreSummary::default(),
     };
     let subpath = opts.subpath.clone().unwrap_or_else(|| PathBuf::from("/"));
@@ -182,9 +186,34 @@ impl Planner<'_> {
         Ok(any)
     }
 
-    fn ensure_parent(&self, path: &Path) -> Result<()> {
+    /// Makes `dir` and every directory between the target and it exist as real
+    /// directories. Never follows a symlink found in the target: with
+    /// `--overwrite` it is replaced by a directory, otherwise it is an error.
+    fn ensure_dir(&mut self, dir: &Path) -> Result<()> {
+        if dir == self.target || self.made.contains(dir) {
+            return Ok(());
+        }
+        if let Some(parent) = dir.parent().filter(|p| p.starts_with(&self.target)) {
+            self.ensure_dir(parent)?;
+        }
+        match std::fs::symlink_metadata(dir) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                self.clear(dir, true)?;
+                std::fs::create_dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+            Err(e) => return Err(Error::io(dir, e)),
+        }
+        self.made.insert(dir.to_path_buf());
+        Ok(())
+    }
+
+    fn ensure_parent(&mut self, path: &Path) -> Result<()> {
         match path.parent() {
-            Some(p) => std::fs::create_dir_all(p).map_err(|e| Error::io(p, e)),
+            Some(p) => self.ensure_dir(p),
             None => Ok(()),
         }
     }
@@ -197,13 +226,7 @@ impl Planner<'_> {
         let selected = self.selected(snap_path, is_dir, ancestor_selected);
         if is_dir {
             if selected {
-                self.clear(path, true)?;
-                self.ensure_parent(path)?;
-                if let Err(e) = std::fs::create_dir(path) {
-                    if e.kind() != io::ErrorKind::AlreadyExists {
-                        return Err(Error::io(path, e));
-                    }
-                }
+                self.ensure_dir(path)?;
             }
             let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
             let below = self.plan_dir(sub, path, snap_path, selected)?;
@@ -311,7 +334,7 @@ impl Planner<'_> {
     fn finish_dirs(&mut self) {
         // `dirs` is in post-order: children before their parents.
         for (path, node) in std::mem::take(&mut self.dirs) {
-            if path.is_dir() {
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
                 self.apply(&path, &node);
             }
         }

@@ -158,8 +158,8 @@ pub struct LsArgs {
 
 #[derive(Args, Debug)]
 pub struct RestoreArgs {
-    /// SNAPSHOT or SNAPSHOT:SUBPATH (id prefix or `latest`).
-    pub snapshot: String,
+    /// SNAPSHOT or SNAPSHOT:SUBPATH (id prefix or `latest`); SUBPATH may be any bytes.
+    pub snapshot: std::ffi::OsString,
     /// Directory to restore into.
     #[arg(long, short = 't')]
     pub target: PathBuf,

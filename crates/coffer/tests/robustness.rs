@@ -145,22 +145,25 @@ fn no_plaintext_reaches_the_repository() {
 #[test]
 fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
     let (env, src, id) = backed_up();
-    let packs = objects(&env, "data");
-    assert_eq!(packs.len(), 1);
-    // The incompressible file's first chunk sits at the start of the pack (blobs are
-    // stored in the order they are saved; the random file is the largest blob).
+    // Flip a byte inside the largest blob: the random file's first chunk.
     let index: serde_json::Value = {
         let idx = objects(&env, "index");
         let name = idx[0].file_name().unwrap().to_str().unwrap().to_string();
         serde_json::from_slice(&env.run(&["cat", "index", &name]).stdout).unwrap()
     };
-    let blobs = index["packs"][0]["blobs"].as_array().unwrap();
-    let big = blobs.iter().max_by_key(|b| b["raw_length"].as_u64().unwrap()).unwrap();
-    flip_byte(&packs[0], big["offset"].as_u64().unwrap() + 100);
+    let (pack_id, big) = index["packs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["blobs"].as_array().unwrap().iter().map(move |b| (p["pack"].as_str().unwrap(), b)))
+        .max_by_key(|(_, b)| b["raw_length"].as_u64().unwrap())
+        .unwrap();
+    let pack = objects(&env, "data").into_iter().find(|p| p.ends_with(pack_id)).unwrap();
+    flip_byte(&pack, big["offset"].as_u64().unwrap() + 100);
     let target = env.path("out");
     let out = env.run(&["restore", &format!("{id}:{}", src.display()), "--target", target.to_str().unwrap()]);
     let err = assert_code(&out, 12);
-    assert!(err.contains(&format!("pack {}", short(&packs[0]))), "{err}");
+    assert!(err.contains(&format!("pack {}", short(&pack))), "{err}");
     assert!(err.contains("random.bin"), "{err}");
     // The damaged file is not left behind half-written; the others are intact.
     assert!(!target.join("random.bin").exists());
@@ -168,7 +171,7 @@ fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
     assert_eq!(std::fs::read(target.join("sub/text.txt")).unwrap(), std::fs::read(src.join("sub/text.txt")).unwrap());
     let out = env.run(&["check", "--read-data"]);
     let err = assert_code(&out, 12);
-    assert!(err.contains(&format!("pack {}", short(&packs[0]))), "{err}");
+    assert!(err.contains(&format!("pack {}", short(&pack))), "{err}");
 }
 
 #[test]
@@ -203,8 +206,13 @@ fn flipped_tree_blob_is_reported() {
     let idx = objects(&env, "index");
     let name = idx[0].file_name().unwrap().to_str().unwrap().to_string();
     let index: serde_json::Value = serde_json::from_slice(&env.run(&["cat", "index", &name]).stdout).unwrap();
-    let pack = &index["packs"][0];
-    let tree = pack["blobs"].as_array().unwrap().iter().find(|b| b["type"] == "tree blob").unwrap().clone();
+    // Workers fill packs of their own, so find a pack that holds a tree blob.
+    let (pack, tree) = index["packs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|p| Some((p, p["blobs"].as_array().unwrap().iter().find(|b| b["type"] == "tree blob")?.clone())))
+        .expect("a tree blob");
     let pack_path = objects(&env, "data").into_iter().find(|p| p.ends_with(pack["pack"].as_str().unwrap())).unwrap();
     flip_byte(&pack_path, tree["offset"].as_u64().unwrap() + 3);
     let out = env.run(&["ls", "latest"]);

@@ -1051,7 +1051,16 @@ fn ls_lists_every_path() {
     let mut seen = BTreeSet::new();
     let mut problems = Vec::new();
     for l in &lines {
-        let path = l["path"].as_str().unwrap_or_else(|| panic!("no path in {l}")).to_string();
+        // Paths are exact: a string when UTF-8, else {"hex": ...}; compare them rendered.
+        let path = match (&l["path"], l["path"]["hex"].as_str()) {
+            (serde_json::Value::String(s), _) => s.clone(),
+            (_, Some(h)) => {
+                let bytes: Vec<u8> =
+                    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            _ => panic!("no path in {l}"),
+        };
         if !seen.insert(path.clone()) {
             problems.push(format!("{path:?} listed twice"));
         }

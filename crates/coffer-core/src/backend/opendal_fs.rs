@@ -91,9 +91,9 @@ impl Backend for OpendalBackend {
             let mut dir = Path::new(name).parent();
             while let Some(d) = dir {
                 let full = root.join(d);
-                std::fs::File::open(&full)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| BackendError::new(ErrorKind::Permanent, name, format!("cannot sync directory: {e}")))?;
+                std::fs::File::open(&full).and_then(|f| f.sync_all()).map_err(|e| {
+                    BackendError::new(ErrorKind::Permanent, name, format!("cannot sync directory: {e}"))
+                })?;
                 if d.as_os_str().is_empty() {
                     break;
                 }

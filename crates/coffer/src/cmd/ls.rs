@@ -2,7 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use std::os::unix::ffi::OsStrExt;
+
 use anyhow::Result;
+use coffer_core::format::bytes::Bytes;
 use coffer_core::format::tree::{Node, NodeKind};
 use coffer_core::repo::SnapshotFilter;
 use coffer_core::walk::{Located, locate, walk};
@@ -43,7 +46,9 @@ fn mode_string(n: &Node) -> String {
 
 fn print(global: &GlobalArgs, long: bool, path: &Path, n: &Node) {
     if global.json {
-        output::json(&json!({"path": path.to_string_lossy(), "node": n}));
+        // Paths are exact bytes: a string when UTF-8, else {"hex": …} (as names in trees).
+        let exact = Bytes(path.as_os_str().as_bytes().to_vec());
+        output::json(&json!({"path": exact, "node": n}));
     } else if long {
         let owner = n.user.clone().unwrap_or_else(|| n.uid.to_string());
         let group = n.group.clone().unwrap_or_else(|| n.gid.to_string());

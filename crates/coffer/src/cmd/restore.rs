@@ -1,5 +1,7 @@
 //! `coffer restore`.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
@@ -12,10 +14,12 @@ use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
-    let (name, subpath) = match a.snapshot.split_once(':') {
-        Some((n, p)) => (n, Some(PathBuf::from(p))),
-        None => (a.snapshot.as_str(), None),
+    let raw = a.snapshot.as_bytes();
+    let (name, subpath) = match raw.iter().position(|&b| b == b':') {
+        Some(i) => (&raw[..i], Some(PathBuf::from(OsStr::from_bytes(&raw[i + 1..])))),
+        None => (raw, None),
     };
+    let name = std::str::from_utf8(name).map_err(|_| anyhow!("snapshot name {:?} is not valid UTF-8", a.snapshot))?;
     let repo = repo_open::open(global)?;
     let (id, snap) = repo.find_snapshot(name, &SnapshotFilter::from(&a.filter))?;
     let opts = RestoreOptions {

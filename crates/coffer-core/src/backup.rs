@@ -54,6 +54,10 @@ pub struct BackupOptions {
     pub parent: Option<Id>,
     /// Read every file even when the parent says it is unchanged.
     pub force: bool,
+    /// Percentage (0 to 100) of unchanged files to read again anyway, picked at
+    /// random, to catch content that changed without its metadata (silent
+    /// corruption, or writers that restore mtimes).
+    pub reread_share: f64,
 }
 
 /// The outcome of a backup.
@@ -436,6 +440,12 @@ impl Archiver<'_> {
         self.save_tree(results)
     }
 
+    /// Whether `--reread-share` picks the next unchanged file for rereading.
+    fn reread_this_one(&self) -> bool {
+        let share = self.opts.reread_share;
+        share > 0.0 && (u32::from_le_bytes(crate::crypto::random_array()) as f64) < share / 100.0 * u32::MAX as f64
+    }
+
     fn unchanged(&self, node: &Node, parent: &Node) -> bool {
         !self.opts.force
             && node.size == parent.size
@@ -452,20 +462,28 @@ impl Archiver<'_> {
     /// Stores a file's content; `Ok(None)` when it could not be read.
     fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<Vec<Id>>> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
-        if let Some(p) = parent.filter(|p| self.unchanged(node, p)) {
-            self.files_unchanged.fetch_add(1, Ordering::Relaxed);
-            self.progress.add_bytes(node.size);
-            self.progress.add_item(path);
-            return Ok(Some(p.content.clone()));
-        }
-        if parent.is_some() {
-            self.files_changed.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.files_new.fetch_add(1, Ordering::Relaxed);
+        let unchanged = parent.filter(|p| self.unchanged(node, p));
+        match unchanged {
+            Some(p) if !self.reread_this_one() => {
+                self.files_unchanged.fetch_add(1, Ordering::Relaxed);
+                self.progress.add_bytes(node.size);
+                self.progress.add_item(path);
+                return Ok(Some(p.content.clone()));
+            }
+            Some(_) => {} // reread below; counted once its content is known
+            None if parent.is_some() => {
+                self.files_changed.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.files_new.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let link_key = (node.links > 1).then_some((node.device, node.inode));
         if let Some(k) = link_key {
             if let Some(content) = self.hardlinks.lock().expect("poisoned").get(&k) {
+                if unchanged.is_some() {
+                    self.files_unchanged.fetch_add(1, Ordering::Relaxed);
+                }
                 self.progress.add_bytes(node.size);
                 self.progress.add_item(path);
                 return Ok(Some(content.clone()));
@@ -481,6 +499,19 @@ impl Archiver<'_> {
         };
         if let Some(k) = link_key {
             self.hardlinks.lock().expect("poisoned").insert(k, content.clone());
+        }
+        if let Some(p) = unchanged {
+            if p.content == content {
+                self.files_unchanged.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.files_changed.fetch_add(1, Ordering::Relaxed);
+                self.progress.warn(
+                    path,
+                    "content differs from the parent snapshot although size, mtime, ctime and inode are \
+                     unchanged: the file was changed without updating its times, or the disk returned \
+                     different data; the content read now is saved",
+                );
+            }
         }
         self.progress.add_item(path);
         Ok(Some(content))

@@ -109,13 +109,19 @@ fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     let ids = repo.list_ids(ObjectKind::Index)?;
     let loaded: Vec<_> = ids.par_iter().map(|id| repo.load_index_file(id)).collect();
-    let mut idx = repo.index_mut();
-    for res in loaded {
+    let mut good = Vec::new();
+    for (id, res) in ids.iter().zip(loaded) {
         match res {
-            Ok(recs) => recs.iter().for_each(|rec| idx.add_pack(rec)),
+            Ok(recs) if recs.iter().flat_map(|p| &p.entries).any(|e| e.offset > u32::MAX as u64) => {
+                r.errors.push(format!("{}: lists a blob at an offset beyond 4 GiB", ObjectKind::Index.describe(id)))
+            }
+            Ok(recs) => good.extend(recs),
             Err(Error::Backend(e)) => return Err(Error::Backend(e)),
             Err(e) => r.errors.push(e.to_string()),
         }
+    }
+    if let Err(e) = repo.index_mut().add_packs(&good) {
+        r.errors.push(format!("index: {e}"));
     }
     Ok(())
 }
@@ -219,7 +225,7 @@ fn read_data(repo: &Repository, packs: &HashMap<Id, u64>, r: &mut CheckReport, p
     let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
     {
         let idx = repo.index();
-        for (_, e) in idx.iter() {
+        for e in idx.iter() {
             by_pack.entry(idx.packs()[e.pack as usize].id).or_default().push(e.entry);
         }
     }

@@ -20,6 +20,7 @@ pub mod backup;
 
 pub mod check;
 pub mod chunker;
+pub mod compress;
 pub mod crypto;
 pub mod error;
 pub mod format;

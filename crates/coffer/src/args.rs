@@ -135,6 +135,10 @@ pub struct BackupArgs {
     /// Read every file, even those unchanged since the parent snapshot.
     #[arg(long)]
     pub force: bool,
+    /// Also reread this percentage of unchanged files, picked at random, to catch
+    /// content that changed without its metadata.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_percent)]
+    pub reread_share: f64,
 }
 
 #[derive(Args, Debug)]
@@ -190,6 +194,12 @@ pub struct CheckArgs {
     /// Also read and verify every pack.
     #[arg(long)]
     pub read_data: bool,
+}
+
+/// Parses a percentage from 0 to 100 (a trailing `%` is allowed).
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("{s:?} is not a percentage"))?;
+    if (0.0..=100.0).contains(&v) { Ok(v) } else { Err(format!("{s:?} is not between 0 and 100")) }
 }
 
 /// Parses sizes such as `4096`, `512K`, `1M`, `2G` (binary units).

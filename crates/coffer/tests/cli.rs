@@ -130,6 +130,23 @@ fn changed_files_are_counted_and_reread() {
 }
 
 #[test]
+fn reread_share_reads_unchanged_files_again() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    env.backup(&[&src]);
+    let quiet = env.json(&["backup", src.to_str().unwrap()]);
+    assert_eq!(quiet["summary"]["bytes_read"], 0);
+    let all = env.json(&["backup", src.to_str().unwrap(), "--reread-share", "100"]);
+    let m = &all["summary"];
+    assert_eq!(m["files_unchanged"], 4, "rereading finds the same content: {m}");
+    assert_eq!(m["files_changed"], 0);
+    assert_eq!(m["bytes_read"], m["bytes_total"]);
+    assert_eq!(m["bytes_new"], 0);
+    assert_code(&env.run(&["backup", src.to_str().unwrap(), "--reread-share", "101"]), 2);
+}
+
+#[test]
 fn cat_prints_every_object_kind() {
     let env = Env::new();
     let src = env.path("src");

@@ -1,5 +1,15 @@
 //! The in-memory master index: blob id -> where the blob lies.
-//! See docs/design.md#index-files.
+//! See docs/design.md#in-memory-index.
+//!
+//! It answers "is this blob already stored?" for every chunk of a backup, so it
+//! must stay small and fast however large the repository grows. Entries are kept
+//! in one sorted array of fixed 48-byte records (full 32-byte id, pack number
+//! with the type in its top bit, offset, length, raw length), with a 65 536-way
+//! fan-out table over the first two id bytes: a lookup is a binary search over
+//! about n / 65 536 records, and no general-purpose hash map of full entries
+//! exists. A decision always compares the full id, never a prefix. Blobs added
+//! during a run go to a small hash map first and are merged into the array in
+//! bulk, so adding stays amortised O(1) per blob.
 
 use std::collections::HashMap;
 
@@ -28,45 +38,169 @@ pub struct IndexEntry {
     pub entry: PackEntry,
 }
 
+/// Top bit of [`Record::pack`]: set for tree blobs.
+const TREE_BIT: u32 = 1 << 31;
+/// Session additions are merged into the sorted array once they number this many
+/// (or an eighth of the array, whichever is larger).
+const MERGE_THRESHOLD: usize = 1 << 16;
+const FANOUT: usize = 1 << 16;
+
+/// One index record: 48 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Record {
+    id: Id,
+    pack: u32,
+    offset: u32,
+    length: u32,
+    raw_length: u32,
+}
+
+impl Record {
+    fn new(pack: u32, e: &PackEntry) -> Result<Record, String> {
+        let offset = u32::try_from(e.offset).map_err(|_| {
+            format!("blob {} lies at offset {} beyond the 4 GiB a pack may hold", e.id.short(), e.offset)
+        })?;
+        let tree = if e.blob_type == BlobType::Tree { TREE_BIT } else { 0 };
+        Ok(Record { id: e.id, pack: pack | tree, offset, length: e.length, raw_length: e.raw_length })
+    }
+
+    fn entry(&self) -> IndexEntry {
+        let blob_type = if self.pack & TREE_BIT != 0 { BlobType::Tree } else { BlobType::Data };
+        IndexEntry {
+            pack: self.pack & !TREE_BIT,
+            entry: PackEntry {
+                blob_type,
+                id: self.id,
+                offset: self.offset as u64,
+                length: self.length,
+                raw_length: self.raw_length,
+            },
+        }
+    }
+}
+
+fn bucket(id: &Id) -> usize {
+    (id.0[0] as usize) << 8 | id.0[1] as usize
+}
+
 /// All index files merged.
-#[derive(Default)]
 pub struct MasterIndex {
-    blobs: HashMap<Id, IndexEntry>,
+    sorted: Vec<Record>,
+    /// `sorted[fanout[b]..fanout[b + 1]]` holds the ids whose first two bytes are `b`.
+    fanout: Vec<u32>,
+    recent: HashMap<Id, Record>,
     packs: Vec<PackInfo>,
     pack_pos: HashMap<Id, u32>,
 }
 
-impl MasterIndex {
-    /// Adds every blob of `rec`. A blob already indexed keeps its first location.
-    pub fn add_pack(&mut self, rec: &PackRecord) {
-        let pos = *self.pack_pos.entry(rec.id).or_insert_with(|| {
-            self.packs.push(PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher });
-            (self.packs.len() - 1) as u32
-        });
-        for e in &rec.entries {
-            self.blobs.entry(e.id).or_insert(IndexEntry { pack: pos, entry: *e });
+impl Default for MasterIndex {
+    fn default() -> Self {
+        MasterIndex {
+            sorted: Vec::new(),
+            fanout: vec![0; FANOUT + 1],
+            recent: HashMap::new(),
+            packs: Vec::new(),
+            pack_pos: HashMap::new(),
         }
+    }
+}
+
+impl MasterIndex {
+    fn pack_number(&mut self, rec: &PackRecord) -> Result<u32, String> {
+        if let Some(&pos) = self.pack_pos.get(&rec.id) {
+            return Ok(pos);
+        }
+        let pos = u32::try_from(self.packs.len()).ok().filter(|p| p & TREE_BIT == 0).ok_or("too many packs")?;
+        self.packs.push(PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher });
+        self.pack_pos.insert(rec.id, pos);
+        Ok(pos)
+    }
+
+    /// Adds the blobs of one pack written during this run.
+    pub fn add_pack(&mut self, rec: &PackRecord) -> Result<(), String> {
+        let pos = self.pack_number(rec)?;
+        for e in &rec.entries {
+            let r = Record::new(pos, e)?;
+            if self.find_sorted(&e.id).is_none() {
+                self.recent.entry(e.id).or_insert(r);
+            }
+        }
+        if self.recent.len() > MERGE_THRESHOLD.max(self.sorted.len() / 8) {
+            self.merge_recent();
+        }
+        Ok(())
+    }
+
+    /// Adds many packs at once (loading index files): one sort for all of them.
+    pub fn add_packs<'a>(&mut self, recs: impl IntoIterator<Item = &'a PackRecord>) -> Result<(), String> {
+        self.merge_recent();
+        for rec in recs {
+            let pos = self.pack_number(rec)?;
+            for e in &rec.entries {
+                self.sorted.push(Record::new(pos, e)?);
+            }
+        }
+        self.rebuild();
+        Ok(())
+    }
+
+    fn merge_recent(&mut self) {
+        if self.recent.is_empty() {
+            return;
+        }
+        self.sorted.extend(self.recent.drain().map(|(_, r)| r));
+        self.rebuild();
+    }
+
+    fn rebuild(&mut self) {
+        // Several copies of a blob (concurrent writers, interrupted runs) hold the same
+        // plaintext; any one location serves.
+        self.sorted.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        self.sorted.dedup_by(|a, b| a.id == b.id);
+        self.sorted.shrink_to_fit();
+        let mut b = 0;
+        for (i, r) in self.sorted.iter().enumerate() {
+            let rb = bucket(&r.id);
+            while b <= rb {
+                self.fanout[b] = i as u32;
+                b += 1;
+            }
+        }
+        while b <= FANOUT {
+            self.fanout[b] = self.sorted.len() as u32;
+            b += 1;
+        }
+    }
+
+    fn find_sorted(&self, id: &Id) -> Option<&Record> {
+        let b = bucket(id);
+        let slice = &self.sorted[self.fanout[b] as usize..self.fanout[b + 1] as usize];
+        slice.binary_search_by(|r| r.id.cmp(id)).ok().map(|i| &slice[i])
+    }
+
+    fn find(&self, id: &Id) -> Option<&Record> {
+        self.find_sorted(id).or_else(|| self.recent.get(id))
     }
 
     /// The location of blob `id`.
     pub fn get(&self, id: &Id) -> Option<(IndexEntry, &PackInfo)> {
-        let e = self.blobs.get(id)?;
-        Some((*e, &self.packs[e.pack as usize]))
+        let e = self.find(id)?.entry();
+        Some((e, &self.packs[e.pack as usize]))
     }
 
-    /// Whether blob `id` of `blob_type` is stored.
+    /// Whether blob `id` of `blob_type` is stored. Compares the full id.
     pub fn contains(&self, id: &Id, blob_type: BlobType) -> bool {
-        self.blobs.get(id).is_some_and(|e| e.entry.blob_type == blob_type)
+        self.find(id).is_some_and(|r| (r.pack & TREE_BIT != 0) == (blob_type == BlobType::Tree))
     }
 
     /// Number of indexed blobs.
     pub fn len(&self) -> usize {
-        self.blobs.len()
+        self.sorted.len() + self.recent.len()
     }
 
     /// Whether nothing is indexed.
     pub fn is_empty(&self) -> bool {
-        self.blobs.is_empty()
+        self.len() == 0
     }
 
     /// Every indexed pack.
@@ -74,8 +208,92 @@ impl MasterIndex {
         &self.packs
     }
 
-    /// Every indexed blob with its location.
-    pub fn iter(&self) -> impl Iterator<Item = (&Id, &IndexEntry)> {
-        self.blobs.iter()
+    /// Every indexed blob with its location, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = IndexEntry> + '_ {
+        self.sorted.iter().chain(self.recent.values()).map(Record::entry)
+    }
+
+    /// Bytes of memory the blob records take (the pack table aside).
+    pub fn memory_bytes(&self) -> usize {
+        self.sorted.capacity() * std::mem::size_of::<Record>()
+            + self.fanout.capacity() * 4
+            + self.recent.capacity() * (std::mem::size_of::<Record>() + std::mem::size_of::<Id>() + 8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(pack_seed: u8, ids: &[Id]) -> PackRecord {
+        PackRecord {
+            id: Id([pack_seed; 32]),
+            salt: [0; 32],
+            cipher: Cipher::Aes256Gcm,
+            entries: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| PackEntry {
+                    blob_type: if i % 3 == 0 { BlobType::Tree } else { BlobType::Data },
+                    id: *id,
+                    offset: i as u64 * 100,
+                    length: 50 + i as u32,
+                    raw_length: 70 + i as u32,
+                })
+                .collect(),
+        }
+    }
+
+    fn ids(n: usize, seed: u8) -> Vec<Id> {
+        (0..n).map(|i| Id::hash_of(&[seed, (i >> 16) as u8, (i >> 8) as u8, i as u8])).collect()
+    }
+
+    #[test]
+    fn bulk_and_incremental_agree() {
+        let a = ids(5000, 1);
+        let b = ids(70_000, 2);
+        let mut idx = MasterIndex::default();
+        idx.add_packs([&record(1, &a)]).unwrap();
+        idx.add_pack(&record(2, &b)).unwrap(); // crosses the merge threshold
+        assert_eq!(idx.len(), a.len() + b.len());
+        for (i, id) in a.iter().enumerate() {
+            let (e, p) = idx.get(id).unwrap();
+            assert_eq!(p.id, Id([1; 32]));
+            assert_eq!(e.entry.offset, i as u64 * 100);
+            let t = if i % 3 == 0 { BlobType::Tree } else { BlobType::Data };
+            assert!(idx.contains(id, t));
+        }
+        for (i, id) in b.iter().enumerate() {
+            assert_eq!(idx.get(id).unwrap().0.entry.raw_length, 70 + i as u32);
+        }
+        // Unknown ids, including one that shares a long prefix with a known id.
+        let mut near = a[7];
+        near.0[31] ^= 1;
+        assert!(idx.get(&near).is_none());
+        assert!(!idx.contains(&Id([9; 32]), BlobType::Data));
+        assert_eq!(idx.iter().count(), idx.len());
+    }
+
+    #[test]
+    fn duplicates_are_kept_once() {
+        let a = ids(10, 3);
+        let mut idx = MasterIndex::default();
+        idx.add_packs([&record(1, &a), &record(2, &a)]).unwrap();
+        assert_eq!(idx.len(), 10);
+        idx.add_pack(&record(3, &a)).unwrap();
+        assert_eq!(idx.len(), 10);
+        assert_eq!(idx.packs().len(), 3);
+    }
+
+    #[test]
+    fn offsets_beyond_u32_are_refused() {
+        let mut r = record(1, &ids(1, 4));
+        r.entries[0].offset = 1 << 33;
+        assert!(MasterIndex::default().add_packs([&r]).is_err());
+    }
+
+    #[test]
+    fn records_are_48_bytes() {
+        assert_eq!(std::mem::size_of::<Record>(), 48);
     }
 }

@@ -286,13 +286,7 @@ impl Repository {
     pub fn load_index(&self) -> Result<()> {
         let ids = self.list_ids(ObjectKind::Index)?;
         let files: Vec<_> = ids.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
-        let mut idx = self.index_mut();
-        for recs in files {
-            for r in &recs {
-                idx.add_pack(r);
-            }
-        }
-        Ok(())
+        self.index_mut().add_packs(files.iter().flatten()).map_err(|e| Error::corrupt("index", e))
     }
 
     /// Loads a blob: reads its bytes from its pack, authenticates, decrypts,

@@ -88,9 +88,7 @@ impl<'r> BlobSaver<'r> {
             self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
             return Ok(true);
         }
-        let level = self.repo.config().compression_level;
-        let compressed =
-            if level > 0 { zstd::bulk::compress(data, level).ok().filter(|c| c.len() < data.len()) } else { None };
+        let compressed = crate::compress::compress(data, self.repo.config().compression_level);
         let (compression, payload) = match &compressed {
             Some(c) => (COMPRESSION_ZSTD, c.as_slice()),
             None => (COMPRESSION_NONE, data),
@@ -116,7 +114,7 @@ impl<'r> BlobSaver<'r> {
         self.bytes_stored.fetch_add(pack.bytes.len() as u64, Ordering::Relaxed);
         self.packs_done.fetch_add(1, Ordering::Relaxed);
         let rec = PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, entries: pack.entries };
-        self.repo.index_mut().add_pack(&rec);
+        self.repo.index_mut().add_pack(&rec).map_err(|e| Error::corrupt(ObjectKind::Pack.describe(&rec.id), e))?;
         let batch = {
             let mut u = self.unindexed.lock().expect("poisoned");
             u.push(rec);

@@ -49,6 +49,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         hostname: a.host.clone(),
         parent,
         force: a.force,
+        reread_share: a.reread_share,
     };
     let display = Display::new(global.json, global.quiet, "backup");
     let result = backup(&repo, &opts, &display);

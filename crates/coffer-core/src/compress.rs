@@ -1,0 +1,70 @@
+//! Compression policy: zstd at the repository's level, kept only when it saves
+//! bytes, and skipped without trying when a cheap probe says the data will not
+//! compress (media, archives, encrypted files). See docs/design.md#compression.
+
+/// Chunks shorter than this are compressed without probing (the probe would
+/// cost as much as the compression).
+const PROBE_MIN_LEN: usize = 64 << 10;
+/// Bytes taken from each of the probe's sample points.
+const SAMPLE_LEN: usize = 4 << 10;
+/// Sample points spread across the chunk.
+const SAMPLES: usize = 4;
+/// A probe compressing to more than this fraction of its input predicts that the
+/// whole chunk will not compress usefully.
+const PROBE_KEEP_RATIO: f64 = 0.97;
+
+/// Whether compressing `data` is worth trying: compresses four 4 KiB samples
+/// taken across the chunk at zstd level 1 and looks at the ratio.
+pub fn worth_compressing(data: &[u8]) -> bool {
+    if data.len() < PROBE_MIN_LEN {
+        return true;
+    }
+    let step = (data.len() - SAMPLE_LEN) / (SAMPLES - 1);
+    let mut sample = Vec::with_capacity(SAMPLES * SAMPLE_LEN);
+    for i in 0..SAMPLES {
+        sample.extend_from_slice(&data[i * step..i * step + SAMPLE_LEN]);
+    }
+    match zstd::bulk::compress(&sample, 1) {
+        Ok(c) => (c.len() as f64) < sample.len() as f64 * PROBE_KEEP_RATIO,
+        Err(_) => true,
+    }
+}
+
+/// Compresses `data` at `level` if that is enabled, promising and smaller;
+/// `None` means store it as is.
+pub fn compress(data: &[u8], level: i32) -> Option<Vec<u8>> {
+    if level <= 0 || !worth_compressing(data) {
+        return None;
+    }
+    zstd::bulk::compress(data, level).ok().filter(|c| c.len() < data.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(len: usize) -> Vec<u8> {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn probe_skips_noise_and_keeps_text() {
+        assert!(!worth_compressing(&noise(1 << 20)));
+        assert!(compress(&noise(1 << 20), 3).is_none());
+        let text = "a line of log output, 2026-11-22 level=info\n".repeat(30_000);
+        assert!(worth_compressing(text.as_bytes()));
+        assert!(compress(text.as_bytes(), 3).unwrap().len() < text.len() / 10);
+        assert!(compress(text.as_bytes(), 0).is_none());
+        // Small inputs are not probed: they are compressed when that helps.
+        assert!(compress(&[0u8; 1000], 3).is_some());
+        assert!(compress(&noise(1000), 3).is_none());
+    }
+}

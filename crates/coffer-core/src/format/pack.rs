@@ -254,6 +254,17 @@ pub fn open_header(data_key: &Key, trailer: &Trailer, sealed: &[u8], pack_len: u
     Ok(entries)
 }
 
+/// Decompresses a zstd frame that must decode to exactly `raw` bytes. Memory grows
+/// with the output actually produced (at most `raw + 1` bytes), never with a
+/// length the input merely claims.
+fn decompress_bounded(payload: &[u8], raw: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let decoder = zstd::stream::read::Decoder::with_buffer(payload).map_err(|e| format!("zstd: {e}"))?;
+    let mut out = Vec::with_capacity(raw.min(crate::chunker::ChunkerParams::MAX_MAX_SIZE as usize));
+    decoder.take(raw as u64 + 1).read_to_end(&mut out).map_err(|e| format!("zstd: {e}"))?;
+    Ok(out)
+}
+
 /// Decrypts one blob's ciphertext. Returns the compression byte's payload decoded,
 /// or a description of what is wrong. The caller checks the id.
 pub fn open_blob(key: &AeadKey, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>, String> {
@@ -264,7 +275,7 @@ pub fn open_blob(key: &AeadKey, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<
     let raw = entry.raw_length as usize;
     let data = match comp {
         COMPRESSION_NONE => payload.to_vec(),
-        COMPRESSION_ZSTD => zstd::bulk::decompress(payload, raw).map_err(|e| format!("zstd: {e}"))?,
+        COMPRESSION_ZSTD => decompress_bounded(payload, raw)?,
         c => return Err(format!("unknown compression byte {c}")),
     };
     if data.len() != raw {

@@ -1,0 +1,101 @@
+//! Per-core throughput of each backup stage: chunking, blob id hashing, AEAD
+//! sealing, compression (with the skip probe), and pack assembly. Run with
+//! `cargo bench -p coffer-core --bench stages`; figures are recorded in
+//! docs/performance.md.
+
+use std::hint::black_box;
+
+use coffer_core::chunker::{Chunker, ChunkerParams};
+use coffer_core::compress;
+use coffer_core::crypto::{AeadKey, Cipher, Key, Nonce, blob_id};
+use coffer_core::format::pack::{BlobType, COMPRESSION_NONE, PackBuilder};
+use coffer_core::id::Id;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Text-like data that compresses about 4:1.
+fn text(len: usize) -> Vec<u8> {
+    let words = ["backup", "chunk", "repository", "snapshot", "index", "pack", "tree", "blob", "key", "restore"];
+    let r = noise(len, 7);
+    let mut out = Vec::with_capacity(len + 16);
+    let mut i = 0;
+    while out.len() < len {
+        out.extend_from_slice(words[r[i % r.len()] as usize % words.len()].as_bytes());
+        out.push(if r[(i + 1) % r.len()] % 8 == 0 { b'\n' } else { b' ' });
+        i += 2;
+    }
+    out.truncate(len);
+    out
+}
+
+fn stages(c: &mut Criterion) {
+    const MIB: usize = 1 << 20;
+    let data = noise(64 * MIB, 1);
+    let chunk = &data[..MIB];
+
+    let mut g = c.benchmark_group("chunker");
+    g.throughput(Throughput::Bytes(data.len() as u64));
+    g.sample_size(10);
+    let chunker = Chunker::new(&Key([3; 32]), ChunkerParams::default());
+    g.bench_function("fastcdc-1MiB-avg", |b| b.iter(|| black_box(chunker.chunk_lengths(black_box(&data))).len()));
+    g.finish();
+
+    let mut g = c.benchmark_group("blob-id");
+    g.throughput(Throughput::Bytes(MIB as u64));
+    let key = Key([5; 32]);
+    g.bench_function("keyed-blake3-1MiB", |b| b.iter(|| blob_id(&key, black_box(chunk))));
+    g.finish();
+
+    let mut g = c.benchmark_group("aead");
+    g.throughput(Throughput::Bytes(MIB as u64));
+    for cipher in [Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305] {
+        let k = AeadKey::new(cipher, &Key([9; 32]));
+        let mut n = 0u64;
+        g.bench_function(format!("{cipher:?}-seal-1MiB"), |b| {
+            b.iter(|| {
+                n += 1;
+                k.seal(Nonce::new(0, n), b"", black_box(chunk))
+            })
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("compression");
+    g.throughput(Throughput::Bytes(MIB as u64));
+    g.sample_size(20);
+    let txt = text(MIB);
+    g.bench_function("zstd3-text-1MiB", |b| b.iter(|| compress::compress(black_box(&txt), 3)));
+    g.bench_function("zstd3-noise-1MiB-probe-skips", |b| b.iter(|| compress::compress(black_box(chunk), 3)));
+    g.bench_function("zstd3-noise-1MiB-no-probe", |b| b.iter(|| zstd::bulk::compress(black_box(chunk), 3)));
+    g.finish();
+
+    let mut g = c.benchmark_group("pack");
+    g.throughput(Throughput::Bytes(16 * MIB as u64));
+    g.sample_size(20);
+    let data_key = Key([11; 32]);
+    g.bench_function("assemble-16x1MiB", |b| {
+        b.iter(|| {
+            let mut p = PackBuilder::new(&data_key, Cipher::preferred(), 17 * MIB);
+            for i in 0..16u8 {
+                p.add(BlobType::Data, Id([i; 32]), COMPRESSION_NONE, &data[i as usize * MIB..][..MIB], MIB as u32);
+            }
+            p.finish().bytes.len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, stages);
+criterion_main!(benches);

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::format::config::{Config, DEFAULT_COMPRESSION_LEVEL, DEFAULT_PACK_SIZE};
 use crate::format::envelope::{self, SealedKind};
 use crate::format::keyfile::{KeyFile, MasterKeys};
-use crate::format::pack::{self, BlobType};
+use crate::format::pack::{self, BlobType, PackEntry};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::Tree;
 use crate::format::{FORMAT_VERSION, ObjectKind, index as index_file};
@@ -292,37 +292,50 @@ impl Repository {
     /// Loads a blob: reads its bytes from its pack, authenticates, decrypts,
     /// decompresses and checks that the plaintext hashes to `id`.
     pub fn load_blob(&self, blob_type: BlobType, id: &Id) -> Result<Vec<u8>> {
-        let (entry, pack_info) = {
-            let idx = self.index();
-            let (e, p) = idx
-                .get(id)
-                .ok_or_else(|| Error::corrupt(format!("{} {}", blob_type.noun(), id.short()), "not in any index"))?;
-            (e.entry, p.clone())
-        };
-        let object = || format!("{} {} in pack {}", blob_type.noun(), id.short(), pack_info.id.short());
-        if entry.blob_type != blob_type {
-            return Err(Error::corrupt(object(), format!("indexed as a {}", entry.blob_type.noun())));
-        }
-        let sealed =
-            match self.backend.read_range(&ObjectKind::Pack.path(&pack_info.id), entry.offset, entry.length as u64) {
-                Ok(b) => b,
-                Err(e) if is_not_found(&e) => {
-                    return Err(Error::corrupt(object(), "the pack is missing from the repository"));
-                }
-                Err(e) => return Err(e.into()),
-            };
-        if sealed.len() != entry.length as usize {
+        let (entry, pack_info) = self.locate_blob(blob_type, id)?;
+        let sealed = self.read_pack_range(&pack_info, entry.offset, entry.length as u64)?;
+        self.decode_blob(&pack_info, &entry, &sealed)
+    }
+
+    /// Where blob `id` of `blob_type` lies, per the index.
+    pub fn locate_blob(&self, blob_type: BlobType, id: &Id) -> Result<(PackEntry, PackInfo)> {
+        let idx = self.index();
+        let (e, p) = idx
+            .get(id)
+            .ok_or_else(|| Error::corrupt(format!("{} {}", blob_type.noun(), id.short()), "not in any index"))?;
+        if e.entry.blob_type != blob_type {
             return Err(Error::corrupt(
-                object(),
-                format!(
-                    "the pack is truncated: it ends before the blob at offset {} ({} bytes)",
-                    entry.offset, entry.length
-                ),
+                format!("{} {} in pack {}", blob_type.noun(), id.short(), p.id.short()),
+                format!("indexed as a {}", e.entry.blob_type.noun()),
             ));
         }
+        Ok((e.entry, p.clone()))
+    }
+
+    /// Reads `len` bytes at `offset` of a pack; a missing or short pack is damage.
+    pub fn read_pack_range(&self, pack: &PackInfo, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let object = || ObjectKind::Pack.describe(&pack.id);
+        let bytes = match self.backend.read_range(&ObjectKind::Pack.path(&pack.id), offset, len) {
+            Ok(b) => b,
+            Err(e) if is_not_found(&e) => return Err(Error::corrupt(object(), "missing from the repository")),
+            Err(e) => return Err(e.into()),
+        };
+        if bytes.len() as u64 != len {
+            return Err(Error::corrupt(
+                object(),
+                format!("truncated: it ends before byte {} of the {len} read at offset {offset}", bytes.len()),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Authenticates, decrypts and decompresses one blob's sealed bytes and checks
+    /// that the plaintext hashes to the entry's id.
+    pub fn decode_blob(&self, pack_info: &PackInfo, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>> {
+        let object = || format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short());
         let key = pack::pack_key(&self.keys.data, pack_info.cipher, &pack_info.salt);
-        let data = pack::open_blob(&key, &entry, &sealed).map_err(|e| Error::corrupt(object(), e))?;
-        if self.blob_id(blob_type, &data) != *id {
+        let data = pack::open_blob(&key, entry, sealed).map_err(|e| Error::corrupt(object(), e))?;
+        if self.blob_id(entry.blob_type, &data) != entry.id {
             return Err(Error::corrupt(object(), "content does not match its id"));
         }
         Ok(data)

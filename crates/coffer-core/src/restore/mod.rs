@@ -11,10 +11,8 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,9 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ignore::gitignore::Gitignore;
 use rayon::prelude::*;
 
+mod content;
+
 use crate::backup::build_excludes;
 use crate::error::{Error, Result};
-use crate::format::pack::BlobType;
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{Node, NodeKind};
 use crate::fsmeta;
@@ -138,10 +137,6 @@ pub fn restore(
     p.make_links();
     p.finish_dirs();
     Ok(p.summary)
-}
-
-fn is_all_zero(b: &[u8]) -> bool {
-    b.iter().all(|&x| x == 0)
 }
 
 impl Planner<'_> {
@@ -285,14 +280,14 @@ impl Planner<'_> {
     }
 
     fn write_files(&mut self) {
-        let repo = self.repo;
+        let files = std::mem::take(&mut self.files);
+        let results = content::write_contents(self.repo, &files, self.progress);
         let progress = self.progress;
         let as_root = self.as_root;
         let warnings = AtomicU64::new(0);
         let bytes = AtomicU64::new(0);
         let failures = Mutex::new(Vec::new());
-        let files = std::mem::take(&mut self.files);
-        files.par_iter().for_each(|(path, node)| match write_file(repo, path, node, progress) {
+        files.par_iter().zip(results).for_each(|((path, node), r)| match r {
             Ok(n) => {
                 bytes.fetch_add(n, Ordering::Relaxed);
                 if let Err(e) = fsmeta::apply_metadata(path, node, as_root) {
@@ -302,6 +297,7 @@ impl Planner<'_> {
                 progress.add_item(path);
             }
             Err(e) => {
+                // Never leave a half-written file that looks restored.
                 let _ = std::fs::remove_file(path);
                 failures.lock().expect("poisoned").push((path.clone(), e));
             }
@@ -339,21 +335,4 @@ impl Planner<'_> {
             }
         }
     }
-}
-
-/// Writes one file's content with positioned writes; chunks of zeros in a file
-/// recorded as sparse become holes. Returns the bytes written.
-fn write_file(repo: &Repository, path: &Path, node: &Node, progress: &dyn Progress) -> Result<u64> {
-    let f = File::create(path).map_err(|e| Error::io(path, e))?;
-    let mut offset = 0u64;
-    for id in &node.content {
-        let data = repo.load_blob(BlobType::Data, id)?;
-        if !(node.sparse && is_all_zero(&data)) {
-            f.write_all_at(&data, offset).map_err(|e| Error::io(path, e))?;
-        }
-        offset += data.len() as u64;
-        progress.add_bytes(data.len() as u64);
-    }
-    f.set_len(offset).map_err(|e| Error::io(path, e))?;
-    Ok(offset)
 }

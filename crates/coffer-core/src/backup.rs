@@ -220,7 +220,9 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
         .build()
         .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
     let tree = std::thread::scope(|s| {
-        s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
+        if progress.wants_totals() {
+            s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
+        }
         pool.install(|| {
             if paths.iter().any(|p| p.parent().is_none()) {
                 // The whole file system: "/" itself is the root tree.
@@ -306,9 +308,9 @@ impl Archiver<'_> {
         }
     }
 
-    fn parent_tree(&self, id: Option<Id>) -> Option<Tree> {
+    fn parent_tree(&self, id: Option<Id>) -> Option<(Id, Tree)> {
         // A parent tree that cannot be loaded only costs rereading: not an error.
-        id.and_then(|id| self.repo.load_tree(&id).ok())
+        id.and_then(|id| Some((id, self.repo.load_tree(&id).ok()?)))
     }
 
     fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<Id> {
@@ -316,7 +318,7 @@ impl Archiver<'_> {
         let results: Vec<Result<Option<Node>>> = children
             .par_iter()
             .map(|(name, v)| {
-                let pnode = parent.as_ref().and_then(|t| t.find(name));
+                let pnode = parent.as_ref().and_then(|(_, t)| t.find(name));
                 match v {
                     VirtualNode::Real(path) => match std::fs::symlink_metadata(path) {
                         Ok(md) => self.save_entry(path, name, &md, pnode, None),
@@ -342,10 +344,12 @@ impl Archiver<'_> {
                 }
             })
             .collect();
-        self.save_tree(results)
+        self.save_tree(results, parent.as_ref())
     }
 
-    fn save_tree(&self, results: Vec<Result<Option<Node>>>) -> Result<Id> {
+    /// Saves a directory's tree, or reuses the parent snapshot's tree when every
+    /// entry is unchanged (no encoding or hashing needed then).
+    fn save_tree(&self, results: Vec<Result<Option<Node>>>, parent: Option<&(Id, Tree)>) -> Result<Id> {
         let mut nodes = Vec::with_capacity(results.len());
         for r in results {
             if let Some(n) = r? {
@@ -353,6 +357,10 @@ impl Archiver<'_> {
             }
         }
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        // The parent's tree was loaded through the index, so it is stored.
+        if let Some((id, _)) = parent.filter(|(_, t)| t.nodes == nodes) {
+            return Ok(*id);
+        }
         let tree = Tree { nodes };
         Ok(self.saver.save(BlobType::Tree, &tree.encode())?.0)
     }
@@ -383,7 +391,7 @@ impl Archiver<'_> {
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
                 let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
                 node.subtree = Some(if crosses {
-                    self.save_tree(Vec::new())?
+                    self.save_tree(Vec::new(), None)?
                 } else {
                     self.save_dir(path, md.dev(), parent_sub)?
                 });
@@ -407,7 +415,7 @@ impl Archiver<'_> {
             Ok(rd) => rd,
             Err(e) => {
                 self.skip(path, format!("cannot list directory: {e}"));
-                return self.save_tree(Vec::new());
+                return self.save_tree(Vec::new(), None);
             }
         };
         let mut entries = Vec::new();
@@ -433,11 +441,11 @@ impl Archiver<'_> {
                 if self.excludes.matched(&child, md.is_dir()).is_ignore() {
                     return Ok(None);
                 }
-                let pnode = parent.as_ref().and_then(|t| t.find(name.as_bytes()));
+                let pnode = parent.as_ref().and_then(|(_, t)| t.find(name.as_bytes()));
                 self.save_entry(&child, name.as_bytes(), &md, pnode, Some(dev))
             })
             .collect();
-        self.save_tree(results)
+        self.save_tree(results, parent.as_ref())
     }
 
     /// Whether `--reread-share` picks the next unchanged file for rereading.

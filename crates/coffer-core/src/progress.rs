@@ -6,6 +6,12 @@ use std::path::Path;
 /// Receives progress of a long operation. Every method has a no-op default, and
 /// all may be called from several threads at once.
 pub trait Progress: Send + Sync {
+    /// Whether totals are wanted. An operation may skip work that only serves
+    /// [`Progress::set_total`] (such as a separate scan of the files to back up)
+    /// when this is false.
+    fn wants_totals(&self) -> bool {
+        false
+    }
     /// Totals became known (or grew): bytes and items the operation will process.
     fn set_total(&self, _bytes: u64, _items: u64) {}
     /// `n` more bytes were processed.

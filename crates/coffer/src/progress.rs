@@ -40,6 +40,10 @@ impl Display {
 }
 
 impl Progress for Display {
+    fn wants_totals(&self) -> bool {
+        self.bar.is_some()
+    }
+
     fn set_total(&self, bytes: u64, _items: u64) {
         if let Some(b) = &self.bar {
             b.set_length(bytes.max(b.position()));

@@ -183,7 +183,9 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
         Some(id) => Some(id),
         None => {
             let filter = SnapshotFilter { host: Some(hostname.clone()), tags: vec![], paths: vec![] };
+            // A damaged snapshot cannot be a parent; `check` reports it.
             repo.snapshots()?
+                .0
                 .into_iter()
                 .rev()
                 .find(|(_, s)| filter.matches(s) && s.paths == path_strings)

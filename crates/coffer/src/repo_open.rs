@@ -50,7 +50,7 @@ pub fn open(global: &GlobalArgs) -> Result<Repository> {
 
 /// Opens the repository without loading the index.
 pub fn open_unindexed(global: &GlobalArgs, path: &PathBuf) -> Result<Repository> {
-    if !path.join("config").exists() && !path.exists() {
+    if !path.exists() {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let be = backend(path)?;

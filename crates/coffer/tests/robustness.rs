@@ -242,6 +242,12 @@ fn damaged_index_snapshot_key_and_config_are_named() {
     assert!(err.contains(&format!("snapshot {}", &id[..8])), "{err}");
     let err = assert_code(&env.run(&["check"]), 12);
     assert!(err.contains(&format!("snapshot {}", &id[..8])), "{err}");
+    // One damaged snapshot hides nothing else: backups go on, and the others are listed.
+    let src = env.path("src");
+    let newer = env.backup(&[&src]);
+    let out = env.run(&["snapshots"]);
+    assert_code(&out, 12);
+    assert!(text(&out.stdout).contains(&newer[..8]), "{}", text(&out.stdout));
 
     // key file
     let (env, _, _) = backed_up();

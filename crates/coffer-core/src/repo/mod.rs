@@ -358,13 +358,21 @@ impl Repository {
         self.save_sealed(SealedKind::Snapshot, &snap.encode())
     }
 
-    /// Loads every snapshot, oldest first. Fails on the first damaged one.
-    pub fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
+    /// Loads every snapshot, oldest first. A damaged snapshot does not hide the
+    /// others: it is returned in the second list. Storage errors fail the call.
+    pub fn snapshots(&self) -> Result<(Vec<(Id, Snapshot)>, Vec<Error>)> {
         let ids = self.list_ids(ObjectKind::Snapshot)?;
-        let mut snaps: Vec<(Id, Snapshot)> =
-            ids.par_iter().map(|id| Ok((*id, self.load_snapshot(id)?))).collect::<Result<_>>()?;
+        let loaded: Vec<(Id, Result<Snapshot>)> = ids.par_iter().map(|id| (*id, self.load_snapshot(id))).collect();
+        let (mut snaps, mut damaged) = (Vec::new(), Vec::new());
+        for (id, r) in loaded {
+            match r {
+                Ok(s) => snaps.push((id, s)),
+                Err(Error::Backend(e)) => return Err(Error::Backend(e)),
+                Err(e) => damaged.push(e),
+            }
+        }
         snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
-        Ok(snaps)
+        Ok((snaps, damaged))
     }
 
     /// Resolves a unique hex prefix among the ids of `kind`.
@@ -389,6 +397,7 @@ impl Repository {
         if name == "latest" {
             return self
                 .snapshots()?
+                .0
                 .into_iter()
                 .rev()
                 .find(|(_, s)| filter.matches(s))

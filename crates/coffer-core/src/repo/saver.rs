@@ -129,7 +129,7 @@ impl<'r> BlobSaver<'r> {
         }
         let plain = index_file::encode(&batch);
         self.repo.save_sealed(SealedKind::Index, &plain)?;
-        self.bytes_stored.fetch_add(plain.len() as u64, Ordering::Relaxed);
+        self.bytes_stored.fetch_add((plain.len() + crate::format::envelope::OVERHEAD) as u64, Ordering::Relaxed);
         let mut pending = self.pending.lock().expect("poisoned");
         for rec in &batch {
             for e in &rec.entries {

@@ -527,37 +527,48 @@ impl Archiver<'_> {
         Ok(Some(content))
     }
 
+    /// Reads, chunks and stores a file. While one batch of chunks is hashed,
+    /// compressed and sealed (in parallel), the next batch is read: `rayon::join`
+    /// lets an idle worker take the read, so I/O overlaps with CPU work without
+    /// extra threads.
     fn read_content(&self, path: &Path) -> Result<Vec<Id>> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut reader = ChunkReader::new(file, self.repo.chunker().clone());
         let mut ids = Vec::new();
-        loop {
-            let mut batch = Vec::new();
-            let mut batch_bytes = 0;
-            while batch_bytes < BATCH_BYTES {
-                match reader.next_chunk().map_err(|e| Error::io(path, e))? {
-                    Some(c) => {
-                        batch_bytes += c.len();
-                        batch.push(c);
-                    }
-                    None => break,
-                }
+        let mut batch = read_batch(&mut reader, path)?;
+        while !batch.is_empty() {
+            let (saved, next) = rayon::join(|| self.save_batch(&batch), || read_batch(&mut reader, path));
+            ids.extend(saved?);
+            batch = next?;
+        }
+        Ok(ids)
+    }
+
+    fn save_batch(&self, batch: &[Vec<u8>]) -> Result<Vec<Id>> {
+        batch
+            .par_iter()
+            .map(|c| {
+                let (id, _) = self.saver.save(BlobType::Data, c)?;
+                self.bytes_read.fetch_add(c.len() as u64, Ordering::Relaxed);
+                self.progress.add_bytes(c.len() as u64);
+                Ok(id)
+            })
+            .collect()
+    }
+}
+
+/// The next chunks of a file, about [`BATCH_BYTES`] of them; empty at the end.
+fn read_batch(reader: &mut ChunkReader<File>, path: &Path) -> Result<Vec<Vec<u8>>> {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    while bytes < BATCH_BYTES {
+        match reader.next_chunk().map_err(|e| Error::io(path, e))? {
+            Some(c) => {
+                bytes += c.len();
+                batch.push(c);
             }
-            if batch.is_empty() {
-                return Ok(ids);
-            }
-            let saved: Vec<Result<Id>> = batch
-                .par_iter()
-                .map(|c| {
-                    let (id, _) = self.saver.save(BlobType::Data, c)?;
-                    self.bytes_read.fetch_add(c.len() as u64, Ordering::Relaxed);
-                    self.progress.add_bytes(c.len() as u64);
-                    Ok(id)
-                })
-                .collect();
-            for s in saved {
-                ids.push(s?);
-            }
+            None => break,
         }
     }
+    Ok(batch)
 }

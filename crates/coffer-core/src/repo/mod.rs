@@ -4,6 +4,7 @@
 
 mod index;
 mod saver;
+mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
 pub use saver::{BlobSaver, SaverStats};
@@ -194,6 +195,10 @@ impl Repository {
     /// The storage backend.
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    pub(crate) fn backend_arc(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
     }
 
     /// The repository settings.

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Repository;
+use super::uploader::Uploader;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::envelope::SealedKind;
@@ -42,6 +43,7 @@ pub struct BlobSaver<'r> {
     packs: Mutex<Vec<PackBuilder>>,
     pending: Mutex<HashSet<Id>>,
     unindexed: Mutex<Vec<PackRecord>>,
+    uploader: Option<Uploader>,
     blobs: AtomicU64,
     bytes_new: AtomicU64,
     bytes_stored: AtomicU64,
@@ -51,12 +53,17 @@ pub struct BlobSaver<'r> {
 impl<'r> BlobSaver<'r> {
     /// A saver writing into `repo`.
     pub fn new(repo: &'r Repository) -> Self {
+        BlobSaver { uploader: Some(Uploader::new(repo.backend_arc())), ..Self::unstarted(repo) }
+    }
+
+    fn unstarted(repo: &'r Repository) -> Self {
         BlobSaver {
             repo,
             dry_run: false,
             packs: Mutex::new(Vec::new()),
             pending: Mutex::new(HashSet::new()),
             unindexed: Mutex::new(Vec::new()),
+            uploader: None,
             blobs: AtomicU64::new(0),
             bytes_new: AtomicU64::new(0),
             bytes_stored: AtomicU64::new(0),
@@ -66,7 +73,7 @@ impl<'r> BlobSaver<'r> {
 
     /// A saver that deduplicates and counts but stores nothing (for `--dry-run`).
     pub fn dry_run(repo: &'r Repository) -> Self {
-        BlobSaver { dry_run: true, ..Self::new(repo) }
+        BlobSaver { dry_run: true, ..Self::unstarted(repo) }
     }
 
     /// Saves `data` unless a blob with its id is already stored or being stored.
@@ -110,17 +117,27 @@ impl<'r> BlobSaver<'r> {
     }
 
     fn upload(&self, pack: FinishedPack) -> Result<()> {
-        self.repo.backend().write(&ObjectKind::Pack.path(&pack.id), &pack.bytes)?;
-        self.bytes_stored.fetch_add(pack.bytes.len() as u64, Ordering::Relaxed);
-        self.packs_done.fetch_add(1, Ordering::Relaxed);
-        let rec = PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, entries: pack.entries };
-        self.repo.index_mut().add_pack(&rec).map_err(|e| Error::corrupt(ObjectKind::Pack.describe(&rec.id), e))?;
-        let batch = {
-            let mut u = self.unindexed.lock().expect("poisoned");
-            u.push(rec);
-            if u.len() >= PACKS_PER_INDEX_FILE { std::mem::take(&mut *u) } else { Vec::new() }
-        };
-        self.write_index(batch)
+        let uploader = self.uploader.as_ref().expect("a saver that stores has an uploader");
+        uploader.send(pack)?;
+        self.absorb(uploader.completed())
+    }
+
+    /// Records packs that are now stored: into the index, and into an index file
+    /// every [`PACKS_PER_INDEX_FILE`] packs.
+    fn absorb(&self, stored: Vec<super::uploader::Stored>) -> Result<()> {
+        for r in stored {
+            let (rec, size) = r?;
+            self.bytes_stored.fetch_add(size, Ordering::Relaxed);
+            self.packs_done.fetch_add(1, Ordering::Relaxed);
+            self.repo.index_mut().add_pack(&rec).map_err(|e| Error::corrupt(ObjectKind::Pack.describe(&rec.id), e))?;
+            let batch = {
+                let mut u = self.unindexed.lock().expect("poisoned");
+                u.push(rec);
+                if u.len() >= PACKS_PER_INDEX_FILE { std::mem::take(&mut *u) } else { Vec::new() }
+            };
+            self.write_index(batch)?;
+        }
+        Ok(())
     }
 
     fn write_index(&self, batch: Vec<PackRecord>) -> Result<()> {
@@ -139,21 +156,20 @@ impl<'r> BlobSaver<'r> {
         Ok(())
     }
 
-    /// Uploads every partly filled pack and writes the remaining index records.
-    pub fn flush(&self) -> Result<()> {
+    /// Uploads every partly filled pack, waits for all uploads, writes the
+    /// remaining index records, and returns what was added.
+    pub fn finish(self) -> Result<SaverStats> {
         let builders = std::mem::take(&mut *self.packs.lock().expect("poisoned"));
         for b in builders {
             if !b.is_empty() {
                 self.upload(b.finish())?;
             }
         }
+        if let Some(u) = &self.uploader {
+            self.absorb(u.finish())?;
+        }
         let rest = std::mem::take(&mut *self.unindexed.lock().expect("poisoned"));
-        self.write_index(rest)
-    }
-
-    /// Flushes and returns what was added.
-    pub fn finish(self) -> Result<SaverStats> {
-        self.flush()?;
+        self.write_index(rest)?;
         Ok(self.stats())
     }
 

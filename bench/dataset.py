@@ -76,7 +76,7 @@ def cmd_mutate(d, seed=42):
     files = [f for f in list_files(d) if f != ".bench-root"]
     n = max(4, len(files) // 100)
     chosen = rng.sample(files, min(n, len(files)))
-    q = max(1, len(chosen) // 4)
+    q = max(1, (len(chosen) + 3) // 4)
     appended, modified, deleted = chosen[:q], chosen[q:2 * q], chosen[2 * q:3 * q]
     stats = {"append": 0, "modify": 0, "delete": 0, "new": 0}
     for f in appended:

@@ -87,7 +87,7 @@ pub struct InitArgs {
     #[arg(long, default_value = "16M", value_parser = parse_size)]
     pub pack_size: u64,
     /// scrypt cost: log2(N). Lower is faster to open and weaker against guessing.
-    #[arg(long, default_value_t = 17, value_parser = clap::value_parser!(u8).range(10..=22))]
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]
     pub kdf_log_n: u8,
 }
 

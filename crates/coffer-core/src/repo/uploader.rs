@@ -15,8 +15,8 @@ use crate::format::ObjectKind;
 use crate::format::index::PackRecord;
 use crate::format::pack::FinishedPack;
 
-/// Packs that may wait for an upload thread.
-const QUEUE: usize = 2;
+/// Packs that may wait for an upload thread (each holds about 16 MiB).
+const QUEUE: usize = 1;
 /// Upload threads: two, so one pack's fsync overlaps the next pack's write.
 const THREADS: usize = 2;
 

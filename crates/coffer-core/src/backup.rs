@@ -32,7 +32,7 @@ use crate::progress::Progress;
 use crate::repo::{BlobSaver, Repository, SnapshotFilter};
 
 /// Chunks of one file hashed and stored in parallel are gathered up to this size.
-const BATCH_BYTES: usize = 16 << 20;
+const BATCH_BYTES: usize = 8 << 20;
 
 /// What to back up and how.
 #[derive(Clone, Debug, Default)]

@@ -81,8 +81,9 @@ pub trait Backend: Send + Sync {
     /// Reads `len` bytes at `offset`; returns fewer only if the object ends first.
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>>;
 
-    /// Writes an object atomically; idempotent for equal content.
-    fn write(&self, name: &str, data: &[u8]) -> BackendResult<()>;
+    /// Writes an object atomically; idempotent for equal content. Takes the
+    /// bytes by value so that a backend can hand them on without a copy.
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()>;
 
     /// Size of an object. `Err(NotFound)` if absent.
     fn stat(&self, name: &str) -> BackendResult<u64>;

@@ -82,8 +82,8 @@ impl Backend for OpendalBackend {
         }
     }
 
-    fn write(&self, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.op.write(name, data.to_vec()).map_err(|e| err(name, e))?;
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        self.op.write(name, data).map_err(|e| err(name, e))?;
         if let Some(root) = &self.local_root {
             // The write was fsynced and renamed into place; make the rename (and a
             // newly created fan-out directory) durable too, before anything that

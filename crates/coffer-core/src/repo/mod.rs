@@ -121,8 +121,8 @@ impl Repository {
                 .map_err(Error::InvalidInput)?;
         let kbytes = kf.encode();
         let key_id = Id::hash_of(&kbytes);
-        backend.write(&ObjectKind::Key.path(&key_id), &kbytes)?;
-        backend.write("config", &envelope::seal(&keys.data, cipher, SealedKind::Config, &config.encode()))?;
+        backend.write(&ObjectKind::Key.path(&key_id), kbytes)?;
+        backend.write("config", envelope::seal(&keys.data, cipher, SealedKind::Config, &config.encode()))?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
 
@@ -272,7 +272,7 @@ impl Repository {
             SealedKind::Index => ObjectKind::Index,
             SealedKind::Snapshot => ObjectKind::Snapshot,
         };
-        self.backend.write(&okind.path(&id), &sealed)?;
+        self.backend.write(&okind.path(&id), sealed)?;
         Ok(id)
     }
 

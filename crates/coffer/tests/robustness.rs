@@ -385,4 +385,5 @@ fn restore_of_a_missing_snapshot_or_path_is_a_clear_error() {
     let spec = format!("{id}:{}/nonexistent", src.display());
     let err = assert_code(&env.run(&["restore", &spec, "--target", target.to_str().unwrap()]), 1);
     assert!(err.contains("not in the snapshot"), "{err}");
+    assert!(!target.exists(), "a failed restore left its target behind");
 }

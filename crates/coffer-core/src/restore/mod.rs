@@ -88,6 +88,10 @@ pub fn restore(
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreSummary> {
+    // Find what to restore before touching the target, so a wrong path leaves nothing behind.
+    let subpath = opts.subpath.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let snap_root = Path::new("/").join(&subpath);
+    let located = locate(repo, snapshot.tree, &snap_root)?;
     let target = opts.target.clone();
     match std::fs::read_dir(&target) {
         Ok(mut rd) => {
@@ -115,9 +119,7 @@ pub fn restore(
         made: std::collections::HashSet::new(),
         summary: RestoreSummary::default(),
     };
-    let subpath = opts.subpath.clone().unwrap_or_else(|| PathBuf::from("/"));
-    let snap_root = Path::new("/").join(&subpath);
-    match locate(repo, snapshot.tree, &snap_root)? {
+    match located {
         Located::Root(id) => {
             p.plan_dir(id, &target, &snap_root, false)?;
         }

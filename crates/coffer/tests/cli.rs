@@ -52,6 +52,22 @@ fn excludes_from_options_and_files() {
 }
 
 #[test]
+fn a_path_below_a_symlinked_directory_is_backed_up_under_its_real_path() {
+    let env = Env::new();
+    let real = env.path("real");
+    make_tree(&real.join("data"));
+    std::os::unix::fs::symlink(&real, env.path("link")).unwrap();
+    let via_link = env.path("link/data");
+    let out = env.json(&["backup", via_link.to_str().unwrap()]);
+    let id = out["snapshot_id"].as_str().unwrap().to_string();
+    let snap = env.json(&["cat", "snapshot", &id]);
+    let real_data = std::fs::canonicalize(real.join("data")).unwrap();
+    assert_eq!(snap["snapshot"]["paths"], serde_json::json!([real_data.to_str().unwrap()]));
+    let paths = listed(&env, &id);
+    assert!(paths.contains(&format!("{}/keep/a.txt", real_data.display())), "{paths:?}");
+}
+
+#[test]
 fn dry_run_writes_nothing() {
     let env = Env::new();
     let src = env.path("src");

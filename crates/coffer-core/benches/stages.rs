@@ -33,7 +33,7 @@ fn text(len: usize) -> Vec<u8> {
     let mut i = 0;
     while out.len() < len {
         out.extend_from_slice(words[r[i % r.len()] as usize % words.len()].as_bytes());
-        out.push(if r[(i + 1) % r.len()] % 8 == 0 { b'\n' } else { b' ' });
+        out.push(if r[(i + 1) % r.len()].is_multiple_of(8) { b'\n' } else { b' ' });
         i += 2;
     }
     out.truncate(len);

@@ -489,15 +489,15 @@ impl Archiver<'_> {
             }
         }
         let link_key = (node.links > 1).then_some((node.device, node.inode));
-        if let Some(k) = link_key {
-            if let Some(content) = self.hardlinks.lock().expect("poisoned").get(&k) {
-                if unchanged.is_some() {
-                    self.files_unchanged.fetch_add(1, Ordering::Relaxed);
-                }
-                self.progress.add_bytes(node.size);
-                self.progress.add_item(path);
-                return Ok(Some(content.clone()));
+        if let Some(k) = link_key
+            && let Some(content) = self.hardlinks.lock().expect("poisoned").get(&k)
+        {
+            if unchanged.is_some() {
+                self.files_unchanged.fetch_add(1, Ordering::Relaxed);
             }
+            self.progress.add_bytes(node.size);
+            self.progress.add_item(path);
+            return Ok(Some(content.clone()));
         }
         let content = match self.read_content(path) {
             Ok(c) => c,

@@ -14,7 +14,7 @@ pub enum Located {
     /// The snapshot's root tree.
     Root(Id),
     /// An entry below the root.
-    Entry(Node),
+    Entry(Box<Node>),
 }
 
 /// Finds the entry at `path` (absolute, as in the snapshot) below the root tree.
@@ -41,7 +41,7 @@ pub fn locate(repo: &Repository, root: Id, path: &Path) -> Result<Located> {
     }
     Ok(match found {
         None => Located::Root(root),
-        Some(n) => Located::Entry(n),
+        Some(n) => Located::Entry(Box::new(n)),
     })
 }
 

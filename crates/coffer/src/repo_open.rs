@@ -1,6 +1,6 @@
 //! Finding and opening the repository named on the command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -34,7 +34,7 @@ pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
 }
 
 /// Opens the storage backend at `path`.
-pub fn backend(path: &PathBuf) -> Result<Arc<dyn Backend>> {
+pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
     let be =
         OpendalBackend::local(path).with_context(|| format!("cannot open repository storage at {}", path.display()))?;
     Ok(Arc::new(be))
@@ -49,7 +49,7 @@ pub fn open(global: &GlobalArgs) -> Result<Repository> {
 }
 
 /// Opens the repository without loading the index.
-pub fn open_unindexed(global: &GlobalArgs, path: &PathBuf) -> Result<Repository> {
+pub fn open_unindexed(global: &GlobalArgs, path: &Path) -> Result<Repository> {
     if !path.exists() {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
@@ -62,7 +62,7 @@ pub fn open_unindexed(global: &GlobalArgs, path: &PathBuf) -> Result<Repository>
 }
 
 /// Creates a repository at `path`.
-pub fn create(global: &GlobalArgs, path: &PathBuf, opts: &InitOptions) -> Result<Repository> {
+pub fn create(global: &GlobalArgs, path: &Path, opts: &InitOptions) -> Result<Repository> {
     std::fs::create_dir_all(path).with_context(|| format!("cannot create repository directory {}", path.display()))?;
     let be = backend(path)?;
     let pw = password::read(global, Purpose::Create)?;

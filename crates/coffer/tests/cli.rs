@@ -158,7 +158,9 @@ fn reread_share_reads_unchanged_files_again() {
     assert_eq!(m["files_unchanged"], 4, "rereading finds the same content: {m}");
     assert_eq!(m["files_changed"], 0);
     assert_eq!(m["bytes_read"], m["bytes_total"]);
-    assert_eq!(m["bytes_new"], 0);
+    // Reread content deduplicates: at most the trees above `src` are new (their mtimes
+    // change as other tests use /tmp), never the 10 000-byte file.
+    assert!(m["bytes_new"].as_u64().unwrap() < 4096, "{m}");
     assert_code(&env.run(&["backup", src.to_str().unwrap(), "--reread-share", "101"]), 2);
 }
 

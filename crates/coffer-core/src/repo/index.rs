@@ -155,7 +155,7 @@ impl MasterIndex {
     fn rebuild(&mut self) {
         // Several copies of a blob (concurrent writers, interrupted runs) hold the same
         // plaintext; any one location serves.
-        self.sorted.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        self.sorted.sort_unstable_by_key(|a| a.id);
         self.sorted.dedup_by(|a, b| a.id == b.id);
         self.sorted.shrink_to_fit();
         let mut b = 0;

@@ -29,6 +29,9 @@ use crate::format::tree::Tree;
 use crate::format::{FORMAT_VERSION, ObjectKind, index as index_file};
 use crate::id::Id;
 
+/// Snapshots that could not be loaded, each as the error naming it.
+pub type DamagedSnapshots = Vec<Error>;
+
 /// Settings chosen when a repository is created.
 #[derive(Clone, Debug)]
 pub struct InitOptions {
@@ -365,7 +368,7 @@ impl Repository {
 
     /// Loads every snapshot, oldest first. A damaged snapshot does not hide the
     /// others: it is returned in the second list. Storage errors fail the call.
-    pub fn snapshots(&self) -> Result<(Vec<(Id, Snapshot)>, Vec<Error>)> {
+    pub fn snapshots(&self) -> Result<(Vec<(Id, Snapshot)>, DamagedSnapshots)> {
         let ids = self.list_ids(ObjectKind::Snapshot)?;
         let loaded: Vec<(Id, Result<Snapshot>)> = ids.par_iter().map(|id| (*id, self.load_snapshot(id))).collect();
         let (mut snaps, mut damaged) = (Vec::new(), Vec::new());

@@ -88,7 +88,7 @@ pub(super) fn write_contents(
 
     // Fill them, pack by pack.
     let mut packs: Vec<(PackInfo, Vec<Target>)> = by_pack.into_values().collect();
-    packs.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    packs.sort_by_key(|a| a.0.id);
     packs.par_iter_mut().for_each(|(pack, targets)| {
         targets.sort_by_key(|t| (t.entry.offset, t.file, t.offset));
         let mut start = 0;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::args::{CatArgs, GlobalArgs};
 use crate::{exit, repo_open};
 
-fn need<'a>(a: &'a CatArgs) -> Result<&'a str> {
+fn need(a: &CatArgs) -> Result<&str> {
     a.id.as_deref().with_context(|| format!("'coffer cat {}' needs an id", a.kind))
 }
 

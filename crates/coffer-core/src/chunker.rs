@@ -180,17 +180,7 @@ impl<R: Read> ChunkReader<R> {
 mod tests {
     use super::*;
 
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::testutil::noise as pseudo_random;
 
     fn small() -> ChunkerParams {
         ChunkerParams { min_size: 2 << 10, avg_size: 8 << 10, max_size: 32 << 10 }

@@ -44,15 +44,7 @@ mod tests {
     use super::*;
 
     fn noise(len: usize) -> Vec<u8> {
-        let mut x = 0x1234_5678_9abc_def1u64;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        crate::testutil::noise(len, 0x1234_5678_9abc_def1)
     }
 
     #[test]

@@ -80,24 +80,17 @@ fn default_repository_is_created_on_first_backup() {
     let src = env.path("src");
     make_tree(&src);
     let xdg = env.path("xdg");
-    let out = env
-        .cmd()
-        .env_remove("COFFER_REPOSITORY")
-        .env("XDG_DATA_HOME", &xdg)
-        .args(["backup", src.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let backup_default = || {
+        let mut c = env.cmd();
+        c.env_remove("COFFER_REPOSITORY").env("XDG_DATA_HOME", &xdg).args(["backup", src.to_str().unwrap()]);
+        c.output().unwrap()
+    };
+    let out = backup_default();
     assert_success(&out);
     assert!(text(&out.stdout).contains("created the default repository"), "{}", text(&out.stdout));
     assert!(xdg.join("coffer/repo/config").is_file());
     // The second backup opens it instead.
-    let out = env
-        .cmd()
-        .env_remove("COFFER_REPOSITORY")
-        .env("XDG_DATA_HOME", &xdg)
-        .args(["backup", src.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = backup_default();
     assert_success(&out);
     assert!(!text(&out.stdout).contains("created"));
 }

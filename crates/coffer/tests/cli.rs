@@ -48,7 +48,20 @@ fn excludes_from_options_and_files() {
         paths.iter().filter_map(|p| p.strip_prefix(src.to_str().unwrap()).map(String::from)).collect();
     assert_eq!(rel, vec!["", "/keep", "/keep/a.txt", "/keep/deep"], "{paths:?}");
     let snap = env.json(&["cat", "snapshot", &id]);
-    assert_eq!(snap["snapshot"]["excludes"].as_array().unwrap().len(), 3);
+    // The three given, and the repository itself.
+    assert_eq!(snap["snapshot"]["excludes"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn the_repository_is_never_backed_up_into_itself() {
+    let env = Env::new();
+    make_tree(&env.path("src"));
+    let home = env.dir.path();
+    let id = env.backup(&[home]);
+    let paths = listed(&env, &id);
+    let repo = std::fs::canonicalize(env.repo()).unwrap();
+    assert!(paths.iter().any(|p| p.ends_with("/src/keep/a.txt")), "{paths:?}");
+    assert!(!paths.iter().any(|p| p.starts_with(repo.to_str().unwrap())), "{paths:?}");
 }
 
 #[test]

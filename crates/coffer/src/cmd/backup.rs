@@ -1,5 +1,7 @@
 //! `coffer backup`.
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 use coffer_core::backup::{BackupOptions, backup};
 use coffer_core::format::ObjectKind;
@@ -19,6 +21,22 @@ fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
         );
     }
     Ok(patterns)
+}
+
+/// Adds the repository itself to the excludes (when it lies inside a backed-up
+/// path, backing it up would store every earlier backup again).
+fn with_repository_excluded(mut patterns: Vec<String>, repo: &Path) -> Vec<String> {
+    if let Ok(abs) = std::fs::canonicalize(repo) {
+        let mut p = String::from("/");
+        for c in abs.to_string_lossy().trim_start_matches('/').chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '!' | '#' | '\\' | ' ') {
+                p.push('\\');
+            }
+            p.push(c);
+        }
+        patterns.push(p);
+    }
+    patterns
 }
 
 pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
@@ -42,7 +60,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     };
     let opts = BackupOptions {
         paths: a.paths.clone(),
-        excludes: read_exclude_files(a)?,
+        excludes: with_repository_excluded(read_exclude_files(a)?, &path),
         one_file_system: a.one_file_system,
         dry_run: a.dry_run,
         tags: a.tags.iter().filter(|t| !t.is_empty()).cloned().collect(),

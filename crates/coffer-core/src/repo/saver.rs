@@ -1,14 +1,15 @@
 //! The blob saver: deduplicates, compresses, encrypts and packs blobs, uploads
 //! full packs and writes index files. Safe to call from many threads at once:
-//! each thread fills a pack of its own, taken from a small pool.
+//! threads take open packs from a pool of at most one per two worker threads
+//! (each open pack holds up to ~20 MiB), sealing blobs into them one at a time.
 //!
 //! Write order (docs/design.md#write-order): a pack is uploaded before any index
 //! file lists it, and [`BlobSaver::finish`] returns only after every pack and
 //! index file is stored, so a snapshot written after it references only stored blobs.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use super::Repository;
 use super::uploader::Uploader;
@@ -36,11 +37,20 @@ pub struct SaverStats {
     pub packs: u64,
 }
 
+/// The open packs: each is either in `free` or held by one thread while it adds a blob.
+#[derive(Default)]
+struct PackPool {
+    free: Vec<PackBuilder>,
+    open: usize,
+}
+
 /// Saves blobs into packs. See the module documentation.
 pub struct BlobSaver<'r> {
     repo: &'r Repository,
     dry_run: bool,
-    packs: Mutex<Vec<PackBuilder>>,
+    packs: Mutex<PackPool>,
+    returned: Condvar,
+    max_open: usize,
     pending: Mutex<HashSet<Id>>,
     unindexed: Mutex<Vec<PackRecord>>,
     uploader: Option<Uploader>,
@@ -60,7 +70,9 @@ impl<'r> BlobSaver<'r> {
         BlobSaver {
             repo,
             dry_run: false,
-            packs: Mutex::new(Vec::new()),
+            packs: Mutex::new(PackPool::default()),
+            returned: Condvar::new(),
+            max_open: (rayon::current_num_threads() / 2).max(1),
             pending: Mutex::new(HashSet::new()),
             unindexed: Mutex::new(Vec::new()),
             uploader: None,
@@ -101,19 +113,36 @@ impl<'r> BlobSaver<'r> {
             None => (COMPRESSION_NONE, data),
         };
         let pack_size = self.repo.config().pack_size as usize;
-        let mut builder =
-            self.packs.lock().expect("poisoned").pop().unwrap_or_else(|| {
-                PackBuilder::new(&self.repo.keys().data, self.repo.cipher(), pack_size + pack_size / 4)
-            });
+        let mut builder = self.take_pack(pack_size);
         builder.add(blob_type, id, compression, payload, raw_length);
         self.blobs.fetch_add(1, Ordering::Relaxed);
         self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
         if builder.len() >= pack_size {
+            self.packs.lock().expect("poisoned").open -= 1;
+            self.returned.notify_one();
             self.upload(builder.finish())?;
         } else {
-            self.packs.lock().expect("poisoned").push(builder);
+            self.packs.lock().expect("poisoned").free.push(builder);
+            self.returned.notify_one();
         }
         Ok(true)
+    }
+
+    /// Takes an open pack: a free one, a new one while fewer than `max_open` are
+    /// open, or else waits for one to be returned. Holders never block while they
+    /// hold a pack (adding a blob only seals it), so the wait is short.
+    fn take_pack(&self, pack_size: usize) -> PackBuilder {
+        let mut pool = self.packs.lock().expect("poisoned");
+        loop {
+            if let Some(b) = pool.free.pop() {
+                return b;
+            }
+            if pool.open < self.max_open {
+                pool.open += 1;
+                return PackBuilder::new(&self.repo.keys().data, self.repo.cipher(), pack_size + pack_size / 4);
+            }
+            pool = self.returned.wait(pool).expect("poisoned");
+        }
     }
 
     fn upload(&self, pack: FinishedPack) -> Result<()> {
@@ -159,7 +188,7 @@ impl<'r> BlobSaver<'r> {
     /// Uploads every partly filled pack, waits for all uploads, writes the
     /// remaining index records, and returns what was added.
     pub fn finish(self) -> Result<SaverStats> {
-        let builders = std::mem::take(&mut *self.packs.lock().expect("poisoned"));
+        let builders = std::mem::take(&mut self.packs.lock().expect("poisoned").free);
         for b in builders {
             if !b.is_empty() {
                 self.upload(b.finish())?;

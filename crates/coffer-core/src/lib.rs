@@ -26,9 +26,12 @@ pub mod error;
 pub mod format;
 pub mod fsmeta;
 pub mod id;
+pub mod merkle;
 pub mod progress;
 pub mod repo;
 pub mod restore;
+pub mod sign;
+pub mod state;
 pub mod walk;
 
 pub use error::{Error, Result};

@@ -68,3 +68,18 @@ pub fn create(global: &GlobalArgs, path: &Path, opts: &InitOptions) -> Result<Re
     let pw = password::read(global, Purpose::Create)?;
     Ok(Repository::init(be, pw.as_bytes(), opts)?)
 }
+
+/// Where this client keeps what it remembers about repositories:
+/// `$XDG_STATE_HOME/coffer`, else `~/.local/state/coffer`.
+pub fn state_base() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d).join("coffer"));
+    }
+    let home = dirs::home_dir().context("cannot find the home directory for coffer's local state")?;
+    Ok(home.join(".local/state/coffer"))
+}
+
+/// The local state of an open repository.
+pub fn local_state(repo: &Repository) -> Result<coffer_core::state::LocalState> {
+    Ok(coffer_core::state::LocalState::new(&state_base()?, &repo.config().id))
+}

@@ -27,9 +27,13 @@ use crate::format::pack::BlobType;
 use crate::format::snapshot::{MAX_SKIPPED_LISTED, Skipped, Snapshot, Summary};
 use crate::format::tree::{Node, NodeKind, Tree};
 use crate::fsmeta::{self, NameCache};
+use crate::history::{HEADS_FILE, History};
 use crate::id::Id;
+use crate::merkle::{self, Hash};
 use crate::progress::Progress;
 use crate::repo::{BlobSaver, Repository, SnapshotFilter};
+use crate::sign::SigningKey;
+use crate::state::LocalState;
 
 /// Chunks of one file hashed and stored in parallel are gathered up to this size.
 const BATCH_BYTES: usize = 8 << 20;
@@ -58,7 +62,13 @@ pub struct BackupOptions {
     /// random, to catch content that changed without its metadata (silent
     /// corruption, or writers that restore mtimes).
     pub reread_share: f64,
+    /// This client's local state of the repository: the history heads it saw are
+    /// checked (rollback is reported as a warning) and updated.
+    pub state: Option<LocalState>,
 }
+
+/// A saved entry and the Merkle leaves below it, in tree order.
+type Saved = (Node, Vec<Hash>);
 
 /// The outcome of a backup.
 #[derive(Debug)]
@@ -155,7 +165,8 @@ struct Archiver<'a> {
     opts: &'a BackupOptions,
     progress: &'a dyn Progress,
     names: NameCache,
-    hardlinks: Mutex<HashMap<(u64, u64), Vec<Id>>>,
+    hardlinks: Mutex<HashMap<(u64, u64), (Vec<Id>, Id)>>,
+    merkle_key: [u8; 32],
     skipped: Mutex<Vec<Skipped>>,
     skipped_count: AtomicU64,
     files_new: AtomicU64,
@@ -168,7 +179,12 @@ struct Archiver<'a> {
 }
 
 /// Backs up `opts.paths` into `repo` and writes a snapshot (unless a dry run).
-pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) -> Result<BackupResult> {
+pub fn backup(
+    repo: &Repository,
+    opts: &BackupOptions,
+    key: &SigningKey,
+    progress: &dyn Progress,
+) -> Result<BackupResult> {
     let start = Instant::now();
     let time = SystemTime::now();
     if opts.paths.is_empty() {
@@ -179,13 +195,21 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
     let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     path_strings.sort();
     path_strings.dedup();
+    let mut history = History::load(repo)?;
+    let mut history_intact = true;
+    if let Some(state) = &opts.state {
+        for e in history.verify(&state.read_ids(HEADS_FILE)?).errors {
+            history_intact = false;
+            progress.warn(Path::new("history"), &e);
+        }
+    }
     let parent = match opts.parent {
         Some(id) => Some(id),
         None => {
             let filter = SnapshotFilter { host: Some(hostname.clone()), tags: vec![], paths: vec![] };
             // A damaged snapshot cannot be a parent; `check` reports it.
-            repo.snapshots()?
-                .0
+            history
+                .live_snapshots()
                 .into_iter()
                 .rev()
                 .find(|(_, s)| filter.matches(s) && s.paths == path_strings)
@@ -205,6 +229,7 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
         progress,
         names: NameCache::default(),
         hardlinks: Mutex::new(HashMap::new()),
+        merkle_key: crate::crypto::random_array(),
         skipped: Mutex::new(Vec::new()),
         skipped_count: AtomicU64::new(0),
         files_new: AtomicU64::new(0),
@@ -221,7 +246,7 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
         .thread_name(|i| format!("coffer-backup-{i}"))
         .build()
         .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
-    let tree = std::thread::scope(|s| {
+    let (tree, leaves) = std::thread::scope(|s| {
         if progress.wants_totals() {
             s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
         }
@@ -237,6 +262,10 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
     })?;
     let stats = arch.saver.finish()?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
+    // The heads are taken last, so that backups finished meanwhile are linked.
+    if !opts.dry_run {
+        history.refresh(repo)?;
+    }
     let snapshot = Snapshot {
         version: FORMAT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
@@ -263,8 +292,17 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: &dyn Progress) 
             duration_ms: start.elapsed().as_millis() as u64,
         },
         program: format!("coffer {}", env!("CARGO_PKG_VERSION")),
+        writer: key.public(),
+        history: history.heads(),
+        merkle_root: Id(merkle::root(&leaves)),
+        merkle_leaves: leaves.len() as u64,
+        merkle_key: Id(arch.merkle_key),
+        signature: Default::default(),
     };
-    let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot)?) };
+    let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
+    if let (Some(id), Some(state), true) = (id, &opts.state, history_intact) {
+        state.write_ids(HEADS_FILE, &[id])?;
+    }
     Ok(BackupResult { id, snapshot })
 }
 
@@ -315,9 +353,9 @@ impl Archiver<'_> {
         id.and_then(|id| Some((id, self.repo.load_tree(&id).ok()?)))
     }
 
-    fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<Id> {
+    fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<(Id, Vec<Hash>)> {
         let parent = self.parent_tree(parent);
-        let results: Vec<Result<Option<Node>>> = children
+        let results: Vec<Result<Option<Saved>>> = children
             .par_iter()
             .map(|(name, v)| {
                 let pnode = parent.as_ref().and_then(|(_, t)| t.find(name));
@@ -339,9 +377,10 @@ impl Archiver<'_> {
                         if node.kind != NodeKind::Dir {
                             return Err(Error::InvalidInput(format!("{} is not a directory", path.display())));
                         }
-                        node.subtree = Some(self.save_virtual(sub, pnode.and_then(|n| n.subtree))?);
+                        let (sub, leaves) = self.save_virtual(sub, pnode.and_then(|n| n.subtree))?;
+                        node.subtree = Some(sub);
                         self.dirs.fetch_add(1, Ordering::Relaxed);
-                        Ok(Some(node))
+                        Ok(Some((node, leaves)))
                     }
                 }
             })
@@ -351,20 +390,23 @@ impl Archiver<'_> {
 
     /// Saves a directory's tree, or reuses the parent snapshot's tree when every
     /// entry is unchanged (no encoding or hashing needed then).
-    fn save_tree(&self, results: Vec<Result<Option<Node>>>, parent: Option<&(Id, Tree)>) -> Result<Id> {
-        let mut nodes = Vec::with_capacity(results.len());
+    /// Returns the tree id and the Merkle leaves of the files below, in tree order.
+    fn save_tree(&self, results: Vec<Result<Option<Saved>>>, parent: Option<&(Id, Tree)>) -> Result<(Id, Vec<Hash>)> {
+        let mut saved = Vec::with_capacity(results.len());
         for r in results {
             if let Some(n) = r? {
-                nodes.push(n);
+                saved.push(n);
             }
         }
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        saved.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let (nodes, leaf_lists): (Vec<Node>, Vec<Vec<Hash>>) = saved.into_iter().unzip();
+        let leaves = leaf_lists.concat();
         // The parent's tree was loaded through the index, so it is stored.
         if let Some((id, _)) = parent.filter(|(_, t)| t.nodes == nodes) {
-            return Ok(*id);
+            return Ok((*id, leaves));
         }
         let tree = Tree { nodes };
-        Ok(self.saver.save(BlobType::Tree, &tree.encode())?.0)
+        Ok((self.saver.save(BlobType::Tree, &tree.encode())?.0, leaves))
     }
 
     /// Saves one entry; `Ok(None)` when it was skipped.
@@ -375,7 +417,7 @@ impl Archiver<'_> {
         md: &Metadata,
         parent: Option<&Node>,
         dev: Option<u64>,
-    ) -> Result<Option<Node>> {
+    ) -> Result<Option<Saved>> {
         let (mut node, warning) = match fsmeta::read_node(name, path, md, &self.names) {
             Ok(r) => r,
             Err(e) => {
@@ -387,21 +429,29 @@ impl Archiver<'_> {
             // The entry is kept; only its extended attributes are missing.
             self.progress.warn(path, &w);
         }
+        let mut leaves = Vec::new();
         match node.kind {
             NodeKind::Dir => {
                 self.dirs.fetch_add(1, Ordering::Relaxed);
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
                 let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
-                node.subtree = Some(if crosses {
+                let (sub, below) = if crosses {
                     self.save_tree(Vec::new(), None)?
                 } else {
                     self.save_dir(path, md.dev(), parent_sub)?
-                });
+                };
+                node.subtree = Some(sub);
+                leaves = below;
             }
             NodeKind::File => {
                 let parent = parent.filter(|p| p.kind == NodeKind::File);
                 match self.save_file(path, &node, parent)? {
-                    Some(content) => node.content = content,
+                    Some((content, digest)) => {
+                        node.content = content;
+                        node.digest = Some(digest);
+                        let p = path.as_os_str().as_bytes();
+                        leaves.push(merkle::file_leaf(&merkle::leaf_salt(&self.merkle_key, p), &digest.0, p));
+                    }
                     None => return Ok(None),
                 }
             }
@@ -409,10 +459,10 @@ impl Archiver<'_> {
                 self.others.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(Some(node))
+        Ok(Some((node, leaves)))
     }
 
-    fn save_dir(&self, path: &Path, dev: u64, parent: Option<Id>) -> Result<Id> {
+    fn save_dir(&self, path: &Path, dev: u64, parent: Option<Id>) -> Result<(Id, Vec<Hash>)> {
         let rd = match std::fs::read_dir(path) {
             Ok(rd) => rd,
             Err(e) => {
@@ -429,7 +479,7 @@ impl Archiver<'_> {
         }
         entries.sort();
         let parent = self.parent_tree(parent);
-        let results: Vec<Result<Option<Node>>> = entries
+        let results: Vec<Result<Option<Saved>>> = entries
             .par_iter()
             .map(|name| {
                 let child = path.join(name);
@@ -463,14 +513,16 @@ impl Archiver<'_> {
             && node.ctime == parent.ctime
             && node.inode == parent.inode
             && (node.size == 0 || !parent.content.is_empty())
+            && parent.digest.is_some()
             && {
                 let idx = self.repo.index();
                 parent.content.iter().all(|id| idx.contains(id, BlobType::Data))
             }
     }
 
-    /// Stores a file's content; `Ok(None)` when it could not be read.
-    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<Vec<Id>>> {
+    /// Stores a file's content; returns its blob ids and digest, or `Ok(None)` when
+    /// it could not be read.
+    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<(Vec<Id>, Id)>> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
         let unchanged = parent.filter(|p| self.unchanged(node, p));
         match unchanged {
@@ -478,7 +530,8 @@ impl Archiver<'_> {
                 self.files_unchanged.fetch_add(1, Ordering::Relaxed);
                 self.progress.add_bytes(node.size);
                 self.progress.add_item(path);
-                return Ok(Some(p.content.clone()));
+                let digest = p.digest.expect("unchanged() requires a digest");
+                return Ok(Some((p.content.clone(), digest)));
             }
             Some(_) => {} // reread below; counted once its content is known
             None if parent.is_some() => {
@@ -499,7 +552,7 @@ impl Archiver<'_> {
             self.progress.add_item(path);
             return Ok(Some(content.clone()));
         }
-        let content = match self.read_content(path) {
+        let (content, digest) = match self.read_content(path) {
             Ok(c) => c,
             Err(Error::Io { source, .. }) => {
                 self.skip(path, format!("cannot read file: {source}"));
@@ -508,10 +561,10 @@ impl Archiver<'_> {
             Err(e) => return Err(e),
         };
         if let Some(k) = link_key {
-            self.hardlinks.lock().expect("poisoned").insert(k, content.clone());
+            self.hardlinks.lock().expect("poisoned").insert(k, (content.clone(), digest));
         }
         if let Some(p) = unchanged {
-            if p.content == content {
+            if p.content == content && p.digest == Some(digest) {
                 self.files_unchanged.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.files_changed.fetch_add(1, Ordering::Relaxed);
@@ -524,24 +577,34 @@ impl Archiver<'_> {
             }
         }
         self.progress.add_item(path);
-        Ok(Some(content))
+        Ok(Some((content, digest)))
     }
 
     /// Reads, chunks and stores a file. While one batch of chunks is hashed,
     /// compressed and sealed (in parallel), the next batch is read: `rayon::join`
     /// lets an idle worker take the read, so I/O overlaps with CPU work without
     /// extra threads.
-    fn read_content(&self, path: &Path) -> Result<Vec<Id>> {
+    /// The file's digest is computed by the same task that reads ahead.
+    fn read_content(&self, path: &Path) -> Result<(Vec<Id>, Id)> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut reader = ChunkReader::new(file, self.repo.chunker().clone());
+        let mut digest = blake3::Hasher::new();
         let mut ids = Vec::new();
         let mut batch = read_batch(&mut reader, path)?;
         while !batch.is_empty() {
-            let (saved, next) = rayon::join(|| self.save_batch(&batch), || read_batch(&mut reader, path));
+            let (saved, next) = rayon::join(
+                || self.save_batch(&batch),
+                || {
+                    batch.iter().for_each(|c| {
+                        digest.update(c);
+                    });
+                    read_batch(&mut reader, path)
+                },
+            );
             ids.extend(saved?);
             batch = next?;
         }
-        Ok(ids)
+        Ok((ids, Id(*digest.finalize().as_bytes())))
     }
 
     fn save_batch(&self, batch: &[Vec<u8>]) -> Result<Vec<Id>> {

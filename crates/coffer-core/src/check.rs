@@ -31,6 +31,8 @@ use crate::repo::Repository;
 pub struct CheckOptions {
     /// Also read and verify every pack's content.
     pub read_data: bool,
+    /// This client's local state: the history heads it saw last, to detect rollback.
+    pub state: Option<crate::state::LocalState>,
 }
 
 /// The findings of a check.
@@ -50,6 +52,8 @@ pub struct CheckReport {
     pub packs: u64,
     /// Packs read and verified.
     pub packs_read: u64,
+    /// Snapshots removed on purpose, each recorded by a tombstone.
+    pub forgotten: u64,
 }
 
 impl CheckReport {
@@ -86,6 +90,10 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         }
     }
     check_snapshots(repo, &mut r)?;
+    let history = crate::history::check(repo, opts.state.as_ref())?;
+    r.errors.extend(history.errors);
+    r.warnings.extend(history.warnings);
+    r.forgotten = history.forgotten as u64;
     if opts.read_data {
         read_data(repo, &packs, &mut r, progress);
     }

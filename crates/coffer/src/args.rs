@@ -14,7 +14,8 @@ Exit codes:
   10  the repository does not exist
   11  backup made, but some files could not be read (snapshot is incomplete)
   12  repository data is damaged (or check found errors)
-  13  restore target is not empty (pass --overwrite)";
+  13  restore target is not empty (pass --overwrite)
+  14  a proof or signature does not verify";
 
 /// coffer: encrypted, deduplicated, compressed backups.
 #[derive(Parser, Debug)]
@@ -67,6 +68,18 @@ pub enum Command {
     /// Verify the repository's structure and, with --read-data, all of its data.
     #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
+    /// Remove snapshots, leaving a signed tombstone in the history.
+    #[command(after_help = EXIT_CODES)]
+    Forget(ForgetArgs),
+    /// Print a proof that a file belongs to a signed snapshot.
+    #[command(after_help = EXIT_CODES)]
+    Prove(ProveArgs),
+    /// Check a proof made by `coffer prove`, without the repository.
+    #[command(name = "verify-proof", after_help = EXIT_CODES)]
+    VerifyProof(VerifyProofArgs),
+    /// List the writers (signing keys) registered in the repository.
+    #[command(after_help = EXIT_CODES)]
+    Writers,
 }
 
 #[derive(Args, Debug)]
@@ -194,6 +207,39 @@ pub struct CheckArgs {
     /// Also read and verify every pack.
     #[arg(long)]
     pub read_data: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ForgetArgs {
+    /// Snapshots to forget (ids or unique prefixes).
+    #[arg(required = true)]
+    pub snapshots: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ProveArgs {
+    /// Snapshot id (a unique prefix works) or `latest`.
+    pub snapshot: String,
+    /// Absolute path of a regular file in the snapshot.
+    pub path: std::ffi::OsString,
+    /// Write the proof to this file instead of standard output.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyProofArgs {
+    /// The proof (a file written by `coffer prove`; `-` for standard input).
+    pub proof: PathBuf,
+    /// Also check that this file's content is the content proven.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Require the snapshot to be signed by this public key (hex, repeatable; see
+    /// `coffer writers`).
+    #[arg(long = "public-key")]
+    pub public_keys: Vec<String>,
 }
 
 /// Parses a percentage from 0 to 100 (a trailing `%` is allowed).

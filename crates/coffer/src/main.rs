@@ -32,6 +32,8 @@ pub mod exit {
     pub const DAMAGED: u8 = 12;
     /// The restore target is not empty and --overwrite was not given.
     pub const TARGET_NOT_EMPTY: u8 = 13;
+    /// A proof or signature does not verify.
+    pub const NOT_VERIFIED: u8 = 14;
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {
@@ -60,6 +62,10 @@ fn main() -> ExitCode {
         Command::Restore(a) => cmd::restore::run(&cli.global, a),
         Command::Cat(a) => cmd::cat::run(&cli.global, a),
         Command::Check(a) => cmd::check::run(&cli.global, a),
+        Command::Forget(a) => cmd::forget::run(&cli.global, a),
+        Command::Prove(a) => cmd::prove::run(&cli.global, a),
+        Command::VerifyProof(a) => cmd::prove::verify(&cli.global, a),
+        Command::Writers => cmd::writers::run(&cli.global),
     };
     match result {
         Ok(code) => ExitCode::from(code),

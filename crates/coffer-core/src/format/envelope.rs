@@ -30,6 +30,10 @@ pub enum SealedKind {
     Index = 2,
     /// A snapshot.
     Snapshot = 3,
+    /// A writer registration.
+    Writer = 4,
+    /// A tombstone.
+    Tombstone = 5,
 }
 
 /// Encrypts `plaintext` into a sealed object of `kind`.

@@ -7,13 +7,16 @@ pub mod envelope;
 pub mod index;
 pub mod keyfile;
 pub mod pack;
+pub mod signed;
 pub mod snapshot;
+pub mod tombstone;
 pub mod tree;
+pub mod writer;
 
 use crate::id::{ID_LEN, Id};
 
 /// The version of the repository format this library writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The kinds of stored object, each under its own prefix (docs/design.md#layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +29,12 @@ pub enum ObjectKind {
     Pack,
     /// `index/<id>`: an index file, sealed.
     Index,
-    /// `snapshots/<id>`: a snapshot, sealed.
+    /// `snapshots/<id>`: a snapshot, sealed and signed.
     Snapshot,
+    /// `writers/<id>`: a writer's registered public key, sealed.
+    Writer,
+    /// `tombstones/<id>`: a record of forgotten snapshots, sealed and signed.
+    Tombstone,
 }
 
 impl ObjectKind {
@@ -39,6 +46,8 @@ impl ObjectKind {
             ObjectKind::Pack => "data/",
             ObjectKind::Index => "index/",
             ObjectKind::Snapshot => "snapshots/",
+            ObjectKind::Writer => "writers/",
+            ObjectKind::Tombstone => "tombstones/",
         }
     }
 
@@ -50,6 +59,8 @@ impl ObjectKind {
             ObjectKind::Pack => "pack",
             ObjectKind::Index => "index file",
             ObjectKind::Snapshot => "snapshot",
+            ObjectKind::Writer => "writer record",
+            ObjectKind::Tombstone => "tombstone",
         }
     }
 

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::signed::SignatureStatus;
 use crate::id::Id;
+use crate::sign::PublicKey;
 
 /// Counts recorded at the end of a backup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,9 +80,29 @@ pub struct Snapshot {
     pub summary: Summary,
     /// The program that wrote it, e.g. `coffer 0.1.0`.
     pub program: String,
+    /// The public key of the writer that signed it.
+    pub writer: PublicKey,
+    /// The history heads the writer saw when it wrote this snapshot: the snapshots
+    /// and tombstones that nothing else referred to yet (docs/design.md#history).
+    #[serde(default)]
+    pub history: Vec<Id>,
+    /// Root of the Merkle tree over the snapshot's files (docs/design.md#merkle-root).
+    pub merkle_root: Id,
+    /// Number of leaves (regular files) under the Merkle root.
+    pub merkle_leaves: u64,
+    /// Secret from which the leaves' salts derive; never shown outside the repository.
+    pub merkle_key: Id,
+    /// The signature, as checked when loaded (not stored in the JSON).
+    #[serde(skip)]
+    pub signature: SignatureStatus,
 }
 
 impl Snapshot {
+    /// When the backup finished: `time` plus its duration.
+    pub fn end_time(&self) -> std::time::SystemTime {
+        self.system_time() + std::time::Duration::from_millis(self.summary.duration_ms)
+    }
+
     /// Whether some entries could not be read.
     pub fn is_incomplete(&self) -> bool {
         self.skipped_count > 0

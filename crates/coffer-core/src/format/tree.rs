@@ -95,6 +95,9 @@ pub struct Node {
     /// File content: data blob ids in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<Id>,
+    /// Regular files: the unkeyed BLAKE3 hash of the content, the file's Merkle leaf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Id>,
     /// The file had holes: all-zero chunks are restored as holes.
     #[serde(default, skip_serializing_if = "is_false")]
     pub sparse: bool,
@@ -127,6 +130,9 @@ impl Tree {
             }
             if (n.kind == NodeKind::Dir) != n.subtree.is_some() {
                 return Err(format!("entry {:?}: subtree present exactly when a directory", n.name.display()));
+            }
+            if (n.kind == NodeKind::File) != n.digest.is_some() {
+                return Err(format!("entry {:?}: digest present exactly when a regular file", n.name.display()));
             }
         }
         if t.nodes.windows(2).any(|w| w[0].name >= w[1].name) {
@@ -164,6 +170,7 @@ mod tests {
             target: None,
             xattrs: vec![],
             content: vec![],
+            digest: (kind == NodeKind::File).then_some(Id([2; 32])),
             sparse: false,
             subtree: (kind == NodeKind::Dir).then_some(Id([1; 32])),
         }

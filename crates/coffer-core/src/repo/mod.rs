@@ -4,10 +4,12 @@
 
 mod index;
 mod saver;
+mod signed;
 mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
 pub use saver::{BlobSaver, SaverStats};
+pub use signed::{WRITER_KEY_FILE, Writers};
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -66,6 +68,7 @@ pub struct Repository {
     index: RwLock<MasterIndex>,
     key_id: Id,
     tree_id_key: Key,
+    writers: RwLock<Option<Writers>>,
 }
 
 /// Which snapshots a name like `latest` may pick.
@@ -141,6 +144,7 @@ impl Repository {
             index: RwLock::new(MasterIndex::default()),
             key_id,
             tree_id_key,
+            writers: RwLock::new(None),
         }
     }
 
@@ -247,6 +251,14 @@ impl Repository {
         self.index.write().expect("index lock poisoned")
     }
 
+    fn writers_cache(&self) -> RwLockReadGuard<'_, Option<Writers>> {
+        self.writers.read().expect("writers lock poisoned")
+    }
+
+    fn writers_cache_mut(&self) -> std::sync::RwLockWriteGuard<'_, Option<Writers>> {
+        self.writers.write().expect("writers lock poisoned")
+    }
+
     /// Lists the ids of all objects of `kind` (not `Config`).
     pub fn list_ids(&self, kind: ObjectKind) -> Result<Vec<Id>> {
         let mut ids: Vec<Id> =
@@ -273,13 +285,16 @@ impl Repository {
                 return Err(Error::InvalidInput("the config is written only at init".into()));
             }
             SealedKind::Index => ObjectKind::Index,
-            SealedKind::Snapshot => ObjectKind::Snapshot,
+            SealedKind::Writer => ObjectKind::Writer,
+            SealedKind::Snapshot | SealedKind::Tombstone => {
+                return Err(Error::InvalidInput("snapshots and tombstones are stored signed".into()));
+            }
         };
         self.backend.write(&okind.path(&id), sealed)?;
         Ok(id)
     }
 
-    fn load_sealed(&self, kind: ObjectKind, sealed_kind: SealedKind, id: &Id) -> Result<Vec<u8>> {
+    pub(crate) fn load_sealed(&self, kind: ObjectKind, sealed_kind: SealedKind, id: &Id) -> Result<Vec<u8>> {
         let bytes = self.read_object(kind, id)?;
         envelope::open(&self.keys.data, sealed_kind, &bytes).map_err(|e| Error::corrupt(kind.describe(id), e))
     }
@@ -355,30 +370,12 @@ impl Repository {
         Tree::decode(&data).map_err(|e| Error::corrupt(format!("tree {}", id.short()), e))
     }
 
-    /// Loads and decodes one snapshot.
-    pub fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
-        let plain = self.load_sealed(ObjectKind::Snapshot, SealedKind::Snapshot, id)?;
-        Snapshot::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Snapshot.describe(id), e))
-    }
-
-    /// Stores a snapshot; returns its id.
-    pub fn save_snapshot(&self, snap: &Snapshot) -> Result<Id> {
-        self.save_sealed(SealedKind::Snapshot, &snap.encode())
-    }
-
     /// Loads every snapshot, oldest first. A damaged snapshot does not hide the
     /// others: it is returned in the second list. Storage errors fail the call.
     pub fn snapshots(&self) -> Result<(Vec<(Id, Snapshot)>, DamagedSnapshots)> {
         let ids = self.list_ids(ObjectKind::Snapshot)?;
         let loaded: Vec<(Id, Result<Snapshot>)> = ids.par_iter().map(|id| (*id, self.load_snapshot(id))).collect();
-        let (mut snaps, mut damaged) = (Vec::new(), Vec::new());
-        for (id, r) in loaded {
-            match r {
-                Ok(s) => snaps.push((id, s)),
-                Err(Error::Backend(e)) => return Err(Error::Backend(e)),
-                Err(e) => damaged.push(e),
-            }
-        }
+        let (mut snaps, damaged) = signed::split_damaged(loaded)?;
         snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
         Ok((snaps, damaged))
     }

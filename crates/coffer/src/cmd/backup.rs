@@ -68,9 +68,16 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         parent,
         force: a.force,
         reread_share: a.reread_share,
+        state: Some(repo_open::local_state(&repo)?),
+    };
+    let key = if a.dry_run {
+        // A dry run writes nothing, not even a writer registration.
+        coffer_core::sign::SigningKey::generate()
+    } else {
+        repo.writer_key(opts.state.as_ref().expect("set above"))?
     };
     let display = Display::new(global.json, global.quiet, "backup");
-    let result = backup(&repo, &opts, &display);
+    let result = backup(&repo, &opts, &key, &display);
     display.finish();
     let result = result?;
     let s = &result.snapshot;

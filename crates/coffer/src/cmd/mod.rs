@@ -3,14 +3,30 @@
 pub mod backup;
 pub mod cat;
 pub mod check;
+pub mod forget;
 pub mod init;
 pub mod ls;
+pub mod prove;
 pub mod restore;
 pub mod snapshots;
+pub mod writers;
 
+use coffer_core::Id;
+use coffer_core::format::snapshot::Snapshot;
 use coffer_core::repo::SnapshotFilter;
 
 use crate::args::FilterArgs;
+
+/// Flags a snapshot whose signature is missing, bad or by an unknown writer.
+pub fn flag_signature(id: &Id, s: &Snapshot) {
+    if !s.signature.is_valid() {
+        eprintln!(
+            "warning: snapshot {}: {}; its author cannot be confirmed (run `coffer check`)",
+            id.short(),
+            s.signature.describe()
+        );
+    }
+}
 
 impl From<&FilterArgs> for SnapshotFilter {
     fn from(f: &FilterArgs) -> Self {

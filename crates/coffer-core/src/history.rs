@@ -1,0 +1,258 @@
+//! The snapshot history: a hash-linked DAG of snapshots and tombstones.
+//! See docs/design.md#history.
+//!
+//! Every snapshot and tombstone lists the *heads* its writer saw: the entries that
+//! nothing referred to yet. Concurrent writers fork the history; the next writer
+//! that sees both joins it again. Since entries are named by the hash of their
+//! signed bytes, the storage cannot reorder or alter the links; it can only hide
+//! entries, which shows as a reference to a missing entry, or as a head this client
+//! remembers that is gone (rollback).
+
+use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::format::ObjectKind;
+use crate::format::snapshot::Snapshot;
+use crate::format::tombstone::{Forgotten, Tombstone};
+use crate::id::Id;
+use crate::repo::Repository;
+use crate::state::LocalState;
+
+/// Local state file: the heads this client saw last.
+pub const HEADS_FILE: &str = "heads";
+
+/// Every history entry in the repository.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Snapshots that loaded, oldest first (forgotten ones included while stored).
+    pub snapshots: Vec<(Id, Snapshot)>,
+    /// Tombstones that loaded.
+    pub tombstones: Vec<(Id, Tombstone)>,
+    /// Snapshots that could not be loaded, each as the error naming it.
+    pub damaged: Vec<Error>,
+    /// Tombstones that could not be loaded.
+    pub damaged_tombstones: Vec<Error>,
+    /// Ids of every snapshot and tombstone stored, loaded or not.
+    pub present: HashSet<Id>,
+}
+
+/// What [`History::verify`] found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Loss, rollback, bad signatures: the history is not intact.
+    pub errors: Vec<String>,
+    /// Out-of-order times, unfinished forgets.
+    pub warnings: Vec<String>,
+    /// Snapshots removed on purpose, with a tombstone.
+    pub forgotten: usize,
+}
+
+impl History {
+    /// Loads every snapshot and tombstone.
+    pub fn load(repo: &Repository) -> Result<History> {
+        let mut h = History::default();
+        h.refresh(repo)?;
+        Ok(h)
+    }
+
+    /// Loads entries added since the last load and drops those that are gone.
+    pub fn refresh(&mut self, repo: &Repository) -> Result<()> {
+        let snap_ids = repo.list_ids(ObjectKind::Snapshot)?;
+        let tomb_ids = repo.list_ids(ObjectKind::Tombstone)?;
+        let present: HashSet<Id> = snap_ids.iter().chain(&tomb_ids).copied().collect();
+        let known: HashSet<Id> =
+            self.snapshots.iter().map(|(i, _)| *i).chain(self.tombstones.iter().map(|(i, _)| *i)).collect();
+        self.snapshots.retain(|(i, _)| present.contains(i));
+        self.tombstones.retain(|(i, _)| present.contains(i));
+        self.damaged.clear();
+        self.damaged_tombstones.clear();
+        let new_snaps: Vec<_> =
+            snap_ids.par_iter().filter(|i| !known.contains(i)).map(|i| (*i, repo.load_snapshot(i))).collect();
+        let new_tombs: Vec<_> =
+            tomb_ids.par_iter().filter(|i| !known.contains(i)).map(|i| (*i, repo.load_tombstone(i))).collect();
+        for (id, r) in new_snaps {
+            match r {
+                Ok(s) => self.snapshots.push((id, s)),
+                Err(Error::Backend(e)) => return Err(Error::Backend(e)),
+                Err(e) => self.damaged.push(e),
+            }
+        }
+        for (id, r) in new_tombs {
+            match r {
+                Ok(t) => self.tombstones.push((id, t)),
+                Err(Error::Backend(e)) => return Err(Error::Backend(e)),
+                Err(e) => self.damaged_tombstones.push(e),
+            }
+        }
+        self.snapshots.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
+        self.tombstones.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
+        self.present = present;
+        Ok(())
+    }
+
+    /// Snapshots removed on purpose: id -> (tombstone id, what it recorded).
+    pub fn forgotten(&self) -> HashMap<Id, (Id, &Forgotten)> {
+        let mut m = HashMap::new();
+        for (tid, t) in &self.tombstones {
+            for f in &t.forgotten {
+                m.entry(f.id).or_insert((*tid, f));
+            }
+        }
+        m
+    }
+
+    /// Snapshots that are stored and not forgotten, oldest first.
+    pub fn live_snapshots(&self) -> Vec<(Id, Snapshot)> {
+        let forgotten = self.forgotten();
+        self.snapshots.iter().filter(|(id, _)| !forgotten.contains_key(id)).cloned().collect()
+    }
+
+    /// Every link: (entry, the entry it refers to). Forgotten snapshots' links come
+    /// from their tombstone's record, so the chain stays whole without them.
+    fn links(&self) -> Vec<(Id, Id)> {
+        let mut out = Vec::new();
+        for (id, s) in &self.snapshots {
+            out.extend(s.history.iter().map(|h| (*id, *h)));
+        }
+        for (id, t) in &self.tombstones {
+            out.extend(t.history.iter().map(|h| (*id, *h)));
+            for f in &t.forgotten {
+                out.extend(f.history.iter().map(|h| (f.id, *h)));
+            }
+        }
+        out
+    }
+
+    /// The heads: stored entries that no entry refers to, sorted.
+    pub fn heads(&self) -> Vec<Id> {
+        let referenced: HashSet<Id> = self.links().into_iter().map(|(_, to)| to).collect();
+        let mut heads: Vec<Id> = self.present.iter().filter(|i| !referenced.contains(i)).copied().collect();
+        heads.sort();
+        heads
+    }
+
+    fn time_of(&self, id: &Id) -> Option<(SystemTime, &'static str)> {
+        if let Some((_, s)) = self.snapshots.iter().find(|(i, _)| i == id) {
+            return Some((s.system_time(), "snapshot"));
+        }
+        self.tombstones.iter().find(|(i, _)| i == id).map(|(_, t)| (t.system_time(), "tombstone"))
+    }
+
+    /// Checks the links, the signatures, and that every head in `remembered` (what
+    /// this client saw last time) is still accounted for.
+    pub fn verify(&self, remembered: &[Id]) -> Findings {
+        let mut f = Findings::default();
+        let forgotten = self.forgotten();
+        f.forgotten = forgotten.len();
+        for (id, s) in &self.snapshots {
+            if !s.signature.is_valid() {
+                f.errors.push(format!("snapshot {}: {}", id.short(), s.signature.describe()));
+            }
+            if let Some((tid, _)) = forgotten.get(id) {
+                f.warnings.push(format!(
+                    "snapshot {} was forgotten by tombstone {} but is still stored: run `coffer forget {}` again to \
+                     finish removing it",
+                    id.short(),
+                    tid.short(),
+                    id.short()
+                ));
+            }
+        }
+        for (id, t) in &self.tombstones {
+            if !t.signature.is_valid() {
+                f.errors.push(format!("tombstone {}: {}", id.short(), t.signature.describe()));
+            }
+        }
+        // Each missing entry is reported once, with the first entry that refers to it.
+        let mut reported = HashSet::new();
+        let end_of = |id: &Id| -> Option<SystemTime> {
+            self.snapshots
+                .iter()
+                .find(|(i, _)| i == id)
+                .map(|(_, s)| s.end_time())
+                .or_else(|| self.tombstones.iter().find(|(i, _)| i == id).map(|(_, t)| t.system_time()))
+                .or_else(|| forgotten.get(id).and_then(|(_, r)| humantime::parse_rfc3339(&r.time).ok()))
+        };
+        for (from, to) in self.links() {
+            if self.present.contains(&to) {
+                if let (Some((t_to, kind)), Some(end_from)) = (self.time_of(&to), end_of(&from))
+                    && t_to > end_from
+                {
+                    f.warnings.push(format!(
+                        "out of order: {} was written after {} {} by its links but is dated before it (clocks out of \
+                         step, or an entry forged by a key holder)",
+                        from.short(),
+                        kind,
+                        to.short()
+                    ));
+                }
+            } else if !forgotten.contains_key(&to) && reported.insert(to) {
+                f.errors.push(format!(
+                    "history entry {} is missing: {} refers to it, but it is not in the repository and no tombstone \
+                     records its removal, so it was lost or deleted by the storage",
+                    to.short(),
+                    from.short()
+                ));
+            }
+        }
+        for r in remembered {
+            if self.present.contains(r) || forgotten.contains_key(r) || reported.contains(r) {
+                continue;
+            }
+            f.errors.push(format!(
+                "rolled back: history entry {} that this client saw earlier is gone, and nothing in the repository \
+                 records its removal; the storage is serving an older state of the repository or lost it (if the \
+                 repository was restored from an older copy on purpose, delete the local file `{}` to accept it)",
+                r.short(),
+                HEADS_FILE
+            ));
+        }
+        f
+    }
+
+    /// Verifies against the heads this client remembers and, when no rollback or
+    /// loss is found, remembers the current heads. Returns the findings.
+    pub fn sync_remembered(&self, state: &LocalState) -> Result<Findings> {
+        let remembered = state.read_ids(HEADS_FILE)?;
+        let mut f = self.verify(&remembered);
+        let file = format!("`{}`", state.path(HEADS_FILE).display());
+        f.errors.iter_mut().for_each(|e| *e = e.replace(&format!("`{HEADS_FILE}`"), &file));
+        if f.errors.iter().all(|e| !e.starts_with("rolled back") && !e.starts_with("history entry")) {
+            state.write_ids(HEADS_FILE, &self.heads())?;
+        }
+        Ok(f)
+    }
+}
+
+/// The history part of `coffer check`: signatures, links, rollback against the
+/// heads this client remembers (when `state` is given), writer records, and every
+/// snapshot's Merkle root recomputed from its trees. Damaged snapshots are left to
+/// the caller, which reports them already.
+pub fn check(repo: &Repository, state: Option<&LocalState>) -> Result<Findings> {
+    let history = History::load(repo)?;
+    let mut f = match state {
+        Some(st) => history.sync_remembered(st)?,
+        None => history.verify(&[]),
+    };
+    f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
+    f.errors.extend(repo.writer_records()?.1.iter().map(|e| e.to_string()));
+    let roots: Vec<Option<String>> = history
+        .snapshots
+        .par_iter()
+        .map(|(id, s)| match crate::proof::compute_root(repo, s) {
+            Ok((root, n)) if root == s.merkle_root.0 && n == s.merkle_leaves => None,
+            Ok(_) => Some(format!(
+                "snapshot {}: its Merkle root does not match its files (the snapshot or a tree was forged by a key \
+                 holder)",
+                id.short()
+            )),
+            // Trees that do not load are reported by the structure check.
+            Err(_) => None,
+        })
+        .collect();
+    f.errors.extend(roots.into_iter().flatten());
+    Ok(f)
+}

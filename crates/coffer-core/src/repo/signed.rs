@@ -1,0 +1,221 @@
+//! Signed objects (snapshots, tombstones) and the writers allowed to sign them.
+//! See docs/design.md#signatures and docs/design.md#writers.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::Repository;
+use crate::error::{Error, Result};
+use crate::format::ObjectKind;
+use crate::format::envelope::{self, SealedKind};
+use crate::format::signed::{self, SignatureStatus};
+use crate::format::snapshot::Snapshot;
+use crate::format::tombstone::Tombstone;
+use crate::format::writer::WriterRecord;
+use crate::id::Id;
+use crate::sign::{PublicKey, SigningKey};
+use crate::state::LocalState;
+
+/// Name of the local state file holding this client's signing key.
+pub const WRITER_KEY_FILE: &str = "writer.key";
+
+/// The registered writers, by public key.
+pub type Writers = HashMap<PublicKey, WriterRecord>;
+
+/// A signed object, opened: its plaintext and what its signature says so far
+/// (before the writer is looked up).
+struct Opened {
+    plaintext: Vec<u8>,
+    block: Option<signed::SignatureBlock>,
+    signature_ok: bool,
+}
+
+impl Repository {
+    /// Seals `plaintext`, signs the sealed bytes with `key` and stores them.
+    pub(crate) fn save_signed(
+        &self,
+        kind: SealedKind,
+        plaintext: &[u8],
+        commitment: &[u8; 32],
+        key: &SigningKey,
+    ) -> Result<Id> {
+        let okind = match kind {
+            SealedKind::Snapshot => ObjectKind::Snapshot,
+            SealedKind::Tombstone => ObjectKind::Tombstone,
+            _ => return Err(Error::InvalidInput("only snapshots and tombstones are signed".into())),
+        };
+        let sealed = envelope::seal(&self.keys().data, self.cipher(), kind, plaintext);
+        let stored = signed::sign(sealed, commitment, key);
+        let id = Id::hash_of(&stored);
+        self.backend().write(&okind.path(&id), stored)?;
+        Ok(id)
+    }
+
+    fn open_signed(&self, okind: ObjectKind, kind: SealedKind, id: &Id) -> Result<Opened> {
+        let stored = self.read_object(okind, id)?;
+        let (sealed, block) = signed::split(&stored).map_err(|e| Error::corrupt(okind.describe(id), e))?;
+        let plaintext =
+            envelope::open(&self.keys().data, kind, sealed).map_err(|e| Error::corrupt(okind.describe(id), e))?;
+        let signature_ok = block.as_ref().is_some_and(|b| b.verify(sealed));
+        Ok(Opened { plaintext, block, signature_ok })
+    }
+
+    /// What the signature says, given the writer and commitment the plaintext names.
+    fn signature_status(&self, o: &Opened, writer: &PublicKey, commitment: &[u8; 32]) -> Result<SignatureStatus> {
+        let Some(block) = &o.block else {
+            return Ok(SignatureStatus::Missing);
+        };
+        if !o.signature_ok {
+            return Ok(SignatureStatus::Invalid("the signature does not verify".into()));
+        }
+        if block.public_key != *writer {
+            return Ok(SignatureStatus::Invalid(format!(
+                "signed by key {} but the content names writer {}",
+                block.public_key.short(),
+                writer.short()
+            )));
+        }
+        if block.commitment != *commitment {
+            return Ok(SignatureStatus::Invalid("the signed commitment differs from the content's".into()));
+        }
+        Ok(match self.writer(&block.public_key)? {
+            Some(w) => SignatureStatus::Valid { writer: w.name(), key: block.public_key },
+            None => SignatureStatus::UnknownWriter(block.public_key),
+        })
+    }
+
+    /// Loads and decodes one snapshot and checks its signature (the result is in
+    /// `signature`; a bad signature is not an error here, callers flag it).
+    pub fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
+        let o = self.open_signed(ObjectKind::Snapshot, SealedKind::Snapshot, id)?;
+        let mut s = Snapshot::decode(&o.plaintext).map_err(|e| Error::corrupt(ObjectKind::Snapshot.describe(id), e))?;
+        s.signature = self.signature_status(&o, &s.writer, &s.merkle_root.0)?;
+        Ok(s)
+    }
+
+    /// Signs and stores a snapshot; returns its id.
+    pub fn save_snapshot(&self, snap: &Snapshot, key: &SigningKey) -> Result<Id> {
+        if snap.writer != key.public() {
+            return Err(Error::InvalidInput("the snapshot names another writer than the signing key".into()));
+        }
+        self.save_signed(SealedKind::Snapshot, &snap.encode(), &snap.merkle_root.0, key)
+    }
+
+    /// Loads one tombstone and checks its signature.
+    pub fn load_tombstone(&self, id: &Id) -> Result<Tombstone> {
+        let o = self.open_signed(ObjectKind::Tombstone, SealedKind::Tombstone, id)?;
+        let mut t =
+            Tombstone::decode(&o.plaintext).map_err(|e| Error::corrupt(ObjectKind::Tombstone.describe(id), e))?;
+        t.signature = self.signature_status(&o, &t.writer, &[0; 32])?;
+        Ok(t)
+    }
+
+    /// Signs and stores a tombstone; returns its id.
+    pub fn save_tombstone(&self, t: &Tombstone, key: &SigningKey) -> Result<Id> {
+        if t.writer != key.public() {
+            return Err(Error::InvalidInput("the tombstone names another writer than the signing key".into()));
+        }
+        self.save_signed(SealedKind::Tombstone, &t.encode(), &[0; 32], key)
+    }
+
+    /// Loads every tombstone; damaged ones are returned apart.
+    pub fn tombstones(&self) -> Result<(Vec<(Id, Tombstone)>, Vec<Error>)> {
+        let ids = self.list_ids(ObjectKind::Tombstone)?;
+        let loaded: Vec<(Id, Result<Tombstone>)> = ids.par_iter().map(|id| (*id, self.load_tombstone(id))).collect();
+        split_damaged(loaded)
+    }
+
+    /// Loads every writer record; damaged ones are returned apart.
+    pub fn writer_records(&self) -> Result<(Vec<(Id, WriterRecord)>, Vec<Error>)> {
+        let ids = self.list_ids(ObjectKind::Writer)?;
+        let loaded: Vec<(Id, Result<WriterRecord>)> = ids
+            .par_iter()
+            .map(|id| {
+                let r = self.load_sealed(ObjectKind::Writer, SealedKind::Writer, id).and_then(|p| {
+                    WriterRecord::decode(&p).map_err(|e| Error::corrupt(ObjectKind::Writer.describe(id), e))
+                });
+                (*id, r)
+            })
+            .collect();
+        split_damaged(loaded)
+    }
+
+    /// The registered writer with public key `key`. Writer records are loaded once
+    /// and reloaded when a key is not found (another client may have registered it).
+    pub fn writer(&self, key: &PublicKey) -> Result<Option<WriterRecord>> {
+        if let Some(w) = self.writers_cache().as_ref().and_then(|m| m.get(key)) {
+            return Ok(Some(w.clone()));
+        }
+        let (records, _damaged) = self.writer_records()?;
+        let map: Writers = records.into_iter().map(|(_, w)| (w.public_key, w)).collect();
+        let found = map.get(key).cloned();
+        *self.writers_cache_mut() = Some(map);
+        Ok(found)
+    }
+
+    /// Registers `key` as a writer of this repository.
+    pub fn register_writer(&self, key: &PublicKey, hostname: String, username: String) -> Result<Id> {
+        let record = WriterRecord {
+            version: crate::format::FORMAT_VERSION,
+            public_key: *key,
+            hostname,
+            username,
+            created: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
+        };
+        let sealed = envelope::seal(&self.keys().data, self.cipher(), SealedKind::Writer, &record.encode());
+        let id = Id::hash_of(&sealed);
+        self.backend().write(&ObjectKind::Writer.path(&id), sealed)?;
+        self.writers_cache_mut().get_or_insert_with(HashMap::new).insert(*key, record);
+        Ok(id)
+    }
+
+    /// This client's signing key for the repository, from the local state; created
+    /// and registered on first use, and registered again if its record is gone.
+    pub fn writer_key(&self, state: &LocalState) -> Result<SigningKey> {
+        let key = match state.read(WRITER_KEY_FILE)? {
+            Some(bytes) => parse_writer_key(&bytes).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "the signing key file {} is damaged; move it away to create a new writer key",
+                    state.path(WRITER_KEY_FILE).display()
+                ))
+            })?,
+            None => {
+                let key = SigningKey::generate();
+                let text = format!(
+                    "{{\"version\":1,\"seed\":\"{}\",\"public_key\":\"{}\"}}\n",
+                    hex::encode(key.seed()),
+                    key.public().to_hex()
+                );
+                state.write(WRITER_KEY_FILE, text.as_bytes())?;
+                key
+            }
+        };
+        if self.writer(&key.public())?.is_none() {
+            self.register_writer(&key.public(), crate::fsmeta::hostname(), crate::fsmeta::username())?;
+        }
+        Ok(key)
+    }
+}
+
+fn parse_writer_key(bytes: &[u8]) -> Option<SigningKey> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let mut seed = [0u8; 32];
+    hex::decode_to_slice(v.get("seed")?.as_str()?, &mut seed).ok()?;
+    let key = SigningKey::from_seed(&seed);
+    seed.iter_mut().for_each(|b| *b = 0);
+    (v.get("public_key")?.as_str()? == key.public().to_hex()).then_some(key)
+}
+
+/// Separates loaded objects from damaged ones; a storage error fails the whole call.
+pub(crate) fn split_damaged<T>(loaded: Vec<(Id, Result<T>)>) -> Result<(Vec<(Id, T)>, Vec<Error>)> {
+    let (mut ok, mut damaged) = (Vec::new(), Vec::new());
+    for (id, r) in loaded {
+        match r {
+            Ok(t) => ok.push((id, t)),
+            Err(Error::Backend(e)) => return Err(Error::Backend(e)),
+            Err(e) => damaged.push(e),
+        }
+    }
+    Ok((ok, damaged))
+}

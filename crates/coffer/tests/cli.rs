@@ -184,7 +184,7 @@ fn cat_prints_every_object_kind() {
     make_tree(&src);
     let id = env.backup(&[&src]);
     let config = env.json(&["cat", "config"]);
-    assert_eq!(config["version"], 1);
+    assert_eq!(config["version"], 2);
     assert_eq!(config["chunker"]["avg_size"], 1 << 20);
     let key = env.json(&["cat", "key"]);
     assert_eq!(key["key"]["kdf"], "scrypt");

@@ -352,6 +352,9 @@ fn unreadable_file_is_skipped_and_snapshot_marked_incomplete() {
         std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         chown_tree(&env.repo(), 65534);
         chown_tree(&src, 65534);
+        // The unprivileged user keeps its signing key and history heads in its home.
+        std::fs::create_dir_all(env.path("home")).unwrap();
+        chown_tree(&env.path("home"), 65534);
     }
     let out = unprivileged(&env, &["--json", "backup", src.to_str().unwrap()]);
     let err = assert_code(&out, 11);

@@ -14,13 +14,22 @@ use crate::sign::SigningKey;
 /// Forgets the snapshots `ids`: writes one tombstone recording them (with the
 /// history links they held) and then deletes them. A crash in between leaves
 /// snapshots that are both stored and forgotten; they are hidden, and forgetting
-/// them again finishes the job. Returns the tombstone's id.
+/// them again finishes the job without a new tombstone. Returns the id of the
+/// tombstone that records the removal.
 pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey) -> Result<Id> {
     if ids.is_empty() {
         return Err(Error::InvalidInput("no snapshot to forget".into()));
     }
+    let already = history.forgotten();
+    let fresh: Vec<Id> = ids.iter().filter(|id| !already.contains_key(id)).copied().collect();
+    if fresh.is_empty() {
+        for id in ids {
+            repo.backend().delete(&ObjectKind::Snapshot.path(id))?;
+        }
+        return Ok(already[&ids[0]].0);
+    }
     let mut forgotten = Vec::new();
-    for id in ids {
+    for id in &fresh {
         let (_, s) =
             history.snapshots.iter().find(|(i, _)| i == id).ok_or_else(|| Error::SnapshotNotFound(id.to_hex()))?;
         forgotten.push(Forgotten {

@@ -217,7 +217,17 @@ pub fn backup(
         }
     };
     let parent_tree = match parent {
-        Some(id) => Some(repo.load_snapshot(&id)?.tree),
+        Some(id) => {
+            let p = repo.load_snapshot(&id)?;
+            if !p.signature.is_valid() {
+                // Its content is authenticated all the same; only its author is unconfirmed.
+                progress.warn(
+                    Path::new("parent snapshot"),
+                    &format!("snapshot {}: {}; used for change detection anyway", id.short(), p.signature.describe()),
+                );
+            }
+            Some(p.tree)
+        }
         None => None,
     };
     let excludes = build_excludes(&opts.excludes)?;

@@ -15,7 +15,8 @@ Exit codes:
   11  backup made, but some files could not be read (snapshot is incomplete)
   12  repository data is damaged (or check found errors)
   13  restore target is not empty (pass --overwrite)
-  14  a proof or signature does not verify";
+  14  a proof or signature does not verify
+  15  the storage failed or refused a write (after retries)";
 
 /// coffer: encrypted, deduplicated, compressed backups.
 #[derive(Parser, Debug)]

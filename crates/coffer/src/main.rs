@@ -34,6 +34,8 @@ pub mod exit {
     pub const TARGET_NOT_EMPTY: u8 = 13;
     /// A proof or signature does not verify.
     pub const NOT_VERIFIED: u8 = 14;
+    /// The storage failed (after retries) or refused a write, e.g. a full disk.
+    pub const STORAGE: u8 = 15;
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {
@@ -44,6 +46,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 Error::RepoNotFound { .. } => exit::NO_REPOSITORY,
                 Error::Corrupt { .. } => exit::DAMAGED,
                 Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
+                Error::Backend(_) => exit::STORAGE,
                 _ => exit::FAILURE,
             };
         }

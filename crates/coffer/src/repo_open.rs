@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use coffer_core::backend::{Backend, OpendalBackend};
+use coffer_core::backend::{Backend, Faults, FaultyBackend, OpendalBackend, RetryBackend, RetryPolicy};
 use coffer_core::repo::{InitOptions, Repository};
 
 use crate::args::GlobalArgs;
@@ -33,11 +33,26 @@ pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
     }
 }
 
-/// Opens the storage backend at `path`.
+/// Opens the storage backend at `path`, with transient errors retried.
+///
+/// Two variables exist for tests: `COFFER_TEST_FAULTS` injects storage faults
+/// (see `coffer_core::backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
+/// the first retry delay.
 pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
     let be =
         OpendalBackend::local(path).with_context(|| format!("cannot open repository storage at {}", path.display()))?;
-    Ok(Arc::new(be))
+    let mut policy = RetryPolicy::default();
+    if let Some(ms) = std::env::var("COFFER_RETRY_BASE_MS").ok().and_then(|v| v.parse().ok()) {
+        policy.base_delay = std::time::Duration::from_millis(ms);
+    }
+    let inner: Arc<dyn Backend> = match std::env::var("COFFER_TEST_FAULTS") {
+        Ok(spec) if !spec.is_empty() => {
+            let faults = Faults::parse(&spec).map_err(|e| anyhow::anyhow!("COFFER_TEST_FAULTS: {e}"))?;
+            Arc::new(FaultyBackend::new(be, faults))
+        }
+        _ => Arc::new(be),
+    };
+    Ok(Arc::new(RetryBackend::new(inner, policy)))
 }
 
 /// Opens the repository and loads its index.

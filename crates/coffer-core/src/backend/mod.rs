@@ -9,9 +9,13 @@
 //! - `read_range` returns the bytes asked for, fewer only when the object ends
 //!   first; the caller decides whether a short object is damage.
 
+mod faulty;
 mod opendal_fs;
+mod retry;
 
+pub use faulty::{Faults, FaultyBackend};
 pub use opendal_fs::OpendalBackend;
+pub use retry::{RetryBackend, RetryPolicy};
 
 use std::fmt;
 
@@ -68,6 +72,30 @@ pub struct ObjectInfo {
     pub name: String,
     /// Size in bytes.
     pub size: u64,
+}
+
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn location(&self) -> String {
+        (**self).location()
+    }
+    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
+        (**self).read(name)
+    }
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        (**self).read_range(name, offset, len)
+    }
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        (**self).write(name, data)
+    }
+    fn stat(&self, name: &str) -> BackendResult<u64> {
+        (**self).stat(name)
+    }
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        (**self).list(prefix)
+    }
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        (**self).delete(name)
+    }
 }
 
 /// A store of immutable named objects.

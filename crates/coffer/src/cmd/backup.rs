@@ -79,7 +79,10 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     let display = Display::new(global.json, global.quiet, "backup");
     let result = backup(&repo, &opts, &key, &display);
     display.finish();
-    let result = result?;
+    let result = result.context(
+        "the backup did not complete and no snapshot was written; fix the cause and run it again (what was \
+         already uploaded is reused)",
+    )?;
     let s = &result.snapshot;
     let m = &s.summary;
     if global.json {

@@ -1,0 +1,135 @@
+//! A backend that fails on purpose, for tests: transient errors, slow answers
+//! that end in a timeout, short range reads, writes that fail after the storage
+//! kept them, and refused writes (a full disk). Decisions come from a seeded
+//! generator, so a failing run can be replayed.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
+
+/// Which faults to inject, each a probability per operation.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Seed of the generator.
+    pub seed: u64,
+    /// An operation fails with a transient error before doing anything.
+    pub transient: f64,
+    /// An operation waits `delay`, then fails with a transient timeout.
+    pub timeout: f64,
+    /// How long a timeout takes.
+    pub delay: Duration,
+    /// A range read returns only part of what exists.
+    pub short_read: f64,
+    /// A write is stored, but the caller is told it failed (transiently).
+    pub lost_ack: f64,
+    /// Every write fails with a permanent "no space left" error.
+    pub refuse_writes: bool,
+}
+
+impl Faults {
+    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes`.
+    pub fn parse(spec: &str) -> Result<Faults, String> {
+        let mut f = Faults::default();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            let num = || v.parse::<f64>().map_err(|_| format!("fault {k}: {v:?} is not a number"));
+            match k {
+                "seed" => f.seed = v.parse().map_err(|_| format!("fault seed: {v:?} is not an integer"))?,
+                "transient" => f.transient = num()?,
+                "timeout" => f.timeout = num()?,
+                "delay_ms" => f.delay = Duration::from_millis(num()? as u64),
+                "short_read" => f.short_read = num()?,
+                "lost_ack" => f.lost_ack = num()?,
+                "refuse_writes" => f.refuse_writes = true,
+                _ => return Err(format!("unknown fault {k:?}")),
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// Wraps a backend and injects [`Faults`].
+pub struct FaultyBackend<B> {
+    inner: B,
+    faults: Faults,
+    rng: Mutex<u64>,
+}
+
+impl<B: Backend> FaultyBackend<B> {
+    /// Wraps `inner`.
+    pub fn new(inner: B, faults: Faults) -> Self {
+        let seed = faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        FaultyBackend { inner, faults, rng: Mutex::new(seed) }
+    }
+
+    /// A uniform number in [0, 1) (xorshift64*).
+    fn roll(&self) -> f64 {
+        let mut x = self.rng.lock().expect("poisoned");
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Injects the faults that precede an operation.
+    fn before(&self, name: &str) -> BackendResult<()> {
+        if self.roll() < self.faults.transient {
+            return Err(BackendError::new(ErrorKind::Transient, name, "injected: connection reset"));
+        }
+        if self.roll() < self.faults.timeout {
+            std::thread::sleep(self.faults.delay);
+            return Err(BackendError::new(ErrorKind::Transient, name, "injected: operation timed out"));
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Backend for FaultyBackend<B> {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
+        self.before(name)?;
+        self.inner.read(name)
+    }
+
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        self.before(name)?;
+        let mut data = self.inner.read_range(name, offset, len)?;
+        if !data.is_empty() && self.roll() < self.faults.short_read {
+            let keep = (self.roll() * data.len() as f64) as usize;
+            data.truncate(keep);
+        }
+        Ok(data)
+    }
+
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        if self.faults.refuse_writes {
+            return Err(BackendError::new(ErrorKind::Permanent, name, "injected: No space left on device"));
+        }
+        self.before(name)?;
+        let lost = self.roll() < self.faults.lost_ack;
+        self.inner.write(name, data)?;
+        if lost {
+            return Err(BackendError::new(ErrorKind::Transient, name, "injected: connection lost after the write"));
+        }
+        Ok(())
+    }
+
+    fn stat(&self, name: &str) -> BackendResult<u64> {
+        self.before(name)?;
+        self.inner.stat(name)
+    }
+
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        self.before(prefix)?;
+        self.inner.list(prefix)
+    }
+
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        self.before(name)?;
+        self.inner.delete(name)
+    }
+}

@@ -1,0 +1,102 @@
+//! A storage that fails: transient errors, timeouts, short reads and lost write
+//! acknowledgements are retried and never corrupt anything; a storage that refuses
+//! writes (a full disk) gives a clear error, exit code 15, and leaves every
+//! existing object as it was. Faults come from `COFFER_TEST_FAULTS` with fixed seeds.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+
+fn make_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    for i in 0..12u64 {
+        std::fs::write(root.join(format!("f{i}")), random_bytes(150_000 + i as usize * 7_000, i)).unwrap();
+    }
+    std::fs::write(root.join("sub/big"), random_bytes(3 << 20, 99)).unwrap();
+    std::fs::write(root.join("sub/text"), "hello\n".repeat(10_000)).unwrap();
+}
+
+fn run_faulty(env: &Env, faults: &str, args: &[&str]) -> Output {
+    env.cmd().env("COFFER_TEST_FAULTS", faults).env("COFFER_RETRY_BASE_MS", "1").args(args).output().unwrap()
+}
+
+fn assert_same_tree(a: &Path, b: &Path) {
+    let fa: Vec<_> = files_under(a).iter().map(|p| p.strip_prefix(a).unwrap().to_path_buf()).collect();
+    let fb: Vec<_> = files_under(b).iter().map(|p| p.strip_prefix(b).unwrap().to_path_buf()).collect();
+    assert_eq!(fa, fb);
+    for rel in fa {
+        assert!(std::fs::read(a.join(&rel)).unwrap() == std::fs::read(b.join(&rel)).unwrap(), "{rel:?} differs");
+    }
+}
+
+#[test]
+fn a_storage_failing_often_is_retried_and_nothing_is_damaged() {
+    for seed in 1..=3 {
+        let env = Env::new();
+        let src = env.path("src");
+        make_tree(&src);
+        let faults = format!("seed={seed},transient=0.3,timeout=0.05,delay_ms=2,short_read=0.3,lost_ack=0.3");
+        let s = src.to_str().unwrap();
+        assert_success(&run_faulty(&env, &faults, &["-q", "backup", s]));
+        std::fs::write(src.join("f3"), random_bytes(90_000, 1234)).unwrap();
+        assert_success(&run_faulty(&env, &faults, &["-q", "backup", s]));
+        let target = env.path("out");
+        assert_success(&run_faulty(&env, &faults, &["-q", "restore", "latest", "--target", target.to_str().unwrap()]));
+        assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+        assert_success(&run_faulty(&env, &faults, &["-q", "check", "--read-data"]));
+        // And without faults, the same repository is intact.
+        assert_success(&env.run(&["-q", "check", "--read-data"]));
+    }
+}
+
+#[test]
+fn retries_give_up_with_exit_code_15_and_a_message_naming_the_object() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    // Every operation fails transiently: after the retries, a storage error.
+    let out = run_faulty(&env, "seed=7,transient=1", &["snapshots"]);
+    let err = assert_code(&out, 15);
+    assert!(err.contains("gave up after 10 attempts"), "{err}");
+    assert!(err.contains("config") || err.contains("keys/"), "names the object: {err}");
+}
+
+#[test]
+fn a_full_disk_fails_the_backup_cleanly_and_changes_nothing() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    let s = src.to_str().unwrap();
+    env.backup(&[&src]);
+    std::fs::write(src.join("new-file"), random_bytes(500_000, 77)).unwrap();
+    let before: Vec<_> = files_under(&env.repo());
+    let before_bytes: Vec<Vec<u8>> = before.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let out = run_faulty(&env, "refuse_writes", &["backup", s]);
+    let err = assert_code(&out, 15);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("no snapshot was written"), "{err}");
+    assert!(err.contains("data/"), "names the object: {err}");
+    // Every object is as it was, and nothing was added.
+    let after: Vec<_> =
+        files_under(&env.repo()).into_iter().filter(|p| !p.starts_with(env.repo().join("tmp"))).collect();
+    assert_eq!(before, after);
+    for (p, b) in before.iter().zip(&before_bytes) {
+        assert!(&std::fs::read(p).unwrap() == b, "{} changed", p.display());
+    }
+    assert_success(&env.run(&["-q", "check", "--read-data"]));
+    // Once there is space again, the backup goes through.
+    assert_success(&env.run(&["-q", "backup", s]));
+    let snaps = env.json(&["snapshots"]);
+    assert_eq!(snaps.as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_bad_fault_spec_is_a_clear_error() {
+    let env = Env::new();
+    let out = run_faulty(&env, "sometimes", &["snapshots"]);
+    let err = assert_code(&out, 1);
+    assert!(err.contains("unknown fault"), "{err}");
+}

@@ -8,7 +8,7 @@
 //! Entries that cannot be read are reported through [`Progress::warn`], left out,
 //! and counted in the snapshot, which is then marked incomplete.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -31,7 +31,9 @@ use crate::history::{HEADS_FILE, History};
 use crate::id::Id;
 use crate::merkle::{self, Hash};
 use crate::progress::Progress;
+use crate::prune;
 use crate::repo::{BlobSaver, Repository, SnapshotFilter};
+use crate::session::{self, Session};
 use crate::sign::SigningKey;
 use crate::state::LocalState;
 
@@ -195,6 +197,12 @@ pub fn backup(
     let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     path_strings.sort();
     path_strings.dedup();
+    // Announce this backup before reading the index, so that a prune either sees
+    // it or has finished rewriting the index before it is read
+    // (docs/design.md#prune).
+    let session = if opts.dry_run { None } else { Some(Session::start(repo, session::heartbeat())?) };
+    let noticed_at_start = if opts.dry_run { HashSet::new() } else { prune::notices(repo)?.1 };
+    repo.load_index()?;
     let mut history = History::load(repo)?;
     let mut history_intact = true;
     if let Some(state) = &opts.state {
@@ -233,7 +241,10 @@ pub fn backup(
     let excludes = build_excludes(&opts.excludes)?;
     let arch = Archiver {
         repo,
-        saver: if opts.dry_run { BlobSaver::dry_run(repo) } else { BlobSaver::new(repo) },
+        saver: match &session {
+            None => BlobSaver::dry_run(repo),
+            Some(s) => BlobSaver::new(repo).with_index_observer(s.index_sink()),
+        },
         excludes,
         opts,
         progress,
@@ -270,11 +281,27 @@ pub fn backup(
             }
         })
     })?;
-    let stats = arch.saver.finish()?;
+    let mut stats = arch.saver.finish()?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
-    // The heads are taken last, so that backups finished meanwhile are linked.
+    // The final check against a concurrent prune must be recent when the snapshot
+    // is written; if the rest took too long, it is made again.
+    let mut checked = Instant::now();
     if !opts.dry_run {
-        history.refresh(repo)?;
+        loop {
+            checked = Instant::now();
+            let mut noticed = prune::notices(repo)?.1;
+            noticed.extend(&noticed_at_start);
+            if !noticed.is_empty() {
+                let rescued = keep_what_prune_deletes(repo, tree, &noticed)?;
+                stats.bytes_stored += rescued.bytes_stored;
+                stats.blobs += rescued.blobs;
+            }
+            // The heads are taken last, so that backups finished meanwhile are linked.
+            history.refresh(repo)?;
+            if checked.elapsed() < session::grace() / 4 {
+                break;
+            }
+        }
     }
     let snapshot = Snapshot {
         version: FORMAT_VERSION,
@@ -309,11 +336,63 @@ pub fn backup(
         merkle_key: Id(arch.merkle_key),
         signature: Default::default(),
     };
+    if checked.elapsed() >= session::grace() / 4 {
+        return Err(Error::InvalidInput(
+            "preparing the snapshot took longer than the prune grace period allows; no snapshot was written: run \
+             the backup again"
+                .into(),
+        ));
+    }
     let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
+    if let Some(s) = session {
+        s.finish()?;
+    }
     if let (Some(id), Some(state), true) = (id, &opts.state, history_intact) {
         state.write_ids(HEADS_FILE, &[id])?;
     }
     Ok(BackupResult { id, snapshot })
+}
+
+/// Copies into new packs every blob of the tree `root` (trees and file content)
+/// that the index places in a pack a running prune is deleting, so the snapshot
+/// about to be written does not rely on them. A pack already gone makes the backup
+/// fail cleanly: no snapshot is written, and the next backup stores the data again.
+fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -> Result<crate::repo::SaverStats> {
+    let saver = BlobSaver::new(repo);
+    let mut seen = HashSet::new();
+    let mut stack = vec![root];
+    let keep = |blob_type: BlobType, id: Id| -> Result<()> {
+        let (entry, pack) = repo.locate_blob(blob_type, &id)?;
+        if !noticed.contains(&pack.id) {
+            return Ok(());
+        }
+        let data = repo
+            .read_pack_range(&pack, entry.offset, entry.length as u64)
+            .and_then(|sealed| repo.decode_blob(&pack, &entry, &sealed))
+            .map_err(|e| {
+                Error::InvalidInput(format!(
+                    "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
+                     written: run the backup again"
+                ))
+            })?;
+        saver.store_copy(blob_type, id, &data)?;
+        Ok(())
+    };
+    while let Some(tid) = stack.pop() {
+        if !seen.insert(tid) {
+            continue;
+        }
+        keep(BlobType::Tree, tid)?;
+        for node in repo.load_tree(&tid)?.nodes {
+            stack.extend(node.subtree);
+            for id in node.content {
+                if seen.insert(id) {
+                    keep(BlobType::Data, id)?;
+                }
+            }
+        }
+    }
+    saver.finish()
 }
 
 /// Walks the paths once for their total size and file count, so progress can

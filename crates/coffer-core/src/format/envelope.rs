@@ -34,6 +34,10 @@ pub enum SealedKind {
     Writer = 4,
     /// A tombstone.
     Tombstone = 5,
+    /// A running writer's session marker.
+    Session = 6,
+    /// A prune's deletion notice.
+    PruneNotice = 7,
 }
 
 /// Encrypts `plaintext` into a sealed object of `kind`.

@@ -35,6 +35,10 @@ pub enum ObjectKind {
     Writer,
     /// `tombstones/<id>`: a record of forgotten snapshots, sealed and signed.
     Tombstone,
+    /// `sessions/<id>`: a running writer's marker, sealed and rewritten as it runs.
+    Session,
+    /// `prune/<id>`: what a prune is about to delete, sealed.
+    PruneNotice,
 }
 
 impl ObjectKind {
@@ -48,6 +52,8 @@ impl ObjectKind {
             ObjectKind::Snapshot => "snapshots/",
             ObjectKind::Writer => "writers/",
             ObjectKind::Tombstone => "tombstones/",
+            ObjectKind::Session => "sessions/",
+            ObjectKind::PruneNotice => "prune/",
         }
     }
 
@@ -61,6 +67,8 @@ impl ObjectKind {
             ObjectKind::Snapshot => "snapshot",
             ObjectKind::Writer => "writer record",
             ObjectKind::Tombstone => "tombstone",
+            ObjectKind::Session => "session marker",
+            ObjectKind::PruneNotice => "prune notice",
         }
     }
 

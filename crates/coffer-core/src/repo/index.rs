@@ -182,6 +182,19 @@ impl MasterIndex {
         self.find_sorted(id).or_else(|| self.recent.get(id))
     }
 
+    /// The position of blob `id` among the sorted records (`0..len()`), for
+    /// per-blob bitmaps; `None` if absent or added since the last merge.
+    pub fn slot(&self, id: &Id) -> Option<usize> {
+        let b = bucket(id);
+        let (lo, hi) = (self.fanout[b] as usize, self.fanout[b + 1] as usize);
+        self.sorted[lo..hi].binary_search_by(|r| r.id.cmp(id)).ok().map(|i| lo + i)
+    }
+
+    /// Merges blobs added one pack at a time into the sorted records.
+    pub fn merge(&mut self) {
+        self.merge_recent();
+    }
+
     /// The location of blob `id`.
     pub fn get(&self, id: &Id) -> Option<(IndexEntry, &PackInfo)> {
         let e = self.find(id)?.entry();

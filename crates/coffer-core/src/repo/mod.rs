@@ -286,8 +286,9 @@ impl Repository {
             }
             SealedKind::Index => ObjectKind::Index,
             SealedKind::Writer => ObjectKind::Writer,
-            SealedKind::Snapshot | SealedKind::Tombstone => {
-                return Err(Error::InvalidInput("snapshots and tombstones are stored signed".into()));
+            SealedKind::PruneNotice => ObjectKind::PruneNotice,
+            SealedKind::Snapshot | SealedKind::Tombstone | SealedKind::Session => {
+                return Err(Error::InvalidInput("snapshots and tombstones are stored signed, sessions by name".into()));
             }
         };
         self.backend.write(&okind.path(&id), sealed)?;

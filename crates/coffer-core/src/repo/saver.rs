@@ -58,6 +58,7 @@ pub struct BlobSaver<'r> {
     bytes_new: AtomicU64,
     bytes_stored: AtomicU64,
     packs_done: AtomicU64,
+    index_observer: Option<Box<dyn Fn(Id) + Send + Sync + 'r>>,
 }
 
 impl<'r> BlobSaver<'r> {
@@ -80,7 +81,14 @@ impl<'r> BlobSaver<'r> {
             bytes_new: AtomicU64::new(0),
             bytes_stored: AtomicU64::new(0),
             packs_done: AtomicU64::new(0),
+            index_observer: None,
         }
+    }
+
+    /// Calls `f` with the id of every index file this saver stores.
+    pub fn with_index_observer(mut self, f: impl Fn(Id) + Send + Sync + 'r) -> Self {
+        self.index_observer = Some(Box::new(f));
+        self
     }
 
     /// A saver that deduplicates and counts but stores nothing (for `--dry-run`).
@@ -97,7 +105,22 @@ impl<'r> BlobSaver<'r> {
 
     /// Like [`BlobSaver::save`] with the id already computed by the caller.
     pub fn save_with_id(&self, blob_type: BlobType, id: Id, data: &[u8]) -> Result<bool> {
-        if self.repo.index().contains(&id, blob_type) || !self.pending.lock().expect("poisoned").insert(id) {
+        if self.repo.index().contains(&id, blob_type) {
+            return Ok(false);
+        }
+        self.store(blob_type, id, data)
+    }
+
+    /// Stores a blob again even though the index knows it: prune uses this to move
+    /// blobs out of packs it is about to delete, and a backup to keep blobs it
+    /// relies on that a concurrent prune is deleting. `data` must be the blob's
+    /// verified plaintext.
+    pub fn store_copy(&self, blob_type: BlobType, id: Id, data: &[u8]) -> Result<bool> {
+        self.store(blob_type, id, data)
+    }
+
+    fn store(&self, blob_type: BlobType, id: Id, data: &[u8]) -> Result<bool> {
+        if !self.pending.lock().expect("poisoned").insert(id) {
             return Ok(false);
         }
         let raw_length = u32::try_from(data.len())
@@ -174,7 +197,10 @@ impl<'r> BlobSaver<'r> {
             return Ok(());
         }
         let plain = index_file::encode(&batch);
-        self.repo.save_sealed(SealedKind::Index, &plain)?;
+        let id = self.repo.save_sealed(SealedKind::Index, &plain)?;
+        if let Some(f) = &self.index_observer {
+            f(id);
+        }
         self.bytes_stored.fetch_add((plain.len() + crate::format::envelope::OVERHEAD) as u64, Ordering::Relaxed);
         let mut pending = self.pending.lock().expect("poisoned");
         for rec in &batch {

@@ -50,9 +50,8 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         }
         repo
     } else {
-        let repo = repo_open::open_unindexed(global, &path)?;
-        repo.load_index()?;
-        repo
+        // The backup loads the index itself, after announcing its session.
+        repo_open::open_unindexed(global, &path)?
     };
     let parent = match &a.parent {
         Some(p) => Some(repo.resolve_prefix(ObjectKind::Snapshot, p)?),

@@ -1,0 +1,178 @@
+//! Session markers: a running backup announces itself so that a concurrent prune
+//! spares what it is writing. Not a lock: nobody waits for a marker. A marker is
+//! rewritten every heartbeat interval; a prune that sees it unchanged across its
+//! grace period (at least two intervals, timed by the prune's own clock) treats its
+//! writer as gone. See docs/design.md#prune.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::crypto::{Cipher, Key};
+use crate::error::{Error, Result};
+use crate::format::envelope::{self, SealedKind};
+use crate::format::{FORMAT_VERSION, ObjectKind};
+use crate::id::Id;
+use crate::repo::Repository;
+
+/// How often a running backup rewrites its marker, unless the environment says
+/// otherwise (`COFFER_TEST_PRUNE_GRACE_MS`, for tests, sets it to a quarter of the grace).
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// The default grace period of a prune: four heartbeats.
+pub const GRACE: Duration = Duration::from_secs(120);
+
+/// The grace period in force: [`GRACE`], or `COFFER_TEST_PRUNE_GRACE_MS` (tests).
+pub fn grace() -> Duration {
+    std::env::var("COFFER_TEST_PRUNE_GRACE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(GRACE)
+}
+
+/// The heartbeat interval in force: a quarter of [`grace`].
+pub fn heartbeat() -> Duration {
+    grace() / 4
+}
+
+/// What a marker says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// MUST equal 2.
+    pub version: u32,
+    /// Host of the writer.
+    pub hostname: String,
+    /// When it started (informational; never compared across machines).
+    pub started: String,
+    /// Incremented at every rewrite.
+    pub beat: u64,
+    /// Index files this writer has stored so far.
+    pub index_files: Vec<Id>,
+}
+
+impl SessionRecord {
+    /// Parses a marker's plaintext.
+    pub fn decode(buf: &[u8]) -> std::result::Result<SessionRecord, String> {
+        let r: SessionRecord =
+            serde_json::from_slice(buf).map_err(|e| format!("session marker does not parse: {e}"))?;
+        if r.version != FORMAT_VERSION {
+            return Err(format!("session marker version {} is not supported", r.version));
+        }
+        Ok(r)
+    }
+}
+
+struct Shared {
+    stop: Mutex<bool>,
+    wake: Condvar,
+    index_files: Mutex<Vec<Id>>,
+}
+
+/// A running writer's marker, rewritten by a background thread until finished.
+pub struct Session {
+    name: String,
+    backend: Arc<dyn Backend>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn write_marker(backend: &dyn Backend, key: &Key, cipher: Cipher, name: &str, rec: &SessionRecord) -> Result<()> {
+    let plain = serde_json::to_vec(rec).expect("session records serialize");
+    backend.write(name, envelope::seal(key, cipher, SealedKind::Session, &plain))?;
+    Ok(())
+}
+
+impl Session {
+    /// Writes a marker and starts rewriting it every `interval`.
+    pub fn start(repo: &Repository, interval: Duration) -> Result<Session> {
+        let id = Id(crate::crypto::random_array());
+        let name = ObjectKind::Session.path(&id);
+        let backend = repo.backend_arc();
+        let key = repo.keys().data.clone();
+        let cipher = repo.cipher();
+        let mut rec = SessionRecord {
+            version: FORMAT_VERSION,
+            hostname: crate::fsmeta::hostname(),
+            started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            beat: 0,
+            index_files: Vec::new(),
+        };
+        write_marker(backend.as_ref(), &key, cipher, &name, &rec)?;
+        let shared =
+            Arc::new(Shared { stop: Mutex::new(false), wake: Condvar::new(), index_files: Mutex::new(vec![]) });
+        let thread = {
+            let (shared, backend, name) = (shared.clone(), backend.clone(), name.clone());
+            std::thread::Builder::new()
+                .name("coffer-session".into())
+                .spawn(move || {
+                    let mut stop = shared.stop.lock().expect("poisoned");
+                    loop {
+                        stop = shared.wake.wait_timeout(stop, interval).expect("poisoned").0;
+                        if *stop {
+                            return;
+                        }
+                        rec.beat += 1;
+                        rec.index_files = shared.index_files.lock().expect("poisoned").clone();
+                        // A missed beat is survivable: the backup's final check catches
+                        // anything a prune removed because of it.
+                        let _ = write_marker(backend.as_ref(), &key, cipher, &name, &rec);
+                    }
+                })
+                .map_err(|e| Error::InvalidInput(format!("cannot start the session thread: {e}")))?
+        };
+        Ok(Session { name, backend, shared, thread: Some(thread) })
+    }
+
+    /// A function recording each index file this writer stores, for the next
+    /// rewrite (pass it to [`crate::repo::BlobSaver::with_index_observer`]).
+    pub fn index_sink(&self) -> impl Fn(Id) + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move |id| shared.index_files.lock().expect("poisoned").push(id)
+    }
+
+    /// Stops the heartbeat and removes the marker.
+    pub fn finish(mut self) -> Result<()> {
+        self.stop();
+        self.backend.delete(&self.name)?;
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        *self.shared.stop.lock().expect("poisoned") = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop();
+            let _ = self.backend.delete(&self.name);
+        }
+    }
+}
+
+/// Every session marker in the repository, by name id. A marker that does not
+/// decode is returned as `None`: it still counts as a writer that may be running.
+pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
+    let ids = repo.list_ids(ObjectKind::Session)?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let rec = match repo.backend().read(&ObjectKind::Session.path(&id)) {
+            Ok(b) => envelope::open(&repo.keys().data, SealedKind::Session, &b)
+                .ok()
+                .and_then(|p| SessionRecord::decode(&p).ok()),
+            Err(e) if e.kind == crate::backend::ErrorKind::NotFound => continue, // finished meanwhile
+            Err(e) => return Err(e.into()),
+        };
+        out.push((id, rec));
+    }
+    Ok(out)
+}

@@ -10,7 +10,7 @@
 //! - [`format`]: the byte layouts of every stored object, each with a decoder that never panics.
 //! - [`backend`]: stores opaque named objects; OpenDAL underneath.
 //! - [`repo`]: keys, index, packer, blob load/save, snapshots.
-//! - [`backup`], [`restore`], [`check`]: the operations a user runs.
+//! - [`backup`], [`restore`], [`check`], [`diff`]: the operations a user runs.
 //!
 //! Libraries never print: progress and warnings reach the caller through [`progress::Progress`].
 #![deny(missing_docs)]
@@ -22,6 +22,7 @@ pub mod check;
 pub mod chunker;
 pub mod compress;
 pub mod crypto;
+pub mod diff;
 pub mod error;
 pub mod forget;
 pub mod format;

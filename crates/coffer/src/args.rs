@@ -60,6 +60,9 @@ pub enum Command {
     /// List the entries of a snapshot.
     #[command(after_help = EXIT_CODES)]
     Ls(LsArgs),
+    /// Show what changed between two snapshots.
+    #[command(after_help = EXIT_CODES)]
+    Diff(DiffArgs),
     /// Restore a snapshot, or part of one, into a directory.
     #[command(after_help = EXIT_CODES)]
     Restore(RestoreArgs),
@@ -170,6 +173,16 @@ pub struct LsArgs {
     /// Show mode, owner, size and time.
     #[arg(long, short = 'l')]
     pub long: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The older snapshot: id (a unique prefix works) or `latest`.
+    pub snapshot1: String,
+    /// The newer snapshot: id (a unique prefix works) or `latest`.
+    pub snapshot2: String,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

@@ -62,6 +62,7 @@ fn main() -> ExitCode {
         Command::Backup(a) => cmd::backup::run(&cli.global, a),
         Command::Snapshots(a) => cmd::snapshots::run(&cli.global, a),
         Command::Ls(a) => cmd::ls::run(&cli.global, a),
+        Command::Diff(a) => cmd::diff::run(&cli.global, a),
         Command::Restore(a) => cmd::restore::run(&cli.global, a),
         Command::Cat(a) => cmd::cat::run(&cli.global, a),
         Command::Check(a) => cmd::check::run(&cli.global, a),

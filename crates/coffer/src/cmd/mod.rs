@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod cat;
 pub mod check;
+pub mod diff;
 pub mod forget;
 pub mod init;
 pub mod ls;

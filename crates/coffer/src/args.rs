@@ -84,6 +84,9 @@ pub enum Command {
     /// List the writers (signing keys) registered in the repository.
     #[command(after_help = EXIT_CODES)]
     Writers,
+    /// Delete data no snapshot uses; safe while backups run (no lock).
+    #[command(after_help = EXIT_CODES)]
+    Prune(PruneArgs),
 }
 
 #[derive(Args, Debug)]
@@ -228,6 +231,20 @@ pub struct ForgetArgs {
     /// Snapshots to forget (ids or unique prefixes).
     #[arg(required = true)]
     pub snapshots: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PruneArgs {
+    /// Repack a pack when more than this percentage of it is unused.
+    #[arg(long, default_value_t = 5.0, value_parser = parse_percent)]
+    pub max_unused: f64,
+    /// Show what would be deleted and repacked; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// How long to wait between announcing deletions and making them, so running
+    /// backups can react (at least 2m unless COFFER_TEST_PRUNE_GRACE_MS is set).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub grace: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
         Command::Prove(a) => cmd::prove::run(&cli.global, a),
         Command::VerifyProof(a) => cmd::prove::verify(&cli.global, a),
         Command::Writers => cmd::writers::run(&cli.global),
+        Command::Prune(a) => cmd::prune::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -8,6 +8,7 @@ pub mod forget;
 pub mod init;
 pub mod ls;
 pub mod prove;
+pub mod prune;
 pub mod restore;
 pub mod snapshots;
 pub mod writers;

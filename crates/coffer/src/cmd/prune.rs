@@ -1,0 +1,58 @@
+//! `coffer prune`.
+
+use anyhow::{Result, bail};
+use coffer_core::prune::{PruneOptions, prune};
+use coffer_core::session;
+use serde_json::json;
+
+use crate::args::{GlobalArgs, PruneArgs};
+use crate::progress::Display;
+use crate::{exit, output, repo_open};
+
+pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
+    let floor = session::grace();
+    let grace = a.grace.unwrap_or(floor);
+    if grace < floor {
+        bail!(
+            "--grace {} is shorter than {}, the least running backups are guaranteed to need",
+            humantime::format_duration(grace),
+            humantime::format_duration(floor)
+        );
+    }
+    let repo = repo_open::open(global)?;
+    let display = Display::new(global.json, global.quiet, "prune");
+    let opts = PruneOptions { max_unused: a.max_unused, dry_run: a.dry_run, grace };
+    let r = prune(&repo, &opts, &display);
+    display.finish();
+    let r = r?;
+    if global.json {
+        output::json(&json!({"type": "summary", "bytes_freed": r.bytes_freed(), "report": r}));
+    } else if !global.quiet {
+        let verb = if r.dry_run { "would be" } else { "were" };
+        println!(
+            "{} packs ({}): {} blobs in use, {} unused",
+            r.packs,
+            output::bytes(r.bytes_before),
+            r.blobs_used,
+            r.blobs_unused
+        );
+        println!(
+            "{} packs {verb} deleted and {} repacked ({} {verb} removed, {} written by repacking)",
+            r.packs_deleted,
+            r.packs_repacked,
+            output::bytes(r.bytes_deleted),
+            output::bytes(r.bytes_repacked)
+        );
+        if r.packs_spared > 0 {
+            println!("{} packs were kept because backups were running; a later prune removes them", r.packs_spared);
+        }
+        if r.snapshots_deleted > 0 {
+            println!("{} forgotten snapshots were deleted (their forget had been interrupted)", r.snapshots_deleted);
+        }
+        if r.stale_sessions > 0 {
+            println!("{} markers of backups that stopped without finishing were removed", r.stale_sessions);
+        }
+        println!("Duration: {:.2}s", r.duration_ms as f64 / 1000.0);
+    }
+    Ok(exit::OK)
+}

@@ -203,6 +203,11 @@ pub fn backup(
     let session = if opts.dry_run { None } else { Some(Session::start(repo, session::heartbeat())?) };
     let noticed_at_start = if opts.dry_run { HashSet::new() } else { prune::notices(repo)?.1 };
     repo.load_index()?;
+    // Packs left by interrupted backups are reused; while other backups run, the
+    // packs no index lists yet may be theirs, and are left to them.
+    if !opts.dry_run && session::list(repo)?.len() <= 1 {
+        repo.adopt_orphan_packs(&noticed_at_start)?;
+    }
     let mut history = History::load(repo)?;
     let mut history_intact = true;
     if let Some(state) = &opts.state {
@@ -287,6 +292,11 @@ pub fn backup(
     // is written; if the rest took too long, it is made again.
     let mut checked = Instant::now();
     if !opts.dry_run {
+        if let Some(s) = &session
+            && s.was_lost()
+        {
+            ensure_own_packs_exist(repo, &s.index_files())?;
+        }
         loop {
             checked = Instant::now();
             let mut noticed = prune::notices(repo)?.1;
@@ -393,6 +403,35 @@ fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -
         }
     }
     saver.finish()
+}
+
+/// After a prune took this backup for stopped: if a pack this backup stored is
+/// gone, its index files are removed (so nothing lists a missing pack) and the
+/// backup fails without a snapshot.
+fn ensure_own_packs_exist(repo: &Repository, index_files: &[Id]) -> Result<()> {
+    let stored: HashSet<Id> = repo
+        .backend()
+        .list(crate::format::ObjectKind::Pack.prefix())?
+        .iter()
+        .filter_map(|o| crate::format::ObjectKind::Pack.id_from_path(&o.name))
+        .collect();
+    let mut missing = false;
+    for f in index_files {
+        if repo.load_index_file(f)?.iter().any(|r| !stored.contains(&r.id)) {
+            missing = true;
+        }
+    }
+    if !missing {
+        return Ok(());
+    }
+    for f in index_files {
+        repo.backend().delete(&crate::format::ObjectKind::Index.path(f))?;
+    }
+    Err(Error::InvalidInput(
+        "this backup was paused for longer than the prune grace period and a prune removed data it had \
+         stored; no snapshot was written: run the backup again"
+            .into(),
+    ))
 }
 
 /// Walks the paths once for their total size and file count, so progress can

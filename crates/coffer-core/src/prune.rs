@@ -380,6 +380,11 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     let watched = session::list(repo)?;
     std::thread::sleep(opts.grace);
     let now = session::list(repo)?;
+    // A marker unchanged across the grace period belongs to a backup that stopped.
+    // It is removed, but what it protected is still spared this time: a backup that
+    // was only paused re-creates its marker, and a later prune frees the rest.
+    let mut no_repack = Vec::new();
+    report.packs_spared += spare(&mut delete, &mut no_repack, &now);
     let mut active = Vec::new();
     for (id, rec) in now {
         let stale = watched.iter().any(|(w, wrec)| *w == id && wrec.is_some() && *wrec == rec);
@@ -390,8 +395,6 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
             active.push((id, rec));
         }
     }
-    let mut no_repack = Vec::new();
-    report.packs_spared += spare(&mut delete, &mut no_repack, &active);
 
     // 6. Re-check: snapshots written meanwhile keep what they use.
     history.refresh(repo)?;

@@ -70,6 +70,8 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     index_files: Mutex<Vec<Id>>,
+    /// The marker was found removed: a prune took this writer for stopped.
+    lost: std::sync::atomic::AtomicBool,
 }
 
 /// A running writer's marker, rewritten by a background thread until finished.
@@ -102,8 +104,12 @@ impl Session {
             index_files: Vec::new(),
         };
         write_marker(backend.as_ref(), &key, cipher, &name, &rec)?;
-        let shared =
-            Arc::new(Shared { stop: Mutex::new(false), wake: Condvar::new(), index_files: Mutex::new(vec![]) });
+        let shared = Arc::new(Shared {
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            index_files: Mutex::new(vec![]),
+            lost: Default::default(),
+        });
         let thread = {
             let (shared, backend, name) = (shared.clone(), backend.clone(), name.clone());
             std::thread::Builder::new()
@@ -114,6 +120,9 @@ impl Session {
                         stop = shared.wake.wait_timeout(stop, interval).expect("poisoned").0;
                         if *stop {
                             return;
+                        }
+                        if matches!(backend.stat(&name), Err(e) if e.kind == crate::backend::ErrorKind::NotFound) {
+                            shared.lost.store(true, std::sync::atomic::Ordering::SeqCst);
                         }
                         rec.beat += 1;
                         rec.index_files = shared.index_files.lock().expect("poisoned").clone();
@@ -132,6 +141,18 @@ impl Session {
     pub fn index_sink(&self) -> impl Fn(Id) + Send + Sync + 'static {
         let shared = self.shared.clone();
         move |id| shared.index_files.lock().expect("poisoned").push(id)
+    }
+
+    /// Whether a prune removed this writer's marker, taking it for stopped (the
+    /// process was paused longer than the grace period).
+    pub fn was_lost(&self) -> bool {
+        self.shared.lost.load(std::sync::atomic::Ordering::SeqCst)
+            || matches!(self.backend.stat(&self.name), Err(e) if e.kind == crate::backend::ErrorKind::NotFound)
+    }
+
+    /// The index files this writer stored so far.
+    pub fn index_files(&self) -> Vec<Id> {
+        self.shared.index_files.lock().expect("poisoned").clone()
     }
 
     /// Stops the heartbeat and removes the marker.

@@ -313,6 +313,48 @@ impl Repository {
         self.index_mut().add_packs(files.iter().flatten()).map_err(|e| Error::corrupt("index", e))
     }
 
+    /// Indexes packs that no index file lists (left by interrupted backups) by
+    /// reading their trailers and headers, and stores an index file for them, so
+    /// that their blobs are reused rather than uploaded again. Packs in `exclude`
+    /// (those a running prune is deleting) and packs that fail to verify are left
+    /// alone; `check` reports the latter. Returns the number of packs adopted.
+    pub fn adopt_orphan_packs(&self, exclude: &std::collections::HashSet<Id>) -> Result<usize> {
+        let orphans: Vec<(Id, u64)> = {
+            let idx = self.index();
+            let known: std::collections::HashSet<Id> = idx.packs().iter().map(|p| p.id).collect();
+            self.backend
+                .list(ObjectKind::Pack.prefix())?
+                .into_iter()
+                .filter_map(|o| Some((ObjectKind::Pack.id_from_path(&o.name)?, o.size)))
+                .filter(|(id, _)| !known.contains(id) && !exclude.contains(id))
+                .collect()
+        };
+        if orphans.is_empty() {
+            return Ok(0);
+        }
+        let records: Vec<index_file::PackRecord> =
+            orphans.par_iter().filter_map(|(id, size)| self.read_pack_record(id, *size)).collect();
+        if records.is_empty() {
+            return Ok(0);
+        }
+        self.save_sealed(SealedKind::Index, &index_file::encode(&records))?;
+        self.index_mut().add_packs(&records).map_err(|e| Error::corrupt("index", e))?;
+        Ok(records.len())
+    }
+
+    /// A pack's index record from its trailer and header; `None` if they do not
+    /// read or verify.
+    fn read_pack_record(&self, id: &Id, size: u64) -> Option<index_file::PackRecord> {
+        let name = ObjectKind::Pack.path(id);
+        let tlen = pack::TRAILER_LEN as u64;
+        let tail = self.backend.read_range(&name, size.checked_sub(tlen)?, tlen).ok()?;
+        let trailer = pack::decode_trailer(&tail, size).ok()?;
+        let hlen = trailer.header_len as u64;
+        let sealed = self.backend.read_range(&name, size - tlen - hlen, hlen).ok()?;
+        let entries = pack::open_header(&self.keys.data, &trailer, &sealed, size).ok()?;
+        Some(index_file::PackRecord { id: *id, salt: trailer.salt, cipher: trailer.cipher, entries })
+    }
+
     /// Loads a blob: reads its bytes from its pack, authenticates, decrypts,
     /// decompresses and checks that the plaintext hashes to `id`.
     pub fn load_blob(&self, blob_type: BlobType, id: &Id) -> Result<Vec<u8>> {

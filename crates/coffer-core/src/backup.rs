@@ -203,9 +203,9 @@ pub fn backup(
     let session = if opts.dry_run { None } else { Some(Session::start(repo, session::heartbeat())?) };
     let noticed_at_start = if opts.dry_run { HashSet::new() } else { prune::notices(repo)?.1 };
     repo.load_index()?;
-    // Packs left by interrupted backups are reused; while other backups run, the
-    // packs no index lists yet may be theirs, and are left to them.
-    if !opts.dry_run && session::list(repo)?.len() <= 1 {
+    // Packs left by interrupted backups are reused. (Packs of backups still
+    // running may be adopted too: harmless, as their session markers protect them.)
+    if !opts.dry_run {
         repo.adopt_orphan_packs(&noticed_at_start)?;
     }
     let mut history = History::load(repo)?;
@@ -248,7 +248,7 @@ pub fn backup(
         repo,
         saver: match &session {
             None => BlobSaver::dry_run(repo),
-            Some(s) => BlobSaver::new(repo).with_index_observer(s.index_sink()),
+            Some(s) => BlobSaver::new(repo).with_observer(s.sink()),
         },
         excludes,
         opts,
@@ -297,7 +297,7 @@ pub fn backup(
         {
             ensure_own_packs_exist(repo, &s.index_files())?;
         }
-        loop {
+        for _attempt in 0..5 {
             checked = Instant::now();
             let mut noticed = prune::notices(repo)?.1;
             noticed.extend(&noticed_at_start);

@@ -35,6 +35,7 @@ pub mod proof;
 pub mod prune;
 pub mod repo;
 pub mod restore;
+pub mod retention;
 pub mod session;
 pub mod sign;
 pub mod state;

@@ -210,12 +210,15 @@ struct Usage {
     index_file: Option<Id>,
 }
 
-/// Prunes `repo`. Its index must be loaded.
+/// Prunes `repo`, which must not have its index loaded yet: the snapshots are
+/// listed first and the index read after, so that every snapshot seen has its
+/// blobs in the index read (a snapshot is written after its index files).
 pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) -> Result<PruneReport> {
     let start = Instant::now();
     let mut report = PruneReport { dry_run: opts.dry_run, ..Default::default() };
-    repo.index_mut().merge();
     let mut history = History::load(repo)?;
+    repo.load_index()?;
+    repo.index_mut().merge();
     if let Some(e) = history.damaged.first() {
         return Err(Error::InvalidInput(format!(
             "prune refuses to run while a snapshot is damaged ({e}): what it references is unknown; run \
@@ -306,10 +309,13 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         if sessions.is_empty() {
             return spared;
         }
-        let theirs: HashSet<Id> =
-            sessions.iter().filter_map(|(_, r)| r.as_ref()).flat_map(|r| r.index_files.iter().copied()).collect();
+        let records: Vec<&session::SessionRecord> = sessions.iter().filter_map(|(_, r)| r.as_ref()).collect();
+        let their_files: HashSet<Id> = records.iter().flat_map(|r| r.index_files.iter().copied()).collect();
+        let their_packs: HashSet<Id> = records.iter().flat_map(|r| r.packs.iter().copied()).collect();
         let keep = |p: &Id| {
-            unindexed.contains(p) || usage.get(p).and_then(|u| u.index_file).is_some_and(|f| theirs.contains(&f))
+            unindexed.contains(p)
+                || their_packs.contains(p)
+                || usage.get(p).and_then(|u| u.index_file).is_some_and(|f| their_files.contains(&f))
         };
         delete.retain(|p| {
             let k = keep(p);

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::envelope::{self, SealedKind};
 use crate::format::{FORMAT_VERSION, ObjectKind};
 use crate::id::Id;
-use crate::repo::Repository;
+use crate::repo::{Repository, SaverEvent};
 
 /// How often a running backup rewrites its marker, unless the environment says
 /// otherwise (`COFFER_TEST_PRUNE_GRACE_MS`, for tests, sets it to a quarter of the grace).
@@ -52,6 +52,9 @@ pub struct SessionRecord {
     pub beat: u64,
     /// Index files this writer has stored so far.
     pub index_files: Vec<Id>,
+    /// Packs this writer has stored that none of its index files lists yet.
+    #[serde(default)]
+    pub packs: Vec<Id>,
 }
 
 impl SessionRecord {
@@ -70,6 +73,7 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     index_files: Mutex<Vec<Id>>,
+    packs: Mutex<Vec<Id>>,
     /// The marker was found removed: a prune took this writer for stopped.
     lost: std::sync::atomic::AtomicBool,
 }
@@ -102,12 +106,14 @@ impl Session {
             started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             beat: 0,
             index_files: Vec::new(),
+            packs: Vec::new(),
         };
         write_marker(backend.as_ref(), &key, cipher, &name, &rec)?;
         let shared = Arc::new(Shared {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             index_files: Mutex::new(vec![]),
+            packs: Mutex::new(vec![]),
             lost: Default::default(),
         });
         let thread = {
@@ -126,6 +132,7 @@ impl Session {
                         }
                         rec.beat += 1;
                         rec.index_files = shared.index_files.lock().expect("poisoned").clone();
+                        rec.packs = shared.packs.lock().expect("poisoned").clone();
                         // A missed beat is survivable: the backup's final check catches
                         // anything a prune removed because of it.
                         let _ = write_marker(backend.as_ref(), &key, cipher, &name, &rec);
@@ -136,11 +143,17 @@ impl Session {
         Ok(Session { name, backend, shared, thread: Some(thread) })
     }
 
-    /// A function recording each index file this writer stores, for the next
-    /// rewrite (pass it to [`crate::repo::BlobSaver::with_index_observer`]).
-    pub fn index_sink(&self) -> impl Fn(Id) + Send + Sync + 'static {
+    /// A function recording the packs and index files this writer stores, for the
+    /// next rewrite (pass it to [`crate::repo::BlobSaver::with_observer`]).
+    pub fn sink(&self) -> impl Fn(SaverEvent) + Send + Sync + 'static {
         let shared = self.shared.clone();
-        move |id| shared.index_files.lock().expect("poisoned").push(id)
+        move |event| match event {
+            SaverEvent::Pack(id) => shared.packs.lock().expect("poisoned").push(id),
+            SaverEvent::IndexFile(id, packs) => {
+                shared.index_files.lock().expect("poisoned").push(id);
+                shared.packs.lock().expect("poisoned").retain(|p| !packs.contains(p));
+            }
+        }
     }
 
     /// Whether a prune removed this writer's marker, taking it for stopped (the

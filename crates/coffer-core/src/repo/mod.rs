@@ -8,7 +8,7 @@ mod signed;
 mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
-pub use saver::{BlobSaver, SaverStats};
+pub use saver::{BlobSaver, SaverEvent, SaverStats};
 pub use signed::{WRITER_KEY_FILE, Writers};
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};

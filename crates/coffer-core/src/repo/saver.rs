@@ -58,7 +58,16 @@ pub struct BlobSaver<'r> {
     bytes_new: AtomicU64,
     bytes_stored: AtomicU64,
     packs_done: AtomicU64,
-    index_observer: Option<Box<dyn Fn(Id) + Send + Sync + 'r>>,
+    observer: Option<Box<dyn Fn(SaverEvent) + Send + Sync + 'r>>,
+}
+
+/// What a saver stored, for a [`BlobSaver::with_observer`] callback.
+#[derive(Clone, Debug)]
+pub enum SaverEvent {
+    /// A pack was uploaded (no index file lists it yet).
+    Pack(Id),
+    /// An index file listing these packs was stored.
+    IndexFile(Id, Vec<Id>),
 }
 
 impl<'r> BlobSaver<'r> {
@@ -81,13 +90,13 @@ impl<'r> BlobSaver<'r> {
             bytes_new: AtomicU64::new(0),
             bytes_stored: AtomicU64::new(0),
             packs_done: AtomicU64::new(0),
-            index_observer: None,
+            observer: None,
         }
     }
 
-    /// Calls `f` with the id of every index file this saver stores.
-    pub fn with_index_observer(mut self, f: impl Fn(Id) + Send + Sync + 'r) -> Self {
-        self.index_observer = Some(Box::new(f));
+    /// Calls `f` for every pack and index file this saver stores.
+    pub fn with_observer(mut self, f: impl Fn(SaverEvent) + Send + Sync + 'r) -> Self {
+        self.observer = Some(Box::new(f));
         self
     }
 
@@ -179,6 +188,9 @@ impl<'r> BlobSaver<'r> {
     fn absorb(&self, stored: Vec<super::uploader::Stored>) -> Result<()> {
         for r in stored {
             let (rec, size) = r?;
+            if let Some(f) = &self.observer {
+                f(SaverEvent::Pack(rec.id));
+            }
             self.bytes_stored.fetch_add(size, Ordering::Relaxed);
             self.packs_done.fetch_add(1, Ordering::Relaxed);
             self.repo.index_mut().add_pack(&rec).map_err(|e| Error::corrupt(ObjectKind::Pack.describe(&rec.id), e))?;
@@ -198,8 +210,8 @@ impl<'r> BlobSaver<'r> {
         }
         let plain = index_file::encode(&batch);
         let id = self.repo.save_sealed(SealedKind::Index, &plain)?;
-        if let Some(f) = &self.index_observer {
-            f(id);
+        if let Some(f) = &self.observer {
+            f(SaverEvent::IndexFile(id, batch.iter().map(|r| r.id).collect()));
         }
         self.bytes_stored.fetch_add((plain.len() + crate::format::envelope::OVERHEAD) as u64, Ordering::Relaxed);
         let mut pending = self.pending.lock().expect("poisoned");

@@ -19,7 +19,9 @@ pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
             humantime::format_duration(floor)
         );
     }
-    let repo = repo_open::open(global)?;
+    let (path, _) = repo_open::location(global)?;
+    // Prune reads the index itself, after listing the snapshots.
+    let repo = repo_open::open_unindexed(global, &path)?;
     let display = Display::new(global.json, global.quiet, "prune");
     let opts = PruneOptions { max_unused: a.max_unused, dry_run: a.dry_run, grace };
     let r = prune(&repo, &opts, &display);

@@ -521,7 +521,7 @@ mod tests {
         assert_eq!(ds.iter().map(|d| d.id.0[0]).collect::<Vec<_>>(), [5, 4, 3, 2, 1], "newest first");
         assert_eq!(kept(&s, &p), [5, 4]);
         assert_eq!(reasons_of(&ds, 5), [Reason::Last]);
-        assert!(ds.iter().all(|d| d.keep == !d.reasons.is_empty()));
+        assert!(ds.iter().all(|d| d.keep != d.reasons.is_empty()), "kept exactly when a reason is given");
         let all = Policy { last: 10, ..Default::default() };
         assert_eq!(kept(&s, &all), [5, 4, 3, 2, 1], "more than there are keeps all");
     }
@@ -601,12 +601,7 @@ mod tests {
 
     #[test]
     fn rules_count_independently_and_all_reasons_are_recorded() {
-        let s = at(&[
-            "2023-06-01T10:00:00Z",
-            "2024-05-01T10:00:00Z",
-            "2024-05-02T10:00:00Z",
-            "2024-05-02T11:00:00Z",
-        ]);
+        let s = at(&["2023-06-01T10:00:00Z", "2024-05-01T10:00:00Z", "2024-05-02T10:00:00Z", "2024-05-02T11:00:00Z"]);
         let p = Policy { last: 1, daily: 2, monthly: 1, yearly: 2, ..Default::default() };
         let ds = apply(&s, &p);
         assert_eq!(reasons_of(&ds, 4), [Reason::Last, Reason::Daily, Reason::Monthly, Reason::Yearly]);
@@ -685,10 +680,7 @@ mod tests {
         // host,paths: (a,/x) (a,/x /y) (b,/x); path order does not matter.
         let ds = apply(&s, &last1("host,paths"));
         assert_eq!(kept(&s, &last1("host,paths")), [3, 6, 5]);
-        assert_eq!(
-            ds[0].group,
-            GroupKey { host: Some("a".into()), paths: Some(vec!["/x".into()]), tags: None }
-        );
+        assert_eq!(ds[0].group, GroupKey { host: Some("a".into()), paths: Some(vec!["/x".into()]), tags: None });
         assert_eq!(ds[0].group.to_string(), "host a, paths /x");
         assert_eq!(ds.iter().map(|d| d.id.0[0]).collect::<Vec<_>>(), [3, 1, 6, 4, 5, 2], "by group, newest first");
 
@@ -703,7 +695,8 @@ mod tests {
         // keep-within is measured from each group's own newest snapshot.
         let p = Policy { within: Some("1d".parse().unwrap()), group_by: "host".parse().unwrap(), ..Default::default() };
         assert_eq!(kept(&s, &p), [6, 5]);
-        let p = Policy { within: Some("2d1h".parse().unwrap()), group_by: "host".parse().unwrap(), ..Default::default() };
+        let p =
+            Policy { within: Some("2d1h".parse().unwrap()), group_by: "host".parse().unwrap(), ..Default::default() };
         assert_eq!(kept(&s, &p), [6, 4, 5]);
     }
 
@@ -744,7 +737,12 @@ mod tests {
 
     #[test]
     fn reasons_print() {
-        let r = [Reason::Last, Reason::Weekly, Reason::Within("30d".parse().unwrap()), Reason::Tag(vec!["a".into(), "b".into()])];
+        let r = [
+            Reason::Last,
+            Reason::Weekly,
+            Reason::Within("30d".parse().unwrap()),
+            Reason::Tag(vec!["a".into(), "b".into()]),
+        ];
         let text: Vec<String> = r.iter().map(|r| r.to_string()).collect();
         assert_eq!(text, ["last", "weekly", "within 30d", "tag a,b"]);
     }
@@ -762,9 +760,9 @@ mod tests {
         }
         assert_eq!(days_in_month(1900, 2), 28);
         assert_eq!(days_in_month(2000, 2), 29);
-        assert_eq!(Instant::of(UNIX_EPOCH - std::time::Duration::from_millis(1500)), Instant {
-            secs: -2,
-            nanos: 500_000_000
-        });
+        assert_eq!(
+            Instant::of(UNIX_EPOCH - std::time::Duration::from_millis(1500)),
+            Instant { secs: -2, nanos: 500_000_000 }
+        );
     }
 }

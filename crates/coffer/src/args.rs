@@ -226,11 +226,52 @@ pub struct CheckArgs {
     pub read_data: bool,
 }
 
+/// `coffer forget`: either snapshots named by id, or a retention policy (the
+/// `--keep-*` options) applied to every snapshot that passes the filters.
 #[derive(Args, Debug)]
 pub struct ForgetArgs {
-    /// Snapshots to forget (ids or unique prefixes).
-    #[arg(required = true)]
+    /// Snapshots to forget (ids or unique prefixes). Not with a policy.
+    #[arg(conflicts_with_all = [
+        "keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly",
+        "keep_within", "keep_tags", "group_by", "host", "tags", "paths",
+    ])]
     pub snapshots: Vec<String>,
+    /// Keep the N newest snapshots of each group ('unlimited' for all).
+    #[arg(long, short = 'l', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    pub keep_last: u32,
+    /// Keep the newest snapshot of each of the last N hours that have snapshots (UTC).
+    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    pub keep_hourly: u32,
+    /// Keep the newest snapshot of each of the last N days that have snapshots (UTC).
+    #[arg(long, short = 'd', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    pub keep_daily: u32,
+    /// Keep the newest snapshot of each of the last N ISO weeks that have snapshots.
+    #[arg(long, short = 'w', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    pub keep_weekly: u32,
+    /// Keep the newest snapshot of each of the last N months that have snapshots.
+    #[arg(long, short = 'm', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    pub keep_monthly: u32,
+    /// Keep the newest snapshot of each of the last N years that have snapshots.
+    #[arg(long, short = 'y', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    pub keep_yearly: u32,
+    /// Keep snapshots newer than the group's newest minus this span: years, months,
+    /// days, hours, e.g. 30d or 1y5m7d2h.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within: Option<coffer_core::retention::Span>,
+    /// Keep snapshots carrying this tag; TAG,TAG... means all of them (repeatable:
+    /// any of the lists).
+    #[arg(long = "keep-tag", value_name = "TAG[,TAG...]", value_parser = parse_tag_list)]
+    pub keep_tags: Vec<String>,
+    /// Apply the policy to each group of snapshots sharing these fields: a
+    /// comma-separated subset of host, paths, tags; "" for one group.
+    #[arg(long, value_name = "FIELDS", default_value = "host,paths")]
+    pub group_by: coffer_core::retention::GroupBy,
+    /// Only consider snapshots that pass these filters.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Show what would be kept and forgotten; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug)]
@@ -273,6 +314,22 @@ pub struct VerifyProofArgs {
     pub public_keys: Vec<String>,
 }
 
+/// Parses a `--keep-*` count: a number, or `unlimited`.
+pub fn parse_keep_count(s: &str) -> Result<u32, String> {
+    if s.trim() == "unlimited" {
+        return Ok(u32::MAX);
+    }
+    s.trim().parse().map_err(|_| format!("{s:?} is not a count: give a number or 'unlimited'"))
+}
+
+/// Checks `--keep-tag`: one tag, or several separated by commas, none empty.
+pub fn parse_tag_list(s: &str) -> Result<String, String> {
+    if s.split(',').any(|t| t.trim().is_empty()) {
+        return Err(format!("{s:?} has an empty tag"));
+    }
+    Ok(s.to_string())
+}
+
 /// Parses a percentage from 0 to 100 (a trailing `%` is allowed).
 pub fn parse_percent(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("{s:?} is not a percentage"))?;
@@ -310,6 +367,16 @@ mod tests {
         assert_eq!(parse_size("8m"), Ok(8 << 20));
         assert!(parse_size("3X").is_err());
         assert!(parse_size("M").is_err());
+    }
+
+    #[test]
+    fn keep_counts_and_tag_lists() {
+        assert_eq!(parse_keep_count("7"), Ok(7));
+        assert_eq!(parse_keep_count("unlimited"), Ok(u32::MAX));
+        assert!(parse_keep_count("-1").is_err());
+        assert_eq!(parse_tag_list("a,b"), Ok("a,b".to_string()));
+        assert!(parse_tag_list("a,").is_err());
+        assert!(parse_tag_list("").is_err());
     }
 
     #[test]

@@ -1,31 +1,169 @@
-//! `coffer forget`.
+//! `coffer forget`: removes the snapshots named, or those a retention policy does
+//! not keep (docs/design.md#retention). Either way one tombstone records the removal.
 
-use anyhow::Result;
+use std::collections::HashMap;
+
+use anyhow::{Result, anyhow};
+use coffer_core::Id;
 use coffer_core::forget::forget;
 use coffer_core::format::ObjectKind;
+use coffer_core::format::snapshot::Snapshot;
 use coffer_core::history::History;
-use serde_json::json;
+use coffer_core::repo::{Repository, SnapshotFilter};
+use coffer_core::retention::{self, Decision, GroupKey, Policy};
+use serde_json::{Value, json};
 
 use crate::args::{ForgetArgs, GlobalArgs};
 use crate::{exit, output, repo_open};
 
+/// Exit code of a usage error, as clap uses for invalid arguments.
+const USAGE: u8 = 2;
+
 pub fn run(global: &GlobalArgs, a: &ForgetArgs) -> Result<u8> {
+    let policy = policy_of(a);
+    if a.snapshots.is_empty() && !policy.has_keep_rule() {
+        let err = anyhow!(
+            "nothing to keep: without snapshot ids, forget applies a policy, and one without a keep rule would \
+             forget every snapshot; name the snapshots to forget, or give at least one of --keep-last, \
+             --keep-hourly, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, --keep-within, --keep-tag"
+        );
+        output::error(global.json, &err, USAGE);
+        return Ok(USAGE);
+    }
     let (path, _) = repo_open::location(global)?;
     let repo = repo_open::open_unindexed(global, &path)?;
-    let state = repo_open::local_state(&repo)?;
+    let history = History::load(&repo)?;
+    if a.snapshots.is_empty() {
+        by_policy(global, a, &repo, &history, &policy)
+    } else {
+        by_ids(global, a, &repo, &history)
+    }
+}
+
+/// The policy the `--keep-*` and `--group-by` options describe.
+fn policy_of(a: &ForgetArgs) -> Policy {
+    Policy {
+        last: a.keep_last,
+        hourly: a.keep_hourly,
+        daily: a.keep_daily,
+        weekly: a.keep_weekly,
+        monthly: a.keep_monthly,
+        yearly: a.keep_yearly,
+        within: a.keep_within,
+        tags: a.keep_tags.iter().map(|l| l.split(',').map(|t| t.trim().to_string()).collect()).collect(),
+        group_by: a.group_by,
+    }
+}
+
+fn by_ids(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &History) -> Result<u8> {
     let ids =
         a.snapshots.iter().map(|s| repo.resolve_prefix(ObjectKind::Snapshot, s)).collect::<Result<Vec<_>, _>>()?;
-    let history = History::load(&repo)?;
-    let key = repo.writer_key(&state)?;
-    let tombstone = forget(&repo, &history, &ids, &key)?;
+    if a.dry_run {
+        if global.json {
+            output::json(&json!({"type": "summary", "dry_run": true, "forgotten": ids, "tombstone": null}));
+        } else if !global.quiet {
+            for id in &ids {
+                println!("would forget snapshot {}", id.short());
+            }
+            println!("dry run: nothing changed");
+        }
+        return Ok(exit::OK);
+    }
+    let tombstone = remove(repo, history, &ids)?;
     if global.json {
-        output::json(&json!({"type": "summary", "forgotten": ids, "tombstone": tombstone}));
+        output::json(&json!({"type": "summary", "dry_run": false, "forgotten": ids, "tombstone": tombstone}));
     } else if !global.quiet {
         for id in &ids {
             println!("forgot snapshot {}", id.short());
         }
         println!("tombstone {} records the removal", tombstone.short());
     }
-    History::load(&repo)?.sync_remembered(&state)?;
     Ok(exit::OK)
+}
+
+fn by_policy(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &History, policy: &Policy) -> Result<u8> {
+    if !history.damaged.is_empty() {
+        eprintln!(
+            "warning: {} snapshots could not be loaded and are not considered (run `coffer check`)",
+            history.damaged.len()
+        );
+    }
+    let filter = SnapshotFilter::from(&a.filter);
+    let snapshots: Vec<(Id, Snapshot)> =
+        history.live_snapshots().into_iter().filter(|(_, s)| filter.matches(s)).collect();
+    let decisions = retention::apply(&snapshots, policy);
+    let doomed: Vec<Id> = decisions.iter().filter(|d| !d.keep).map(|d| d.id).collect();
+    let tombstone = if a.dry_run || doomed.is_empty() { None } else { Some(remove(repo, history, &doomed)?) };
+
+    let times: HashMap<Id, &str> = snapshots.iter().map(|(id, s)| (*id, s.time.as_str())).collect();
+    let groups = by_group(&decisions);
+    if global.json {
+        let groups: Vec<Value> = groups.iter().map(|(key, ds)| group_json(key, ds, &times)).collect();
+        output::json(&json!({
+            "type": "summary",
+            "dry_run": a.dry_run,
+            "group_by": policy.group_by.to_string(),
+            "groups": groups,
+            "kept": decisions.len() - doomed.len(),
+            "forgotten": doomed,
+            "tombstone": tombstone,
+        }));
+        return Ok(exit::OK);
+    }
+    if global.quiet {
+        return Ok(exit::OK);
+    }
+    for (key, ds) in &groups {
+        let kept = ds.iter().filter(|d| d.keep).count();
+        println!("{key}: keep {kept}, forget {}", ds.len() - kept);
+        for d in ds {
+            let reasons: Vec<String> = d.reasons.iter().map(|r| r.to_string()).collect();
+            let action = if d.keep { "keep" } else { "forget" };
+            let time = output::time(times.get(&d.id).copied().unwrap_or_default());
+            let line = format!("  {action:<6}  {}  {time}  {}", d.id.short(), reasons.join(", "));
+            println!("{}", line.trim_end());
+        }
+    }
+    let n = doomed.len();
+    match tombstone {
+        _ if snapshots.is_empty() => println!("no snapshots match"),
+        _ if a.dry_run => println!("dry run: would forget {n} of {} snapshots; nothing changed", snapshots.len()),
+        None => println!("nothing to forget: the policy keeps all {} snapshots", snapshots.len()),
+        Some(t) => println!("forgot {n} of {} snapshots; tombstone {} records the removal", snapshots.len(), t.short()),
+    }
+    Ok(exit::OK)
+}
+
+/// Forgets `ids` under one tombstone signed by this client, and remembers the
+/// resulting history heads.
+fn remove(repo: &Repository, history: &History, ids: &[Id]) -> Result<Id> {
+    let state = repo_open::local_state(repo)?;
+    let key = repo.writer_key(&state)?;
+    let tombstone = forget(repo, history, ids, &key)?;
+    History::load(repo)?.sync_remembered(&state)?;
+    Ok(tombstone)
+}
+
+/// Decisions split by group, in the order `apply` returned them.
+fn by_group(decisions: &[Decision]) -> Vec<(&GroupKey, Vec<&Decision>)> {
+    let mut out: Vec<(&GroupKey, Vec<&Decision>)> = Vec::new();
+    for d in decisions {
+        match out.last_mut() {
+            Some((key, ds)) if *key == &d.group => ds.push(d),
+            _ => out.push((&d.group, vec![d])),
+        }
+    }
+    out
+}
+
+fn group_json(key: &GroupKey, ds: &[&Decision], times: &HashMap<Id, &str>) -> Value {
+    let entry = |d: &Decision| {
+        let reasons: Vec<String> = d.reasons.iter().map(|r| r.to_string()).collect();
+        json!({"id": d.id, "time": times.get(&d.id), "reasons": reasons})
+    };
+    json!({
+        "key": {"host": key.host, "paths": key.paths, "tags": key.tags},
+        "keep": ds.iter().filter(|d| d.keep).map(|d| entry(d)).collect::<Vec<_>>(),
+        "forget": ds.iter().filter(|d| !d.keep).map(|d| entry(d)).collect::<Vec<_>>(),
+    })
 }

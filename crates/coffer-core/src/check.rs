@@ -6,14 +6,21 @@
 //! loads and verifies; every data blob a tree references is indexed.
 //! Data (`read_data`): every pack is read whole, its hash checked against its
 //! name, its header decrypted and compared with the index, and every blob
-//! decrypted, decompressed and checked against its id.
+//! decrypted, decompressed and checked against its id. `read_data_subset` reads
+//! part of the packs the same way ([`subset`]).
 //!
 //! Problems are collected, not returned as the first error, so one run reports
-//! all the damage; each message names the object.
+//! all the damage; each message names the object. Damaged and missing blobs are
+//! also collected by id and traced to the files they affect ([`locate`]).
+
+mod locate;
+mod subset;
+
+pub use locate::{AffectedFile, AffectedKind, DamagedBlob, TreeSource, locate_damage};
+pub use subset::{DataSubset, VERIFIED_PACKS};
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -25,14 +32,19 @@ use crate::format::tree::NodeKind;
 use crate::id::Id;
 use crate::progress::Progress;
 use crate::repo::Repository;
+use crate::state::LocalState;
 
 /// What to check.
 #[derive(Clone, Debug, Default)]
 pub struct CheckOptions {
     /// Also read and verify every pack's content.
     pub read_data: bool,
-    /// This client's local state: the history heads it saw last, to detect rollback.
-    pub state: Option<crate::state::LocalState>,
+    /// Read and verify only this part of the packs; takes precedence over `read_data`.
+    pub read_data_subset: Option<DataSubset>,
+    /// This client's local state: the history heads it saw last (to detect
+    /// rollback) and the packs it has verified ([`VERIFIED_PACKS`]). Without it
+    /// neither is remembered, and a share is drawn from all packs.
+    pub state: Option<LocalState>,
 }
 
 /// The findings of a check.
@@ -54,6 +66,17 @@ pub struct CheckReport {
     pub packs_read: u64,
     /// Snapshots removed on purpose, each recorded by a tombstone.
     pub forgotten: u64,
+    /// The ids of the packs read, sorted.
+    pub packs_read_ids: Vec<Id>,
+    /// After a data read with local state: packs not yet verified in this round.
+    pub packs_unverified: Option<u64>,
+    /// Whether this run began a new round of partial checks, every pack having
+    /// been verified in the last one.
+    pub new_round: bool,
+    /// Blobs found damaged or missing, each once, sorted by pack then id.
+    pub damaged_blobs: Vec<DamagedBlob>,
+    /// The entries of every snapshot that the damaged blobs affect.
+    pub affected: Vec<AffectedFile>,
 }
 
 impl CheckReport {
@@ -81,6 +104,8 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
             r.errors.push(format!("pack {}: listed in the index but missing from the repository", id.short()));
         }
     }
+    let missing: HashSet<Id> = indexed.iter().filter(|id| !packs.contains_key(id)).copied().collect();
+    r.damaged_blobs.extend(locate::served_from(repo, &missing));
     for id in packs.keys() {
         if !indexed.contains(id) {
             r.warnings.push(format!(
@@ -89,14 +114,26 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
             ));
         }
     }
+    let scope = match (opts.read_data_subset, opts.read_data) {
+        (Some(s), _) => Some(subset::Scope::Subset(s)),
+        (None, true) => Some(subset::Scope::All),
+        (None, false) => None,
+    };
+    let plan = scope.map(|s| subset::plan(s, &packs, opts.state.as_ref())).transpose()?;
     check_snapshots(repo, &mut r)?;
     let history = crate::history::check(repo, opts.state.as_ref())?;
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;
-    if opts.read_data {
-        read_data(repo, &packs, &mut r, progress);
+    if let Some(plan) = plan {
+        let good = read_data(repo, &plan.read, &mut r, progress);
+        r.new_round = plan.new_round;
+        match plan.record(&good, packs.len(), opts.state.as_ref()) {
+            Ok(left) => r.packs_unverified = opts.state.as_ref().map(|_| left),
+            Err(e) => r.warnings.push(format!("could not record the verified packs: {e}")),
+        }
     }
+    locate::report(repo, &mut r)?;
     Ok(r)
 }
 
@@ -154,6 +191,9 @@ fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<()> {
             let tree = match repo.load_tree(&tid) {
                 Ok(t) => t,
                 Err(e) => {
+                    if let Error::Corrupt { .. } = e {
+                        r.damaged_blobs.push(damaged_blob(repo, tid, BlobType::Tree));
+                    }
                     r.errors.push(format!("snapshot {}, directory {path}: {e}", sid.short()));
                     continue;
                 }
@@ -167,6 +207,7 @@ fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<()> {
                     _ => {
                         for b in &node.content {
                             if seen_blobs.insert(*b) && !idx.contains(b, BlobType::Data) {
+                                r.damaged_blobs.push(DamagedBlob { id: *b, blob_type: BlobType::Data, pack: None });
                                 r.errors.push(format!(
                                     "snapshot {}, file {child}: data blob {} is not in any index",
                                     sid.short(),
@@ -183,53 +224,107 @@ fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     Ok(())
 }
 
-/// Verifies one pack completely; returns its problems.
-pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<String> {
-    let name = ObjectKind::Pack.describe(id);
-    let bytes = match repo.backend().read(&ObjectKind::Pack.path(id)) {
-        Ok(b) => b,
-        Err(e) => return vec![e.to_string()],
-    };
-    if Id::hash_of(&bytes) != *id {
-        return vec![format!("{name}: content does not match its name (altered or truncated)")];
-    }
-    let len = bytes.len() as u64;
-    if bytes.len() < TRAILER_LEN {
-        return vec![format!("{name}: {len} bytes is too short for a pack")];
-    }
-    let trailer = match pack::decode_trailer(&bytes[bytes.len() - TRAILER_LEN..], len) {
-        Ok(t) => t,
-        Err(e) => return vec![format!("{name}: {e}")],
-    };
-    let hstart = bytes.len() - TRAILER_LEN - trailer.header_len as usize;
-    let entries = match pack::open_header(&repo.keys().data, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len) {
-        Ok(e) => e,
-        Err(e) => return vec![format!("{name}: {e}")],
-    };
-    let mut problems = Vec::new();
-    let key = pack::pack_key(&repo.keys().data, trailer.cipher, &trailer.salt);
-    for e in &entries {
-        let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
-        match pack::open_blob(&key, e, sealed) {
-            Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => {}
-            Ok(_) => problems.push(format!("{name}: {} {} does not match its id", e.blob_type.noun(), e.id.short())),
-            Err(err) => problems.push(format!("{name}: {} {}: {err}", e.blob_type.noun(), e.id.short())),
-        }
-    }
-    let in_header: HashSet<(Id, u64)> = entries.iter().map(|e| (e.id, e.offset)).collect();
-    for e in indexed {
-        if !in_header.contains(&(e.id, e.offset)) {
-            problems.push(format!(
-                "{name}: the index places {} {} here, the pack header does not",
-                e.blob_type.noun(),
-                e.id.short()
-            ));
-        }
-    }
-    problems
+/// The damaged-blob record of blob `id`, with the pack the index serves it from.
+fn damaged_blob(repo: &Repository, id: Id, blob_type: BlobType) -> DamagedBlob {
+    DamagedBlob { id, blob_type, pack: repo.index().get(&id).map(|(_, p)| p.id) }
 }
 
-fn read_data(repo: &Repository, packs: &HashMap<Id, u64>, r: &mut CheckReport, progress: &dyn Progress) {
+/// What reading one pack whole found.
+#[derive(Debug, Default)]
+pub struct PackVerdict {
+    /// Problems, each naming the pack.
+    pub problems: Vec<String>,
+    /// The blobs the index serves from this pack that cannot be read intact.
+    pub damaged: Vec<PackEntry>,
+}
+
+/// Verifies one pack completely. `indexed` lists the blobs the index serves from
+/// it; each is judged as a restore would read it, so that even a pack whose hash,
+/// trailer or header is damaged names exactly the blobs that are lost.
+pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVerdict {
+    let name = ObjectKind::Pack.describe(id);
+    let mut v = PackVerdict::default();
+    let info = indexed.first().and_then(|e| repo.index().get(&e.id).map(|(_, p)| p.clone()));
+    let bytes = match repo.backend().read(&ObjectKind::Pack.path(id)) {
+        Ok(b) => b,
+        Err(e) => {
+            if e.kind == crate::backend::ErrorKind::NotFound {
+                v.damaged = indexed.to_vec();
+            }
+            v.problems.push(e.to_string());
+            return v;
+        }
+    };
+    if Id::hash_of(&bytes) != *id {
+        v.problems.push(format!("{name}: content does not match its name (altered or truncated)"));
+    }
+    // Header entries whose blob verified in place, by (id, offset).
+    let mut intact: HashMap<(Id, u64), PackEntry> = HashMap::new();
+    match open_pack(repo, &bytes) {
+        Err(e) => v.problems.push(format!("{name}: {e}")),
+        Ok((trailer, entries)) => {
+            let key = pack::pack_key(&repo.keys().data, trailer.cipher, &trailer.salt);
+            for e in &entries {
+                let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
+                match pack::open_blob(&key, e, sealed) {
+                    Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => {
+                        intact.insert((e.id, e.offset), *e);
+                    }
+                    Ok(_) => v.problems.push(format!(
+                        "{name}: {} {} does not match its id",
+                        e.blob_type.noun(),
+                        e.id.short()
+                    )),
+                    Err(err) => v.problems.push(format!("{name}: {} {}: {err}", e.blob_type.noun(), e.id.short())),
+                }
+            }
+            let in_header: HashSet<(Id, u64)> = entries.iter().map(|e| (e.id, e.offset)).collect();
+            for e in indexed {
+                if !in_header.contains(&(e.id, e.offset)) {
+                    v.problems.push(format!(
+                        "{name}: the index places {} {} here, the pack header does not",
+                        e.blob_type.noun(),
+                        e.id.short()
+                    ));
+                }
+            }
+            if !info.as_ref().is_some_and(|p| p.salt == trailer.salt && p.cipher == trailer.cipher) {
+                intact.clear();
+            }
+        }
+    }
+    // Blobs the header vouched for need no second look; the rest are opened with
+    // the index's own placement and key material.
+    for e in indexed {
+        if intact.get(&(e.id, e.offset)) == Some(e) {
+            continue;
+        }
+        let end = e.offset.checked_add(e.length as u64).map(|end| end as usize);
+        let readable = match (&info, end.and_then(|end| bytes.get(e.offset as usize..end))) {
+            (Some(info), Some(sealed)) => repo.decode_blob(info, e, sealed).is_ok(),
+            _ => false,
+        };
+        if !readable {
+            v.damaged.push(*e);
+        }
+    }
+    v
+}
+
+/// Decodes a whole pack's trailer and header.
+fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<(pack::Trailer, Vec<PackEntry>), String> {
+    let len = bytes.len() as u64;
+    if bytes.len() < TRAILER_LEN {
+        return Err(format!("{len} bytes is too short for a pack"));
+    }
+    let trailer = pack::decode_trailer(&bytes[bytes.len() - TRAILER_LEN..], len)?;
+    let hstart = bytes.len() - TRAILER_LEN - trailer.header_len as usize;
+    let entries = pack::open_header(&repo.keys().data, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len)?;
+    Ok((trailer, entries))
+}
+
+/// Reads and verifies `packs` (id, size); returns the packs found intact.
+fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progress: &dyn Progress) -> HashSet<Id> {
     let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
     {
         let idx = repo.index();
@@ -237,17 +332,31 @@ fn read_data(repo: &Repository, packs: &HashMap<Id, u64>, r: &mut CheckReport, p
             by_pack.entry(idx.packs()[e.pack as usize].id).or_default().push(e.entry);
         }
     }
-    let mut ids: Vec<(Id, u64)> = packs.iter().map(|(k, v)| (*k, *v)).collect();
-    ids.sort();
-    progress.set_total(ids.iter().map(|(_, s)| s).sum(), ids.len() as u64);
-    let problems = Mutex::new(Vec::new());
-    ids.par_iter().for_each(|(id, size)| {
-        let p = verify_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]));
-        progress.add_bytes(*size);
-        problems.lock().expect("poisoned").extend(p);
-    });
-    r.packs_read = ids.len() as u64;
-    let mut p = problems.into_inner().expect("poisoned");
-    p.sort();
-    r.errors.extend(p);
+    progress.set_total(packs.iter().map(|(_, s)| s).sum(), packs.len() as u64);
+    let verdicts: Vec<(Id, PackVerdict)> = packs
+        .par_iter()
+        .map(|(id, size)| {
+            let v = verify_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]));
+            progress.add_bytes(*size);
+            (*id, v)
+        })
+        .collect();
+    r.packs_read = packs.len() as u64;
+    r.packs_read_ids = packs.iter().map(|(id, _)| *id).collect();
+    let mut good = HashSet::new();
+    let mut problems = Vec::new();
+    for (id, v) in verdicts {
+        if v.problems.is_empty() && v.damaged.is_empty() {
+            good.insert(id);
+        }
+        problems.extend(v.problems);
+        r.damaged_blobs.extend(v.damaged.iter().map(|e| DamagedBlob {
+            id: e.id,
+            blob_type: e.blob_type,
+            pack: Some(id),
+        }));
+    }
+    problems.sort();
+    r.errors.extend(problems);
+    good
 }

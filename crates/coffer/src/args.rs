@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use coffer_core::check::DataSubset;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -69,7 +70,8 @@ pub enum Command {
     /// Print a decrypted repository object (for debugging).
     #[command(after_help = EXIT_CODES)]
     Cat(CatArgs),
-    /// Verify the repository's structure and, with --read-data, all of its data.
+    /// Verify the repository's structure and, with --read-data, all of its data
+    /// (or with --read-data-subset, part of it).
     #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
     /// Remove snapshots, leaving a signed tombstone in the history.
@@ -224,6 +226,16 @@ pub struct CheckArgs {
     /// Also read and verify every pack.
     #[arg(long)]
     pub read_data: bool,
+    /// Read and verify only part of the packs: `n/t` reads group n of t (the t groups
+    /// together cover every pack); `N%` reads N percent of them, preferring packs this
+    /// machine has not verified yet, so that repeated runs cover the whole repository.
+    #[arg(long, value_name = "SPEC", conflicts_with = "read_data", value_parser = parse_subset)]
+    pub read_data_subset: Option<DataSubset>,
+}
+
+/// Parses a `--read-data-subset` value: `n/t` or `N%`.
+pub fn parse_subset(s: &str) -> Result<DataSubset, String> {
+    s.parse()
 }
 
 /// `coffer forget`: either snapshots named by id, or a retention policy (the

@@ -1,7 +1,7 @@
 //! `coffer check`.
 
 use anyhow::Result;
-use coffer_core::check::{CheckOptions, check};
+use coffer_core::check::{AffectedFile, AffectedKind, CheckOptions, CheckReport, check};
 use serde_json::json;
 
 use crate::args::{CheckArgs, GlobalArgs};
@@ -11,44 +11,133 @@ use crate::{exit, output, repo_open};
 pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
     let repo = repo_open::open_unindexed(global, &path)?;
+    let reads_data = a.read_data || a.read_data_subset.is_some();
+    // The local state holds the history heads seen last (rollback detection) and
+    // the packs verified by partial data checks.
+    let state = match Some(repo_open::local_state(&repo)) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            let message = format!("{e:#}; rollback cannot be detected and verified packs will not be remembered");
+            if global.json {
+                eprintln!("{}", json!({"type": "warning", "message": message}));
+            } else {
+                eprintln!("warning: {message}");
+            }
+            None
+        }
+        None => None,
+    };
+    let opts = CheckOptions { read_data: a.read_data, read_data_subset: a.read_data_subset, state };
     let display = Display::new(global.json, global.quiet, "check");
-    let opts = CheckOptions { read_data: a.read_data, state: Some(repo_open::local_state(&repo)?) };
     let report = check(&repo, &opts, &display);
     display.finish();
     let r = report?;
     if global.json {
-        output::json(&json!({
-            "type": "summary", "ok": r.is_ok(), "errors": r.errors, "warnings": r.warnings,
-            "snapshots": r.snapshots, "trees": r.trees, "data_blobs": r.data_blobs,
-            "packs": r.packs, "packs_read": r.packs_read, "forgotten": r.forgotten,
-        }));
+        print_json(&r);
     } else {
-        for w in &r.warnings {
-            eprintln!("warning: {w}");
-        }
-        for e in &r.errors {
-            eprintln!("error: {e}");
-        }
-        if !global.quiet {
-            println!(
-                "checked {} snapshots, {} trees, {} data blobs, {} packs{}",
-                r.snapshots,
-                r.trees,
-                r.data_blobs,
-                r.packs,
-                if a.read_data { format!(" ({} read in full)", r.packs_read) } else { String::new() }
-            );
-        }
-        if r.forgotten > 0 && !global.quiet {
-            println!("{} snapshots were removed on purpose by forget (recorded by signed tombstones)", r.forgotten);
-        }
-        if r.is_ok() {
-            if !global.quiet {
-                println!("no errors were found");
-            }
-        } else {
-            eprintln!("{} errors found: the repository is damaged", r.errors.len());
-        }
+        print_text(global, a, &r, reads_data);
     }
     Ok(if r.is_ok() { exit::OK } else { exit::DAMAGED })
+}
+
+fn print_json(r: &CheckReport) {
+    let damaged: Vec<_> =
+        r.damaged_blobs.iter().map(|b| json!({"id": b.id, "type": b.blob_type.noun(), "pack": b.pack})).collect();
+    let affected: Vec<_> = r
+        .affected
+        .iter()
+        .map(|f| {
+            json!({
+                "snapshot": f.snapshot, "path": f.path.to_string_lossy(), "blobs": f.blobs,
+                "kind": match f.kind { AffectedKind::File => "file", AffectedKind::Directory => "directory" },
+            })
+        })
+        .collect();
+    output::json(&json!({
+        "type": "summary", "ok": r.is_ok(), "errors": r.errors, "warnings": r.warnings,
+        "snapshots": r.snapshots, "trees": r.trees, "data_blobs": r.data_blobs,
+        "packs": r.packs, "packs_read": r.packs_read, "packs_read_ids": r.packs_read_ids,
+        "packs_unverified": r.packs_unverified, "new_round": r.new_round,
+        "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten,
+    }));
+}
+
+fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: bool) {
+    for w in &r.warnings {
+        eprintln!("warning: {w}");
+    }
+    for e in &r.errors {
+        eprintln!("error: {e}");
+    }
+    for b in &r.damaged_blobs {
+        let place = match b.pack {
+            Some(p) => format!("in pack {}", p.short()),
+            None => "(not in any index)".to_string(),
+        };
+        eprintln!("damaged: {} {} {place}", b.blob_type.noun(), b.id.short());
+    }
+    for f in &r.affected {
+        eprintln!("affected: snapshot {}: {}", f.snapshot.short(), describe(f));
+    }
+    if !r.damaged_blobs.is_empty() {
+        let mut snapshots: Vec<_> = r.affected.iter().map(|f| f.snapshot).collect();
+        snapshots.sort();
+        snapshots.dedup();
+        eprintln!(
+            "{} damaged or missing: {} affected in {}",
+            plural(r.damaged_blobs.len(), "blob"),
+            plural(r.affected.len(), "entry"),
+            plural(snapshots.len(), "snapshot")
+        );
+    }
+    if !global.quiet {
+        let read = match (&a.read_data_subset, reads_data) {
+            (Some(s), _) => format!(" ({} read in full: subset {s})", r.packs_read),
+            (None, true) => format!(" ({} read in full)", r.packs_read),
+            (None, false) => String::new(),
+        };
+        println!(
+            "checked {} snapshots, {} trees, {} data blobs, {} packs{read}",
+            r.snapshots, r.trees, r.data_blobs, r.packs
+        );
+        if r.forgotten > 0 {
+            println!("{} snapshots were removed on purpose by forget (recorded by signed tombstones)", r.forgotten);
+        }
+        if let Some(left) = r.packs_unverified {
+            let round = if r.new_round { " (this run began a new round)" } else { "" };
+            println!("{left} of {} packs not yet verified by this machine in this round{round}", r.packs);
+        }
+    }
+    if r.is_ok() {
+        if !global.quiet {
+            println!("no errors were found");
+        }
+    } else {
+        eprintln!("{} errors found: the repository is damaged", r.errors.len());
+    }
+}
+
+/// `/path (data blobs 1a2b3c4d, 5e6f7a8b)`, or a directory whose listing is lost.
+fn describe(f: &AffectedFile) -> String {
+    let ids: Vec<String> = f.blobs.iter().map(|b| b.short()).collect();
+    match f.kind {
+        AffectedKind::File => {
+            let noun = if ids.len() == 1 { "data blob" } else { "data blobs" };
+            format!("{} ({noun} {})", f.path.display(), ids.join(", "))
+        }
+        AffectedKind::Directory => format!(
+            "{} (directory: its listing, tree blob {}, is damaged; nothing below it can be restored)",
+            f.path.display(),
+            ids.join(", ")
+        ),
+    }
+}
+
+/// `1 blob`, `2 blobs`, `3 entries`.
+fn plural(n: usize, noun: &str) -> String {
+    match (n, noun.strip_suffix('y')) {
+        (1, _) => format!("{n} {noun}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        (_, None) => format!("{n} {noun}s"),
+    }
 }

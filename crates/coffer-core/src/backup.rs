@@ -205,8 +205,11 @@ pub fn backup(
     repo.load_index()?;
     // Packs left by interrupted backups are reused. (Packs of backups still
     // running may be adopted too: harmless, as their session markers protect them.)
-    if !opts.dry_run {
-        repo.adopt_orphan_packs(&noticed_at_start)?;
+    if let Some(s) = &session
+        && let Some(f) = repo.adopt_orphan_packs(&noticed_at_start)?
+    {
+        // The adopted packs are protected by this session while it runs.
+        s.sink()(crate::repo::SaverEvent::IndexFile(f, Vec::new()));
     }
     let mut history = History::load(repo)?;
     let mut history_intact = true;
@@ -229,9 +232,14 @@ pub fn backup(
                 .map(|(id, _)| id)
         }
     };
-    let parent_tree = match parent {
-        Some(id) => {
-            let p = repo.load_snapshot(&id)?;
+    let parent = match parent.map(|id| (id, repo.load_snapshot(&id))) {
+        // Forgotten since it was listed: back up without a parent.
+        Some((_, Err(Error::Backend(e)))) if e.kind == crate::backend::ErrorKind::NotFound => None,
+        Some((id, r)) => Some((id, r?)),
+        None => None,
+    };
+    let parent_tree = match &parent {
+        Some((id, p)) => {
             if !p.signature.is_valid() {
                 // Its content is authenticated all the same; only its author is unconfirmed.
                 progress.warn(
@@ -243,6 +251,7 @@ pub fn backup(
         }
         None => None,
     };
+    let parent = parent.map(|(id, _)| id);
     let excludes = build_excludes(&opts.excludes)?;
     let arch = Archiver {
         repo,

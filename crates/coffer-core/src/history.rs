@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use rayon::prelude::*;
 
+use crate::backend::ErrorKind;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::snapshot::Snapshot;
@@ -73,9 +74,14 @@ impl History {
             snap_ids.par_iter().filter(|i| !known.contains(i)).map(|i| (*i, repo.load_snapshot(i))).collect();
         let new_tombs: Vec<_> =
             tomb_ids.par_iter().filter(|i| !known.contains(i)).map(|i| (*i, repo.load_tombstone(i))).collect();
+        let mut present = present;
         for (id, r) in new_snaps {
             match r {
                 Ok(s) => self.snapshots.push((id, s)),
+                // Deleted between listing and reading (a forget running meanwhile).
+                Err(Error::Backend(e)) if e.kind == ErrorKind::NotFound => {
+                    present.remove(&id);
+                }
                 Err(Error::Backend(e)) => return Err(Error::Backend(e)),
                 Err(e) => self.damaged.push(e),
             }
@@ -83,6 +89,9 @@ impl History {
         for (id, r) in new_tombs {
             match r {
                 Ok(t) => self.tombstones.push((id, t)),
+                Err(Error::Backend(e)) if e.kind == ErrorKind::NotFound => {
+                    present.remove(&id);
+                }
                 Err(Error::Backend(e)) => return Err(Error::Backend(e)),
                 Err(e) => self.damaged_tombstones.push(e),
             }

@@ -152,15 +152,13 @@ impl Marks {
     }
 }
 
-/// Marks every blob reachable from `root`, calling `newly` with each blob whose
-/// mark was not yet set. Blobs the index does not know are passed to `unknown` (a
-/// blob stored after the index was loaded, or missing).
+/// Marks every blob reachable from `root`. Blobs the index does not know are
+/// passed to `unknown`.
 fn mark_tree(
     repo: &Repository,
     index: &MasterIndex,
     marks: &mut Marks,
     root: Id,
-    newly: &mut dyn FnMut(Id),
     unknown: &mut dyn FnMut(Id, BlobType) -> Result<()>,
 ) -> Result<()> {
     let mut stack = vec![root];
@@ -170,7 +168,6 @@ fn mark_tree(
                 if !marks.set(slot) {
                     continue; // this tree was marked through another snapshot or directory
                 }
-                newly(tid);
             }
             None => {
                 unknown(tid, BlobType::Tree)?;
@@ -185,9 +182,7 @@ fn mark_tree(
                     for id in &node.content {
                         match index.slot(id) {
                             Some(slot) => {
-                                if marks.set(slot) {
-                                    newly(*id);
-                                }
+                                marks.set(slot);
                             }
                             None => unknown(*id, BlobType::Data)?,
                         }
@@ -207,7 +202,8 @@ struct Usage {
     used_blobs: u64,
     unused_blobs: u64,
     used_bytes: u64,
-    index_file: Option<Id>,
+    /// Every index file that lists the pack (several writers may have).
+    index_files: Vec<Id>,
 }
 
 /// Prunes `repo`, which must not have its index loaded yet: the snapshots are
@@ -217,7 +213,10 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     let start = Instant::now();
     let mut report = PruneReport { dry_run: opts.dry_run, ..Default::default() };
     let mut history = History::load(repo)?;
-    repo.load_index()?;
+    // One listing of the index files serves the whole run: the index read now, the
+    // usage counted below, and the files replaced at the end.
+    let index_files = repo.list_ids(ObjectKind::Index)?;
+    repo.load_index_files(&index_files)?;
     repo.index_mut().merge();
     if let Some(e) = history.damaged.first() {
         return Err(Error::InvalidInput(format!(
@@ -241,7 +240,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     {
         let index = repo.index();
         for (id, snap) in history.live_snapshots() {
-            mark_tree(repo, &index, &mut marks, snap.tree, &mut |_| {}, &mut |blob, t| {
+            mark_tree(repo, &index, &mut marks, snap.tree, &mut |blob, t| {
                 Err(Error::corrupt(
                     format!("{} {}", t.noun(), blob.short()),
                     format!("snapshot {} references it but no index lists it; run `coffer check`", id.short()),
@@ -259,17 +258,16 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         .collect();
     report.packs = stored.len() as u64;
     report.bytes_before = stored.values().sum();
-    let index_files = repo.list_ids(ObjectKind::Index)?;
     let mut usage: HashMap<Id, Usage> = HashMap::new();
     {
         let index = repo.index();
         for fid in &index_files {
             for rec in repo.load_index_file(fid)? {
                 let u = usage.entry(rec.id).or_default();
-                if u.index_file.is_some() {
+                u.index_files.push(*fid);
+                if u.index_files.len() > 1 {
                     continue; // listed twice; counted once
                 }
-                u.index_file = Some(*fid);
                 u.size = stored.get(&rec.id).copied().unwrap_or(0);
                 for e in &rec.entries {
                     let used = index.slot(&e.id).is_some_and(|s| marks.get(s))
@@ -315,7 +313,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         let keep = |p: &Id| {
             unindexed.contains(p)
                 || their_packs.contains(p)
-                || usage.get(p).and_then(|u| u.index_file).is_some_and(|f| their_files.contains(&f))
+                || usage.get(p).is_some_and(|u| u.index_files.iter().any(|f| their_files.contains(f)))
         };
         delete.retain(|p| {
             let k = keep(p);
@@ -346,7 +344,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
             if Id::hash_of(&bytes) != *pid {
                 return Err(Error::corrupt(ObjectKind::Pack.describe(pid), "content does not match its name"));
             }
-            let fid = usage[pid].index_file.expect("indexed pack");
+            let fid = usage[pid].index_files[0];
             let rec = repo.load_index_file(&fid)?.into_iter().find(|r| r.id == *pid).expect("listed in its index file");
             let info = crate::repo::PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher };
             for e in rec.entries {
@@ -403,23 +401,42 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     }
 
     // 6. Re-check: snapshots written meanwhile keep what they use.
+    // Their blobs may be in packs indexed only since the index was read, so the
+    // index files stored meanwhile are read first; every pack such a snapshot uses
+    // is kept, whatever the plan said.
     history.refresh(repo)?;
-    let mut late_packs: HashSet<Id> = HashSet::new();
-    {
-        let index = repo.index();
-        for (_, snap) in history.live_snapshots().iter().filter(|(id, _)| !live.contains(id)) {
-            let mut newly = |blob: Id| {
-                if let Some((_, p)) = index.get(&blob) {
-                    late_packs.insert(p.id);
-                }
-            };
-            // Blobs stored after this prune loaded the index are in packs it does not delete.
-            mark_tree(repo, &index, &mut marks, snap.tree, &mut newly, &mut |_, _| Ok(()))?;
+    let late: Vec<_> = history.live_snapshots().into_iter().filter(|(id, _)| !live.contains(id)).collect();
+    if !late.is_empty() {
+        let known: HashSet<&Id> = index_files.iter().collect();
+        let mut added = Vec::new();
+        for fid in repo.list_ids(ObjectKind::Index)?.iter().filter(|f| !known.contains(f)) {
+            added.extend(repo.load_index_file(fid)?);
         }
-    }
-    for p in &late_packs {
-        if delete.remove(p) {
-            report.packs_spared += 1;
+        repo.index_mut().add_packs(&added).map_err(|e| Error::corrupt("index", e))?;
+        let mut seen: HashSet<Id> = HashSet::new();
+        let mut uses = |blob_type: BlobType, id: &Id, delete: &mut HashSet<Id>| -> Result<()> {
+            let (_, pack) = repo.locate_blob(blob_type, id)?;
+            if delete.remove(&pack.id) {
+                report.packs_spared += 1;
+            }
+            Ok(())
+        };
+        for (_, snap) in &late {
+            let mut stack = vec![snap.tree];
+            while let Some(tid) = stack.pop() {
+                if !seen.insert(tid) {
+                    continue;
+                }
+                uses(BlobType::Tree, &tid, &mut delete)?;
+                for node in repo.load_tree(&tid)?.nodes {
+                    stack.extend(node.subtree);
+                    for id in &node.content {
+                        if seen.insert(*id) {
+                            uses(BlobType::Data, id, &mut delete)?;
+                        }
+                    }
+                }
+            }
         }
     }
 

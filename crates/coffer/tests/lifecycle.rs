@@ -143,12 +143,15 @@ fn four_writers_and_a_prune_at_once_lose_nothing() {
             .collect();
         for (h, child) in children.into_iter().enumerate() {
             let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: backup of host {h} failed: {}", text(&out.stderr));
             let v = json_of(&out);
             snaps.push((v["snapshot_id"].as_str().unwrap().to_string(), h, expect[h].clone()));
         }
         for out in pruner.join().unwrap() {
-            assert_success(&out);
+            assert!(out.status.success(), "round {round}: forget or prune failed: {}", text(&out.stderr));
         }
+        let check = env.run(&["check"]);
+        assert!(check.status.success(), "round {round}: check failed: {}", text(&check.stderr));
         if let Some(v) = victim {
             forgotten.push(v);
         }

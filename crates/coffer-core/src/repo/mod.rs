@@ -308,7 +308,11 @@ impl Repository {
 
     /// Loads every index file into the master index, in parallel.
     pub fn load_index(&self) -> Result<()> {
-        let ids = self.list_ids(ObjectKind::Index)?;
+        self.load_index_files(&self.list_ids(ObjectKind::Index)?)
+    }
+
+    /// Loads the index files `ids` into the master index, in parallel.
+    pub fn load_index_files(&self, ids: &[Id]) -> Result<()> {
         let files: Vec<_> = ids.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
         self.index_mut().add_packs(files.iter().flatten()).map_err(|e| Error::corrupt("index", e))
     }
@@ -317,8 +321,8 @@ impl Repository {
     /// reading their trailers and headers, and stores an index file for them, so
     /// that their blobs are reused rather than uploaded again. Packs in `exclude`
     /// (those a running prune is deleting) and packs that fail to verify are left
-    /// alone; `check` reports the latter. Returns the number of packs adopted.
-    pub fn adopt_orphan_packs(&self, exclude: &std::collections::HashSet<Id>) -> Result<usize> {
+    /// alone; `check` reports the latter. Returns the index file stored, if any.
+    pub fn adopt_orphan_packs(&self, exclude: &std::collections::HashSet<Id>) -> Result<Option<Id>> {
         let orphans: Vec<(Id, u64)> = {
             let idx = self.index();
             let known: std::collections::HashSet<Id> = idx.packs().iter().map(|p| p.id).collect();
@@ -330,16 +334,16 @@ impl Repository {
                 .collect()
         };
         if orphans.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         let records: Vec<index_file::PackRecord> =
             orphans.par_iter().filter_map(|(id, size)| self.read_pack_record(id, *size)).collect();
         if records.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
-        self.save_sealed(SealedKind::Index, &index_file::encode(&records))?;
+        let id = self.save_sealed(SealedKind::Index, &index_file::encode(&records))?;
         self.index_mut().add_packs(&records).map_err(|e| Error::corrupt("index", e))?;
-        Ok(records.len())
+        Ok(Some(id))
     }
 
     /// A pack's index record from its trailer and header; `None` if they do not

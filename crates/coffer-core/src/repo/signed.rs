@@ -207,12 +207,14 @@ fn parse_writer_key(bytes: &[u8]) -> Option<SigningKey> {
     (v.get("public_key")?.as_str()? == key.public().to_hex()).then_some(key)
 }
 
-/// Separates loaded objects from damaged ones; a storage error fails the whole call.
+/// Separates loaded objects from damaged ones; an object deleted between listing
+/// and reading is left out; any other storage error fails the whole call.
 pub(crate) fn split_damaged<T>(loaded: Vec<(Id, Result<T>)>) -> Result<(Vec<(Id, T)>, Vec<Error>)> {
     let (mut ok, mut damaged) = (Vec::new(), Vec::new());
     for (id, r) in loaded {
         match r {
             Ok(t) => ok.push((id, t)),
+            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => {}
             Err(Error::Backend(e)) => return Err(Error::Backend(e)),
             Err(e) => damaged.push(e),
         }

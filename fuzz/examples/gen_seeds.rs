@@ -8,6 +8,7 @@ use std::path::Path;
 
 use coffer_core::chunker::ChunkerParams;
 use coffer_core::crypto::{Cipher, ScryptParams};
+use coffer_core::format::FORMAT_VERSION;
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::config::{Config, DEFAULT_COMPRESSION_LEVEL, DEFAULT_PACK_SIZE};
 use coffer_core::format::envelope::{self, SealedKind};
@@ -16,10 +17,15 @@ use coffer_core::format::keyfile::{KeyFile, MasterKeys};
 use coffer_core::format::pack::{
     BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, PackBuilder, PackEntry, TRAILER_LEN, pack_key,
 };
+use coffer_core::format::signed;
 use coffer_core::format::snapshot::{Skipped, Snapshot, Summary};
+use coffer_core::format::tombstone::{Forgotten, Tombstone};
 use coffer_core::format::tree::{Node, NodeKind, Timestamp, Tree, Xattr};
+use coffer_core::format::writer::WriterRecord;
 use coffer_core::id::Id;
-use coffer_fuzz::{DATA_KEY, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, seal_blob};
+use coffer_core::merkle;
+use coffer_core::proof::Proof;
+use coffer_fuzz::{COMMITMENT, DATA_KEY, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, seal_blob, signing_key};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
@@ -46,6 +52,7 @@ fn node(name: &[u8], kind: NodeKind) -> Node {
         target: None,
         xattrs: vec![],
         content: vec![],
+        digest: (kind == NodeKind::File).then_some(Id([4; 32])),
         sparse: false,
         subtree: None,
     }
@@ -71,7 +78,7 @@ fn trees() -> Vec<Tree> {
 
 fn snapshots() -> Vec<Snapshot> {
     let minimal = Snapshot {
-        version: 1,
+        version: FORMAT_VERSION,
         time: "2026-01-02T03:04:05.123456789Z".into(),
         hostname: "host".into(),
         username: "user".into(),
@@ -84,6 +91,12 @@ fn snapshots() -> Vec<Snapshot> {
         skipped: vec![],
         summary: Summary::default(),
         program: "coffer 0.1.0".into(),
+        writer: signing_key().public(),
+        history: vec![],
+        merkle_root: Id(merkle::root(&[])),
+        merkle_leaves: 0,
+        merkle_key: Id([0x4b; 32]),
+        signature: Default::default(),
     };
     let full = Snapshot {
         tags: vec!["nightly".into()],
@@ -99,6 +112,7 @@ fn snapshots() -> Vec<Snapshot> {
             duration_ms: 7,
             ..Summary::default()
         },
+        history: vec![Id([0x10; 32]), Id([0x11; 32])],
         ..minimal.clone()
     };
     vec![minimal, full]
@@ -106,7 +120,7 @@ fn snapshots() -> Vec<Snapshot> {
 
 fn config() -> Config {
     Config {
-        version: 1,
+        version: FORMAT_VERSION,
         id: Id([0xc0; 32]),
         chunker: ChunkerParams::default(),
         compression_level: DEFAULT_COMPRESSION_LEVEL,
@@ -178,6 +192,16 @@ fn main() {
         &envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Index, &index::encode(&records)),
     );
     write("envelope_open", "snapshot.bin", &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap));
+    write(
+        "envelope_open",
+        "writer.bin",
+        &envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Writer, &writer_record().encode()),
+    );
+    write(
+        "envelope_open",
+        "tombstone.bin",
+        &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Tombstone, &tombstones().pop().unwrap().encode()),
+    );
 
     // pack_open_blob: flags | offset | raw_length | rest.
     let blob_input = |flags: u8, offset: u64, raw: u32, rest: &[u8]| {
@@ -198,7 +222,110 @@ fn main() {
     let sealed = seal_blob(&key, BlobType::Data, 64, &plain_none);
     write("pack_open_blob", "sealed-none.bin", &blob_input(0, 64, 5, &sealed));
 
+    // signed_split: signed snapshot and tombstone as stored, and a signed object whose
+    // signature does not verify (the sealed part altered after signing).
+    let key = signing_key();
+    let sealed_snap = envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap);
+    write("signed_split", "snapshot.bin", &signed::sign(sealed_snap.clone(), &COMMITMENT, &key));
+    let tomb = tombstones().pop().unwrap().encode();
+    let sealed_tomb = envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Tombstone, &tomb);
+    write("signed_split", "tombstone.bin", &signed::sign(sealed_tomb, &[0; 32], &key));
+    let mut altered = signed::sign(b"sealed bytes".to_vec(), &COMMITMENT, &key);
+    altered[0] ^= 1;
+    write("signed_split", "bad-signature.bin", &altered);
+
+    for (i, t) in tombstones().iter().enumerate() {
+        write("tombstone_decode", &format!("seed-{i}.json"), &t.encode());
+    }
+    write("writer_decode", "seed-0.json", &writer_record().encode());
+
+    for (i, p) in proofs().iter().enumerate() {
+        write("proof_decode_verify", &format!("seed-{i}.json"), &p.encode());
+    }
+
     check_seeds();
+}
+
+fn tombstones() -> Vec<Tombstone> {
+    let empty = Tombstone {
+        version: FORMAT_VERSION,
+        time: "2026-02-03T04:05:06.000000001Z".into(),
+        hostname: "host".into(),
+        username: "user".into(),
+        writer: signing_key().public(),
+        history: vec![],
+        forgotten: vec![],
+        program: "coffer 0.1.0".into(),
+        signature: Default::default(),
+    };
+    let full = Tombstone {
+        history: vec![Id([0x20; 32])],
+        forgotten: vec![
+            Forgotten {
+                id: Id([0x21; 32]),
+                time: "2026-01-02T03:04:05.123456789Z".into(),
+                hostname: "host".into(),
+                paths: vec!["/home/user".into()],
+                history: vec![Id([0x22; 32])],
+            },
+            Forgotten {
+                id: Id([0x23; 32]),
+                time: "2026-01-01T00:00:00Z".into(),
+                hostname: "other".into(),
+                paths: vec![],
+                history: vec![],
+            },
+        ],
+        ..empty.clone()
+    };
+    vec![empty, full]
+}
+
+fn writer_record() -> WriterRecord {
+    WriterRecord {
+        version: FORMAT_VERSION,
+        public_key: signing_key().public(),
+        hostname: "host".into(),
+        username: "user".into(),
+        created: "2026-01-01T00:00:00.5Z".into(),
+    }
+}
+
+/// Valid proofs, built the way `proof::prove` builds them: a snapshot over `n` files,
+/// sealed and signed, and the proof of one of its files.
+fn proofs() -> Vec<Proof> {
+    let merkle_key = [0x4b; 32];
+    let mut out = Vec::new();
+    for (n, index) in [(1usize, 0usize), (5, 3), (8, 7)] {
+        let files: Vec<(Vec<u8>, [u8; 32])> = (0..n)
+            .map(|i| (format!("/home/user/f{i}").into_bytes(), Id::hash_of(format!("content {i}").as_bytes()).0))
+            .collect();
+        let leaves: Vec<merkle::Hash> =
+            files.iter().map(|(p, d)| merkle::file_leaf(&merkle::leaf_salt(&merkle_key, p), d, p)).collect();
+        let root = merkle::root(&leaves);
+        let snap = Snapshot {
+            merkle_root: Id(root),
+            merkle_leaves: n as u64,
+            merkle_key: Id(merkle_key),
+            ..snapshots().remove(0)
+        };
+        let sealed = envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap.encode());
+        let stored = signed::sign(sealed, &root, &signing_key());
+        let (path, digest) = &files[index];
+        out.push(Proof {
+            magic: coffer_core::proof::MAGIC.into(),
+            version: coffer_core::proof::VERSION,
+            snapshot_id: Id::hash_of(&stored),
+            snapshot: stored.iter().map(|b| format!("{b:02x}")).collect(),
+            path: Bytes(path.clone()),
+            digest: Id(*digest),
+            salt: Id(merkle::leaf_salt(&merkle_key, path)),
+            index: index as u64,
+            leaves: n as u64,
+            siblings: merkle::inclusion_proof(&leaves, index).unwrap().into_iter().map(Id).collect(),
+        });
+    }
+    out
 }
 
 /// Every seed is a valid input: it passes the decoder it seeds, so fuzzing starts from the
@@ -210,7 +337,9 @@ fn check_seeds() {
     for target in fs::read_dir(&dir).unwrap() {
         let target = target.unwrap().path();
         for f in fs::read_dir(&target).unwrap() {
-            let data = fs::read(f.unwrap().path()).unwrap();
+            let f = f.unwrap().path();
+            let f_name = f.file_name().unwrap().to_string_lossy().into_owned();
+            let data = fs::read(&f).unwrap();
             let ok = match target.file_name().unwrap().to_str().unwrap() {
                 "tree_decode" => Tree::decode(&data).is_ok(),
                 "snapshot_decode" => Snapshot::decode(&data).is_ok(),
@@ -222,13 +351,25 @@ fn check_seeds() {
                     let (len, t) = coffer_fuzz::split_trailer_input(&data).unwrap();
                     decode_trailer(t, len).is_ok()
                 }
-                "envelope_open" => [SealedKind::Config, SealedKind::Index, SealedKind::Snapshot]
-                    .into_iter()
-                    .any(|k| envelope::open(&DATA_KEY, k, &data).is_ok()),
+                "envelope_open" => [
+                    SealedKind::Config,
+                    SealedKind::Index,
+                    SealedKind::Snapshot,
+                    SealedKind::Writer,
+                    SealedKind::Tombstone,
+                ]
+                .into_iter()
+                .any(|k| envelope::open(&DATA_KEY, k, &data).is_ok()),
                 "pack_open_blob" => {
                     let c = coffer_fuzz::blob_case(&data).unwrap();
                     open_blob(&c.key, &c.entry, &c.sealed).is_ok()
                 }
+                // All but one seed verify; the other is a block over altered bytes.
+                "signed_split" => matches!(signed::split(&data), Ok((sealed, Some(b)))
+                    if b.verify(sealed) == !f_name.starts_with("bad-")),
+                "tombstone_decode" => Tombstone::decode(&data).is_ok(),
+                "writer_decode" => WriterRecord::decode(&data).is_ok(),
+                "proof_decode_verify" => Proof::decode(&data).is_ok_and(|p| p.verify().is_ok()),
                 other => panic!("seeds for unknown target {other}"),
             };
             assert!(ok, "seed {} of {} does not decode", n, target.display());

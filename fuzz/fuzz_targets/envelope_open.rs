@@ -1,21 +1,30 @@
-//! `format::envelope::open`: sealed objects (config, index files, snapshots) as read from
-//! storage, opened with a fixed data key as each of the three kinds. What opens is decoded
-//! with the matching decoder.
+//! `format::envelope::open`: sealed objects (config, index files, snapshots, writer records,
+//! tombstones, session markers, prune notices) as read from storage, opened with a fixed data
+//! key as each kind. What opens is decoded with the matching decoder.
 #![no_main]
 
 use coffer_core::format::envelope::{SealedKind, open};
-use coffer_core::format::{config::Config, index, snapshot::Snapshot};
+use coffer_core::format::{config::Config, index, snapshot::Snapshot, tombstone::Tombstone, writer::WriterRecord};
+use coffer_core::prune::PruneNotice;
+use coffer_core::session::SessionRecord;
 use coffer_fuzz::DATA_KEY;
 use libfuzzer_sys::fuzz_target;
 
+/// Every kind, with the decoder of its plaintext.
+const KINDS: [(SealedKind, fn(&[u8]) -> bool); 7] = [
+    (SealedKind::Config, |p| Config::decode(p).is_ok()),
+    (SealedKind::Index, |p| index::decode(p).is_ok()),
+    (SealedKind::Snapshot, |p| Snapshot::decode(p).is_ok()),
+    (SealedKind::Writer, |p| WriterRecord::decode(p).is_ok()),
+    (SealedKind::Tombstone, |p| Tombstone::decode(p).is_ok()),
+    (SealedKind::Session, |p| SessionRecord::decode(p).is_ok()),
+    (SealedKind::PruneNotice, |p| PruneNotice::decode(p).is_ok()),
+];
+
 fuzz_target!(|data: &[u8]| {
-    for kind in [SealedKind::Config, SealedKind::Index, SealedKind::Snapshot] {
+    for (kind, decode) in KINDS {
         if let Ok(plain) = open(&DATA_KEY, kind, data) {
-            match kind {
-                SealedKind::Config => drop(Config::decode(&plain)),
-                SealedKind::Index => drop(index::decode(&plain)),
-                SealedKind::Snapshot => drop(Snapshot::decode(&plain)),
-            }
+            let _ = decode(&plain);
         }
     }
 });

@@ -5,11 +5,24 @@
 use coffer_core::crypto::{AeadKey, Cipher, Key, Nonce};
 use coffer_core::format::pack::{BLOB_NONCE_DOMAIN, BlobType, PackEntry, pack_key};
 use coffer_core::id::Id;
+use coffer_core::sign::SigningKey;
 
 /// The data key of `envelope_open` and `pack_open_blob`. Fixed, so that seeds sealed with
 /// it open; the fuzzer cannot forge a tag, so inputs it derives from them mostly exercise
 /// the checks made before and after decryption.
 pub const DATA_KEY: Key = Key([0x42; 32]);
+
+/// The seed of the writer key that `signed_split` signs with and that signed the seeds of
+/// `signed_split` and `proof_decode_verify`.
+pub const SIGNING_SEED: [u8; 32] = [0x33; 32];
+
+/// The writer key with [`SIGNING_SEED`].
+pub fn signing_key() -> SigningKey {
+    SigningKey::from_seed(&SIGNING_SEED)
+}
+
+/// The commitment `signed_split` signs its input with.
+pub const COMMITMENT: [u8; 32] = [0xc5; 32];
 
 /// The pack salt of `pack_open_blob`.
 pub const PACK_SALT: [u8; 32] = [0x5a; 32];

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use coffer_core::chunker::ChunkerParams;
 use coffer_core::crypto::{Cipher, ScryptParams};
+use coffer_core::format::FORMAT_VERSION;
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::config::{Config, DEFAULT_COMPRESSION_LEVEL, DEFAULT_PACK_SIZE};
 use coffer_core::format::envelope::{self, SealedKind};
@@ -19,7 +20,8 @@ use coffer_core::format::pack::{
 use coffer_core::format::snapshot::{Skipped, Snapshot, Summary};
 use coffer_core::format::tree::{Node, NodeKind, Timestamp, Tree, Xattr};
 use coffer_core::id::Id;
-use coffer_fuzz::{DATA_KEY, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, seal_blob};
+use coffer_core::sign::PublicKey;
+use coffer_fuzz::{DATA_KEY, DATA_KEY_EPOCH_1, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, data_keys, seal_blob};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
@@ -46,6 +48,7 @@ fn node(name: &[u8], kind: NodeKind) -> Node {
         target: None,
         xattrs: vec![],
         content: vec![],
+        digest: None,
         sparse: false,
         subtree: None,
     }
@@ -55,6 +58,7 @@ fn trees() -> Vec<Tree> {
     let mut file = node(b"a.txt", NodeKind::File);
     file.size = 5;
     file.content = vec![Id([1; 32]), Id([2; 32])];
+    file.digest = Some(Id([4; 32]));
     file.user = Some("me".into());
     file.group = Some("staff".into());
     file.xattrs = vec![Xattr { name: Bytes(b"user.comment".to_vec()), value: Bytes(vec![0xff, 0]) }];
@@ -71,7 +75,7 @@ fn trees() -> Vec<Tree> {
 
 fn snapshots() -> Vec<Snapshot> {
     let minimal = Snapshot {
-        version: 1,
+        version: FORMAT_VERSION,
         time: "2026-01-02T03:04:05.123456789Z".into(),
         hostname: "host".into(),
         username: "user".into(),
@@ -84,10 +88,18 @@ fn snapshots() -> Vec<Snapshot> {
         skipped: vec![],
         summary: Summary::default(),
         program: "coffer 0.1.0".into(),
+        writer: PublicKey([5; 32]),
+        history: vec![],
+        merkle_root: Id([6; 32]),
+        merkle_leaves: 0,
+        merkle_key: Id([7; 32]),
+        signature: Default::default(),
     };
     let full = Snapshot {
         tags: vec!["nightly".into()],
         parent: Some(Id([8; 32])),
+        history: vec![Id([0x10; 32]), Id([0x11; 32])],
+        merkle_leaves: 3,
         excludes: vec!["target/".into(), "*.tmp".into()],
         skipped_count: 1,
         skipped: vec![Skipped { path: "/home/user/secret".into(), error: "permission denied".into() }],
@@ -106,7 +118,7 @@ fn snapshots() -> Vec<Snapshot> {
 
 fn config() -> Config {
     Config {
-        version: 1,
+        version: FORMAT_VERSION,
         id: Id([0xc0; 32]),
         chunker: ChunkerParams::default(),
         compression_level: DEFAULT_COMPRESSION_LEVEL,
@@ -142,15 +154,22 @@ fn main() {
             id: Id([0xa1; 32]),
             salt: [0xa2; 32],
             cipher: Cipher::Aes256Gcm,
+            epoch: 0,
             entries: vec![entry(BlobType::Data, 1, 0, 40, 23), entry(BlobType::Tree, 2, 40, 100, 300)],
         },
-        PackRecord { id: Id([0xb1; 32]), salt: [0xb2; 32], cipher: Cipher::ChaCha20Poly1305, entries: vec![] },
+        PackRecord {
+            id: Id([0xb1; 32]),
+            salt: [0xb2; 32],
+            cipher: Cipher::ChaCha20Poly1305,
+            epoch: 1,
+            entries: vec![],
+        },
     ];
     write("index_decode", "seed-0.bin", &index::encode(&[]));
     write("index_decode", "seed-1.bin", &index::encode(&records));
 
     // A real pack, for its trailer and its header's plaintext.
-    let mut b = PackBuilder::new(&DATA_KEY, Cipher::Aes256Gcm, 0);
+    let mut b = PackBuilder::new(&DATA_KEY, 0, Cipher::Aes256Gcm, 0);
     b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5);
     let z = zstd_frame();
     b.add(BlobType::Tree, Id([2; 32]), COMPRESSION_ZSTD, &z, 1000);
@@ -159,6 +178,9 @@ fn main() {
     let mut t = (n as u64).to_le_bytes().to_vec();
     t.extend_from_slice(&pack.bytes[n - TRAILER_LEN..]);
     write("pack_trailer", "seed-0.bin", &t);
+    // The same pack's trailer had it been written under epoch 1.
+    t[8 + 37] = 1;
+    write("pack_trailer", "seed-1.bin", &t);
     let mut header = (pack.entries.len() as u32).to_le_bytes().to_vec();
     for e in &pack.entries {
         e.encode(&mut header);
@@ -170,14 +192,18 @@ fn main() {
     write(
         "envelope_open",
         "config.bin",
-        &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Config, &config().encode()),
+        &envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Config, &config().encode()),
     );
     write(
         "envelope_open",
         "index.bin",
-        &envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Index, &index::encode(&records)),
+        &envelope::seal(&DATA_KEY_EPOCH_1, 1, Cipher::ChaCha20Poly1305, SealedKind::Index, &index::encode(&records)),
     );
-    write("envelope_open", "snapshot.bin", &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap));
+    write(
+        "envelope_open",
+        "snapshot.bin",
+        &envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap),
+    );
 
     // pack_open_blob: flags | offset | raw_length | rest.
     let blob_input = |flags: u8, offset: u64, raw: u32, rest: &[u8]| {
@@ -224,7 +250,7 @@ fn check_seeds() {
                 }
                 "envelope_open" => [SealedKind::Config, SealedKind::Index, SealedKind::Snapshot]
                     .into_iter()
-                    .any(|k| envelope::open(&DATA_KEY, k, &data).is_ok()),
+                    .any(|k| envelope::open(&data_keys(), k, &data).is_ok()),
                 "pack_open_blob" => {
                     let c = coffer_fuzz::blob_case(&data).unwrap();
                     open_blob(&c.key, &c.entry, &c.sealed).is_ok()

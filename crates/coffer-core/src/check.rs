@@ -202,12 +202,15 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> Vec<Str
         Err(e) => return vec![format!("{name}: {e}")],
     };
     let hstart = bytes.len() - TRAILER_LEN - trailer.header_len as usize;
-    let entries = match pack::open_header(&repo.keys().data, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len) {
+    let key = match repo.pack_key(trailer.epoch, trailer.cipher, &trailer.salt) {
+        Ok(k) => k,
+        Err(e) => return vec![format!("{name}: {e}")],
+    };
+    let entries = match pack::open_header(&key, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len) {
         Ok(e) => e,
         Err(e) => return vec![format!("{name}: {e}")],
     };
     let mut problems = Vec::new();
-    let key = pack::pack_key(&repo.keys().data, trailer.cipher, &trailer.salt);
     for e in &entries {
         let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
         match pack::open_blob(&key, e, sealed) {

@@ -25,7 +25,10 @@ use coffer_core::format::writer::WriterRecord;
 use coffer_core::id::Id;
 use coffer_core::merkle;
 use coffer_core::proof::Proof;
-use coffer_fuzz::{COMMITMENT, DATA_KEY, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, seal_blob, signing_key};
+use coffer_fuzz::{
+    COMMITMENT, DATA_KEY, DATA_KEY_EPOCH_1, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, data_keys, seal_blob,
+    signing_key,
+};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
@@ -62,6 +65,7 @@ fn trees() -> Vec<Tree> {
     let mut file = node(b"a.txt", NodeKind::File);
     file.size = 5;
     file.content = vec![Id([1; 32]), Id([2; 32])];
+    file.digest = Some(Id([4; 32]));
     file.user = Some("me".into());
     file.group = Some("staff".into());
     file.xattrs = vec![Xattr { name: Bytes(b"user.comment".to_vec()), value: Bytes(vec![0xff, 0]) }];
@@ -101,6 +105,8 @@ fn snapshots() -> Vec<Snapshot> {
     let full = Snapshot {
         tags: vec!["nightly".into()],
         parent: Some(Id([8; 32])),
+        history: vec![Id([0x10; 32]), Id([0x11; 32])],
+        merkle_leaves: 3,
         excludes: vec!["target/".into(), "*.tmp".into()],
         skipped_count: 1,
         skipped: vec![Skipped { path: "/home/user/secret".into(), error: "permission denied".into() }],
@@ -112,7 +118,6 @@ fn snapshots() -> Vec<Snapshot> {
             duration_ms: 7,
             ..Summary::default()
         },
-        history: vec![Id([0x10; 32]), Id([0x11; 32])],
         ..minimal.clone()
     };
     vec![minimal, full]
@@ -156,15 +161,22 @@ fn main() {
             id: Id([0xa1; 32]),
             salt: [0xa2; 32],
             cipher: Cipher::Aes256Gcm,
+            epoch: 0,
             entries: vec![entry(BlobType::Data, 1, 0, 40, 23), entry(BlobType::Tree, 2, 40, 100, 300)],
         },
-        PackRecord { id: Id([0xb1; 32]), salt: [0xb2; 32], cipher: Cipher::ChaCha20Poly1305, entries: vec![] },
+        PackRecord {
+            id: Id([0xb1; 32]),
+            salt: [0xb2; 32],
+            cipher: Cipher::ChaCha20Poly1305,
+            epoch: 1,
+            entries: vec![],
+        },
     ];
     write("index_decode", "seed-0.bin", &index::encode(&[]));
     write("index_decode", "seed-1.bin", &index::encode(&records));
 
     // A real pack, for its trailer and its header's plaintext.
-    let mut b = PackBuilder::new(&DATA_KEY, Cipher::Aes256Gcm, 0);
+    let mut b = PackBuilder::new(&DATA_KEY, 0, Cipher::Aes256Gcm, 0);
     b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5);
     let z = zstd_frame();
     b.add(BlobType::Tree, Id([2; 32]), COMPRESSION_ZSTD, &z, 1000);
@@ -173,6 +185,9 @@ fn main() {
     let mut t = (n as u64).to_le_bytes().to_vec();
     t.extend_from_slice(&pack.bytes[n - TRAILER_LEN..]);
     write("pack_trailer", "seed-0.bin", &t);
+    // The same pack's trailer had it been written under epoch 1.
+    t[8 + 37] = 1;
+    write("pack_trailer", "seed-1.bin", &t);
     let mut header = (pack.entries.len() as u32).to_le_bytes().to_vec();
     for e in &pack.entries {
         e.encode(&mut header);
@@ -184,23 +199,27 @@ fn main() {
     write(
         "envelope_open",
         "config.bin",
-        &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Config, &config().encode()),
+        &envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Config, &config().encode()),
     );
     write(
         "envelope_open",
         "index.bin",
-        &envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Index, &index::encode(&records)),
+        &envelope::seal(&DATA_KEY_EPOCH_1, 1, Cipher::ChaCha20Poly1305, SealedKind::Index, &index::encode(&records)),
     );
-    write("envelope_open", "snapshot.bin", &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap));
+    write(
+        "envelope_open",
+        "snapshot.bin",
+        &envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap),
+    );
     write(
         "envelope_open",
         "writer.bin",
-        &envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Writer, &writer_record().encode()),
+        &envelope::seal(&DATA_KEY, 0, Cipher::ChaCha20Poly1305, SealedKind::Writer, &writer_record().encode()),
     );
     write(
         "envelope_open",
         "tombstone.bin",
-        &envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Tombstone, &tombstones().pop().unwrap().encode()),
+        &envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Tombstone, &tombstones().pop().unwrap().encode()),
     );
 
     // pack_open_blob: flags | offset | raw_length | rest.
@@ -225,10 +244,10 @@ fn main() {
     // signed_split: signed snapshot and tombstone as stored, and a signed object whose
     // signature does not verify (the sealed part altered after signing).
     let key = signing_key();
-    let sealed_snap = envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap);
+    let sealed_snap = envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap);
     write("signed_split", "snapshot.bin", &signed::sign(sealed_snap.clone(), &COMMITMENT, &key));
     let tomb = tombstones().pop().unwrap().encode();
-    let sealed_tomb = envelope::seal(&DATA_KEY, Cipher::ChaCha20Poly1305, SealedKind::Tombstone, &tomb);
+    let sealed_tomb = envelope::seal(&DATA_KEY, 0, Cipher::ChaCha20Poly1305, SealedKind::Tombstone, &tomb);
     write("signed_split", "tombstone.bin", &signed::sign(sealed_tomb, &[0; 32], &key));
     let mut altered = signed::sign(b"sealed bytes".to_vec(), &COMMITMENT, &key);
     altered[0] ^= 1;
@@ -309,7 +328,7 @@ fn proofs() -> Vec<Proof> {
             merkle_key: Id(merkle_key),
             ..snapshots().remove(0)
         };
-        let sealed = envelope::seal(&DATA_KEY, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap.encode());
+        let sealed = envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap.encode());
         let stored = signed::sign(sealed, &root, &signing_key());
         let (path, digest) = &files[index];
         out.push(Proof {
@@ -359,7 +378,7 @@ fn check_seeds() {
                     SealedKind::Tombstone,
                 ]
                 .into_iter()
-                .any(|k| envelope::open(&DATA_KEY, k, &data).is_ok()),
+                .any(|k| envelope::open(&data_keys(), k, &data).is_ok()),
                 "pack_open_blob" => {
                     let c = coffer_fuzz::blob_case(&data).unwrap();
                     open_blob(&c.key, &c.entry, &c.sealed).is_ok()

@@ -1,13 +1,13 @@
 //! `format::envelope::open`: sealed objects (config, index files, snapshots, writer records,
-//! tombstones, session markers, prune notices) as read from storage, opened with a fixed data
-//! key as each kind. What opens is decoded with the matching decoder.
+//! tombstones, session markers, prune notices) as read from storage, opened with fixed data
+//! keys (epochs 0 and 1) as each kind. What opens is decoded with the matching decoder.
 #![no_main]
 
 use coffer_core::format::envelope::{SealedKind, open};
 use coffer_core::format::{config::Config, index, snapshot::Snapshot, tombstone::Tombstone, writer::WriterRecord};
 use coffer_core::prune::PruneNotice;
 use coffer_core::session::SessionRecord;
-use coffer_fuzz::DATA_KEY;
+use coffer_fuzz::data_keys;
 use libfuzzer_sys::fuzz_target;
 
 /// Every kind, with the decoder of its plaintext.
@@ -22,8 +22,9 @@ const KINDS: [(SealedKind, fn(&[u8]) -> bool); 7] = [
 ];
 
 fuzz_target!(|data: &[u8]| {
+    let keys = data_keys();
     for (kind, decode) in KINDS {
-        if let Ok(plain) = open(&DATA_KEY, kind, data) {
+        if let Ok(plain) = open(&keys, kind, data) {
             let _ = decode(&plain);
         }
     }

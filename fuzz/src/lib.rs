@@ -2,7 +2,7 @@
 //! keys the targets decrypt with, and the input layouts of targets that take more than one
 //! argument, so that seeds and targets agree.
 
-use coffer_core::crypto::{AeadKey, Cipher, Key, Nonce};
+use coffer_core::crypto::{AeadKey, Cipher, DataKeys, Key, Nonce};
 use coffer_core::format::pack::{BLOB_NONCE_DOMAIN, BlobType, PackEntry, pack_key};
 use coffer_core::id::Id;
 use coffer_core::sign::SigningKey;
@@ -23,6 +23,15 @@ pub fn signing_key() -> SigningKey {
 
 /// The commitment `signed_split` signs its input with.
 pub const COMMITMENT: [u8; 32] = [0xc5; 32];
+
+/// The data key of epoch 1 in [`data_keys`].
+pub const DATA_KEY_EPOCH_1: Key = Key([0x43; 32]);
+
+/// The data keys `envelope_open` opens with: [`DATA_KEY`] for epoch 0 and
+/// [`DATA_KEY_EPOCH_1`] for epoch 1, so that both a known and an unknown epoch are reached.
+pub fn data_keys() -> DataKeys {
+    DataKeys::from_vec(vec![DATA_KEY, DATA_KEY_EPOCH_1]).expect("two keys")
+}
 
 /// The pack salt of `pack_open_blob`.
 pub const PACK_SALT: [u8; 32] = [0x5a; 32];

@@ -38,7 +38,7 @@ fn records(n: u64) -> Vec<PackRecord> {
                 raw_length: 1 << 20,
             })
             .collect();
-        recs.push(PackRecord { id: id(u64::MAX - p), salt: [0; 32], cipher: Cipher::Aes256Gcm, entries });
+        recs.push(PackRecord { id: id(u64::MAX - p), salt: [0; 32], cipher: Cipher::Aes256Gcm, epoch: 0, entries });
     }
     recs
 }

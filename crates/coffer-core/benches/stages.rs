@@ -87,7 +87,7 @@ fn stages(c: &mut Criterion) {
     let data_key = Key([11; 32]);
     g.bench_function("assemble-16x1MiB", |b| {
         b.iter(|| {
-            let mut p = PackBuilder::new(&data_key, Cipher::preferred(), 17 * MIB);
+            let mut p = PackBuilder::new(&data_key, 0, Cipher::preferred(), 17 * MIB);
             for i in 0..16u8 {
                 p.add(BlobType::Data, Id([i; 32]), COMPRESSION_NONE, &data[i as usize * MIB..][..MIB], MIB as u32);
             }

@@ -262,8 +262,7 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
     let mut intact: HashMap<(Id, u64), PackEntry> = HashMap::new();
     match open_pack(repo, &bytes) {
         Err(e) => v.problems.push(format!("{name}: {e}")),
-        Ok((trailer, entries)) => {
-            let key = pack::pack_key(&repo.keys().data, trailer.cipher, &trailer.salt);
+        Ok((trailer, key, entries)) => {
             for e in &entries {
                 let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
                 match pack::open_blob(&key, e, sealed) {
@@ -288,7 +287,10 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
                     ));
                 }
             }
-            if !info.as_ref().is_some_and(|p| p.salt == trailer.salt && p.cipher == trailer.cipher) {
+            if !info
+                .as_ref()
+                .is_some_and(|p| p.salt == trailer.salt && p.cipher == trailer.cipher && p.epoch == trailer.epoch)
+            {
                 intact.clear();
             }
         }
@@ -312,15 +314,18 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
 }
 
 /// Decodes a whole pack's trailer and header.
-fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<(pack::Trailer, Vec<PackEntry>), String> {
+type OpenedPack = (pack::Trailer, crate::crypto::AeadKey, Vec<PackEntry>);
+
+fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<OpenedPack, String> {
     let len = bytes.len() as u64;
     if bytes.len() < TRAILER_LEN {
         return Err(format!("{len} bytes is too short for a pack"));
     }
     let trailer = pack::decode_trailer(&bytes[bytes.len() - TRAILER_LEN..], len)?;
     let hstart = bytes.len() - TRAILER_LEN - trailer.header_len as usize;
-    let entries = pack::open_header(&repo.keys().data, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len)?;
-    Ok((trailer, entries))
+    let key = repo.pack_key(trailer.epoch, trailer.cipher, &trailer.salt)?;
+    let entries = pack::open_header(&key, &trailer, &bytes[hstart..bytes.len() - TRAILER_LEN], len)?;
+    Ok((trailer, key, entries))
 }
 
 /// Reads and verifies `packs` (id, size); returns the packs found intact.

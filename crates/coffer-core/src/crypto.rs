@@ -104,6 +104,79 @@ impl Key {
     }
 }
 
+/// A data key's epoch: 0 for the key made at `init`, one more at every rotation.
+/// Objects sealed with a data-key-derived subkey record it. See docs/design.md#master-keys.
+pub type Epoch = u16;
+
+/// The data keys a key file holds, by epoch: the key of epoch `e` is the `e`-th, and
+/// the last is current (new objects are sealed with it). Never empty.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DataKeys(Vec<Key>);
+
+impl std::fmt::Debug for DataKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DataKeys(<{} secrets>)", self.0.len())
+    }
+}
+
+impl DataKeys {
+    /// The most epochs there can be: epochs are u16.
+    pub const MAX: usize = 1 << 16;
+
+    /// Only the key of epoch 0.
+    pub fn new(first: Key) -> DataKeys {
+        DataKeys(vec![first])
+    }
+
+    /// The keys of epochs `0..keys.len()`; fails if there are none or too many.
+    pub fn from_vec(keys: Vec<Key>) -> Result<DataKeys, String> {
+        if keys.is_empty() || keys.len() > Self::MAX {
+            return Err(format!("{} data keys; there must be 1 to {}", keys.len(), Self::MAX));
+        }
+        Ok(DataKeys(keys))
+    }
+
+    /// All keys, by epoch.
+    pub fn as_slice(&self) -> &[Key] {
+        &self.0
+    }
+
+    /// The key of `epoch`, if held.
+    pub fn get(&self, epoch: Epoch) -> Option<&Key> {
+        self.0.get(epoch as usize)
+    }
+
+    /// The key of `epoch`, or a message naming the epoch for the caller to report as
+    /// damage: an object under an epoch not held was sealed after a rotation that the
+    /// key file used predates (or its epoch field was altered).
+    pub fn for_epoch(&self, epoch: Epoch) -> Result<&Key, String> {
+        self.get(epoch).ok_or_else(|| {
+            format!(
+                "sealed under data key epoch {epoch}, but the key file that opened the repository holds epochs \
+                 0 to {} only (it predates a key rotation, or the epoch was altered); open the repository with \
+                 a passphrase added after the rotation",
+                self.current().0
+            )
+        })
+    }
+
+    /// The current epoch and its key: what new objects are sealed with.
+    pub fn current(&self) -> (Epoch, &Key) {
+        let last = self.0.len() - 1;
+        (last as Epoch, &self.0[last])
+    }
+
+    /// These keys and a fresh random one for the next epoch, which becomes current.
+    pub fn rotated(&self) -> Result<DataKeys, String> {
+        if self.0.len() >= Self::MAX {
+            return Err(format!("all {} data key epochs are used", Self::MAX));
+        }
+        let mut keys = self.0.clone();
+        keys.push(Key::random());
+        Ok(DataKeys(keys))
+    }
+}
+
 /// A 96-bit AEAD nonce built from a domain word and a counter, so that nonces under
 /// one key are distinct by construction: `domain (u32 LE) || counter (u64 LE)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,6 +351,20 @@ mod tests {
         assert!(ScryptParams { log_n: 17, r: 8, p: 64 }.validate().is_err());
         assert!(ScryptParams::DEFAULT.validate().is_ok());
         assert!(ScryptParams { log_n: 20, r: 8, p: 1 }.validate().is_ok());
+    }
+
+    #[test]
+    fn data_keys_by_epoch() {
+        let first = Key::random();
+        let keys = DataKeys::new(first.clone());
+        assert_eq!(keys.current(), (0, &first));
+        let r = keys.rotated().unwrap();
+        assert_eq!(r.current().0, 1);
+        assert_eq!(r.get(0), Some(&first));
+        assert_ne!(r.get(1), Some(&first));
+        assert!(keys.for_epoch(1).unwrap_err().contains("epoch 1"));
+        assert!(DataKeys::from_vec(vec![]).is_err());
+        assert_eq!(format!("{r:?}"), "DataKeys(<2 secrets>)");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`format`]: the byte layouts of every stored object, each with a decoder that never panics.
 //! - [`backend`]: stores opaque named objects; OpenDAL underneath.
 //! - [`repo`]: keys, index, packer, blob load/save, snapshots.
+//! - [`keys`]: the key files of an open repository: add, remove, change a passphrase, rotate.
 //! - [`backup`], [`restore`], [`check`], [`diff`]: the operations a user runs.
 //!
 //! Libraries never print: progress and warnings reach the caller through [`progress::Progress`].
@@ -29,6 +30,7 @@ pub mod format;
 pub mod fsmeta;
 pub mod history;
 pub mod id;
+pub mod keys;
 pub mod merkle;
 pub mod progress;
 pub mod proof;

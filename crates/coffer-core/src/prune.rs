@@ -346,7 +346,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
             }
             let fid = usage[pid].index_files[0];
             let rec = repo.load_index_file(&fid)?.into_iter().find(|r| r.id == *pid).expect("listed in its index file");
-            let info = crate::repo::PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher };
+            let info = crate::repo::PackInfo::from(&rec);
             for e in rec.entries {
                 let used = {
                     let index = repo.index();

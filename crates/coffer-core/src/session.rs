@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::crypto::{Cipher, Key};
+use crate::crypto::{Cipher, Epoch, Key};
 use crate::error::{Error, Result};
 use crate::format::envelope::{self, SealedKind};
 use crate::format::{FORMAT_VERSION, ObjectKind};
@@ -86,9 +86,12 @@ pub struct Session {
     thread: Option<JoinHandle<()>>,
 }
 
-fn write_marker(backend: &dyn Backend, key: &Key, cipher: Cipher, name: &str, rec: &SessionRecord) -> Result<()> {
+/// The data key a marker is sealed with, and its epoch.
+type SealKey = (Epoch, Key);
+
+fn write_marker(backend: &dyn Backend, key: &SealKey, cipher: Cipher, name: &str, rec: &SessionRecord) -> Result<()> {
     let plain = serde_json::to_vec(rec).expect("session records serialize");
-    backend.write(name, envelope::seal(key, cipher, SealedKind::Session, &plain))?;
+    backend.write(name, envelope::seal(&key.1, key.0, cipher, SealedKind::Session, &plain))?;
     Ok(())
 }
 
@@ -98,7 +101,10 @@ impl Session {
         let id = Id(crate::crypto::random_array());
         let name = ObjectKind::Session.path(&id);
         let backend = repo.backend_arc();
-        let key = repo.keys().data.clone();
+        let key: SealKey = {
+            let (epoch, key) = repo.keys().data.current();
+            (epoch, key.clone())
+        };
         let cipher = repo.cipher();
         let mut rec = SessionRecord {
             version: FORMAT_VERSION,

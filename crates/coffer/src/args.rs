@@ -89,6 +89,9 @@ pub enum Command {
     /// Delete data no snapshot uses; safe while backups run (no lock).
     #[command(after_help = EXIT_CODES)]
     Prune(PruneArgs),
+    /// Manage key files (passphrases), and rotate the data key.
+    #[command(after_help = EXIT_CODES)]
+    Key(KeyArgs),
 }
 
 #[derive(Args, Debug)]
@@ -298,6 +301,51 @@ pub struct PruneArgs {
     /// backups can react (at least 2m unless COFFER_TEST_PRUNE_GRACE_MS is set).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub grace: Option<std::time::Duration>,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    #[command(subcommand)]
+    pub command: KeyCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    /// List the key files; `*` marks the one that opened the repository.
+    List,
+    /// Add a key file for a new passphrase.
+    Add(NewKeyArgs),
+    /// Remove a key file (neither the last one nor the one that opened the repository).
+    Remove(KeyRemoveArgs),
+    /// Change the passphrase: add a key file for a new one, then remove the one that opened the repository.
+    Passwd(NewKeyArgs),
+    /// Encrypt everything written from now on with a new data key. Existing data is
+    /// not rewritten. Removes the key files of other passphrases (add them again with
+    /// `coffer key add`).
+    Rotate(KeyRotateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct NewKeyArgs {
+    /// Read the new passphrase from this file (first line). COFFER_NEW_PASSWORD takes precedence.
+    #[arg(long, env = "COFFER_NEW_PASSWORD_FILE")]
+    pub new_password_file: Option<PathBuf>,
+    /// scrypt cost of the new key file: log2(N). Lower is faster to open and weaker against guessing.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]
+    pub kdf_log_n: u8,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyRemoveArgs {
+    /// The key file's id (a unique prefix works; see `coffer key list`).
+    pub id: String,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyRotateArgs {
+    /// Remove the key files of other passphrases (required when there are any).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug)]

@@ -71,6 +71,7 @@ fn main() -> ExitCode {
         Command::VerifyProof(a) => cmd::prove::verify(&cli.global, a),
         Command::Writers => cmd::writers::run(&cli.global),
         Command::Prune(a) => cmd::prune::run(&cli.global, a),
+        Command::Key(a) => cmd::key::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

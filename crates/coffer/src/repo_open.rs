@@ -65,6 +65,12 @@ pub fn open(global: &GlobalArgs) -> Result<Repository> {
 
 /// Opens the repository without loading the index.
 pub fn open_unindexed(global: &GlobalArgs, path: &Path) -> Result<Repository> {
+    Ok(open_with_passphrase(global, path)?.0)
+}
+
+/// Opens the repository without loading the index, and returns the passphrase that
+/// opened it too (a key rotation wraps the new keys under it).
+pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Repository, String)> {
     if !path.exists() {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
@@ -73,7 +79,8 @@ pub fn open_unindexed(global: &GlobalArgs, path: &Path) -> Result<Repository> {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let pw = password::read(global, Purpose::Open)?;
-    Ok(Repository::open(be, pw.as_bytes())?)
+    let repo = Repository::open(be, pw.as_bytes())?;
+    Ok((repo, pw))
 }
 
 /// Creates a repository at `path`.

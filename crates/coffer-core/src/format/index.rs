@@ -3,17 +3,21 @@
 //!
 //! The sealed plaintext is binary, little-endian:
 //! ```text
-//! version u32 (=1) | pack count u32 | packs…
-//! pack = pack id (32) | salt (32) | cipher (1) | entry count u32 | entries (49 bytes each, as in pack headers)
+//! version u32 (=2) | pack count u32 | packs…
+//! pack = pack id (32) | salt (32) | cipher (1) | epoch u16 | entry count u32 | entries (49 bytes each, as in pack headers)
 //! ```
+//! Salt, cipher and epoch are the pack trailer's: with them, a reader derives the
+//! pack key and decrypts any blob with one range read.
 
 use super::Reader;
 use super::pack::{ENTRY_LEN, PackEntry};
-use crate::crypto::Cipher;
+use crate::crypto::{Cipher, Epoch};
 use crate::id::Id;
 
 /// Version of the index plaintext layout.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Length of a pack record before its entries: id, salt, cipher, epoch, entry count.
+pub const RECORD_HEADER_LEN: usize = 32 + 32 + 1 + 2 + 4;
 
 /// The index record of one pack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,13 +28,15 @@ pub struct PackRecord {
     pub salt: [u8; 32],
     /// The pack's cipher.
     pub cipher: Cipher,
+    /// Epoch of the data key the pack key derives from.
+    pub epoch: Epoch,
     /// Its blobs.
     pub entries: Vec<PackEntry>,
 }
 
 /// Encodes the plaintext of an index file.
 pub fn encode(packs: &[PackRecord]) -> Vec<u8> {
-    let n: usize = packs.iter().map(|p| 69 + p.entries.len() * ENTRY_LEN).sum();
+    let n: usize = packs.iter().map(|p| RECORD_HEADER_LEN + p.entries.len() * ENTRY_LEN).sum();
     let mut out = Vec::with_capacity(8 + n);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&(packs.len() as u32).to_le_bytes());
@@ -38,6 +44,7 @@ pub fn encode(packs: &[PackRecord]) -> Vec<u8> {
         out.extend_from_slice(&p.id.0);
         out.extend_from_slice(&p.salt);
         out.push(p.cipher.to_byte());
+        out.extend_from_slice(&p.epoch.to_le_bytes());
         out.extend_from_slice(&(p.entries.len() as u32).to_le_bytes());
         for e in &p.entries {
             e.encode(&mut out);
@@ -54,18 +61,19 @@ pub fn decode(buf: &[u8]) -> Result<Vec<PackRecord>, String> {
         return Err(format!("index version {v} is not supported by this coffer"));
     }
     let count = r.u32().ok_or("truncated index")? as usize;
-    let mut packs = Vec::with_capacity(count.min(r.remaining() / 69));
+    let mut packs = Vec::with_capacity(count.min(r.remaining() / RECORD_HEADER_LEN));
     for _ in 0..count {
         let id = r.id().ok_or("truncated index")?;
         let salt = r.array32().ok_or("truncated index")?;
         let cb = r.u8().ok_or("truncated index")?;
         let cipher = Cipher::from_byte(cb).ok_or_else(|| format!("unknown cipher byte {cb}"))?;
+        let epoch = r.u16().ok_or("truncated index")?;
         let n = r.u32().ok_or("truncated index")? as usize;
         if n.saturating_mul(ENTRY_LEN) > r.remaining() {
             return Err(format!("pack {} announces {n} entries beyond the end of the index", id.short()));
         }
         let entries = (0..n).map(|_| PackEntry::decode(&mut r)).collect::<Result<Vec<_>, _>>()?;
-        packs.push(PackRecord { id, salt, cipher, entries });
+        packs.push(PackRecord { id, salt, cipher, epoch, entries });
     }
     if r.remaining() != 0 {
         return Err(format!("{} trailing bytes after the last pack", r.remaining()));
@@ -84,6 +92,7 @@ mod tests {
             id: Id([3; 32]),
             salt: [4; 32],
             cipher: Cipher::ChaCha20Poly1305,
+            epoch: 0x0201,
             entries: vec![PackEntry {
                 blob_type: BlobType::Tree,
                 id: Id([5; 32]),
@@ -93,7 +102,13 @@ mod tests {
             }],
         };
         let enc = encode(std::slice::from_ref(&rec));
+        assert_eq!(&enc[..4], &[2, 0, 0, 0], "version");
+        assert_eq!(enc.len(), 8 + RECORD_HEADER_LEN + ENTRY_LEN);
+        assert_eq!(&enc[8 + 65..8 + 67], &[0x01, 0x02], "epoch u16 LE after the cipher byte");
         assert_eq!(decode(&enc).unwrap(), vec![rec]);
+        let mut v1 = enc.clone();
+        v1[0] = 1;
+        assert!(decode(&v1).unwrap_err().contains("version 1"));
         for n in 0..enc.len() {
             assert!(decode(&enc[..n]).is_err());
         }

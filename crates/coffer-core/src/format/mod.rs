@@ -118,6 +118,9 @@ impl<'a> Reader<'a> {
     pub(crate) fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
     }
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
     pub(crate) fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }

@@ -3,9 +3,9 @@
 //!
 //! ```text
 //! blob_0 | blob_1 | … | blob_{n-1} | header ciphertext+tag | trailer (48 bytes)
-//! trailer = salt (32) | header length incl. tag (u32 LE) | cipher (1) | 0 0 0 | "CFPK" | version u32 LE (=1)
+//! trailer = salt (32) | header length incl. tag (u32 LE) | cipher (1) | epoch (u16 LE) | 0 | "CFPK" | version u32 LE (=1)
 //! ```
-//! The pack key is `data_key.derive("coffer v1 pack", salt)`. The blob at byte offset
+//! The pack key is `data_key[epoch].derive("coffer v1 pack", salt)`. The blob at byte offset
 //! `o` is sealed with nonce `Nonce::new(0, o)` and associated data `type || id`; its
 //! plaintext is a compression byte (0 none, 1 zstd) followed by the payload. The
 //! header is sealed with nonce `Nonce::new(1, 0)` and holds `count (u32 LE)` then
@@ -13,7 +13,7 @@
 //! its bytes, so anyone can verify a pack's integrity without keys.
 
 use super::Reader;
-use crate::crypto::{AeadKey, Cipher, Key, Nonce, TAG_LEN};
+use crate::crypto::{AeadKey, Cipher, Epoch, Key, Nonce, TAG_LEN};
 use crate::id::{ID_LEN, Id};
 
 /// Length of the fixed trailer.
@@ -130,17 +130,20 @@ pub fn pack_key(data_key: &Key, cipher: Cipher, salt: &[u8; 32]) -> AeadKey {
 /// Assembles one pack in memory.
 pub struct PackBuilder {
     key: AeadKey,
+    epoch: Epoch,
     salt: [u8; 32],
     buf: Vec<u8>,
     entries: Vec<PackEntry>,
 }
 
 impl PackBuilder {
-    /// Starts an empty pack with a fresh random salt.
-    pub fn new(data_key: &Key, cipher: Cipher, capacity: usize) -> Self {
+    /// Starts an empty pack with a fresh random salt, under `data_key`, the data key
+    /// of `epoch`.
+    pub fn new(data_key: &Key, epoch: Epoch, cipher: Cipher, capacity: usize) -> Self {
         let salt = crate::crypto::random_array();
         PackBuilder {
             key: pack_key(data_key, cipher, &salt),
+            epoch,
             salt,
             buf: Vec::with_capacity(capacity),
             entries: Vec::new(),
@@ -181,11 +184,19 @@ impl PackBuilder {
         self.buf.extend_from_slice(&self.salt);
         self.buf.extend_from_slice(&(header.len() as u32).to_le_bytes());
         self.buf.push(self.key.cipher().to_byte());
-        self.buf.extend_from_slice(&[0, 0, 0]);
+        self.buf.extend_from_slice(&self.epoch.to_le_bytes());
+        self.buf.push(0);
         self.buf.extend_from_slice(MAGIC);
         self.buf.extend_from_slice(&VERSION.to_le_bytes());
         let id = Id::hash_of(&self.buf);
-        FinishedPack { id, bytes: self.buf, salt: self.salt, cipher: self.key.cipher(), entries: self.entries }
+        FinishedPack {
+            id,
+            bytes: self.buf,
+            salt: self.salt,
+            cipher: self.key.cipher(),
+            epoch: self.epoch,
+            entries: self.entries,
+        }
     }
 }
 
@@ -199,6 +210,8 @@ pub struct FinishedPack {
     pub salt: [u8; 32],
     /// Its cipher.
     pub cipher: Cipher,
+    /// The epoch of the data key its key derives from.
+    pub epoch: Epoch,
     /// Its blobs.
     pub entries: Vec<PackEntry>,
 }
@@ -212,6 +225,8 @@ pub struct Trailer {
     pub header_len: u32,
     /// Cipher of the pack.
     pub cipher: Cipher,
+    /// Epoch of the data key the pack key derives from.
+    pub epoch: Epoch,
 }
 
 /// Parses the last [`TRAILER_LEN`] bytes of a pack of `pack_len` bytes.
@@ -224,7 +239,8 @@ pub fn decode_trailer(t: &[u8], pack_len: u64) -> Result<Trailer, String> {
     let header_len = r.u32().ok_or("truncated trailer")?;
     let cb = r.u8().ok_or("truncated trailer")?;
     let cipher = Cipher::from_byte(cb).ok_or_else(|| format!("unknown cipher byte {cb}"))?;
-    r.take(3).ok_or("truncated trailer")?;
+    let epoch = r.u16().ok_or("truncated trailer")?;
+    r.take(1).ok_or("truncated trailer")?; // reserved
     if r.take(4) != Some(MAGIC.as_slice()) {
         return Err("not a coffer pack (bad magic)".into());
     }
@@ -235,12 +251,12 @@ pub fn decode_trailer(t: &[u8], pack_len: u64) -> Result<Trailer, String> {
     if (header_len as u64) < (4 + TAG_LEN) as u64 || header_len as u64 + TRAILER_LEN as u64 > pack_len {
         return Err(format!("header length {header_len} does not fit in a pack of {pack_len} bytes"));
     }
-    Ok(Trailer { salt, header_len, cipher })
+    Ok(Trailer { salt, header_len, cipher, epoch })
 }
 
-/// Decrypts a sealed header and checks each entry lies before the header.
-pub fn open_header(data_key: &Key, trailer: &Trailer, sealed: &[u8], pack_len: u64) -> Result<Vec<PackEntry>, String> {
-    let key = pack_key(data_key, trailer.cipher, &trailer.salt);
+/// Decrypts a sealed header and checks each entry lies before the header. `key` is
+/// the pack key: derived from the trailer's salt and the data key of its epoch.
+pub fn open_header(key: &AeadKey, trailer: &Trailer, sealed: &[u8], pack_len: u64) -> Result<Vec<PackEntry>, String> {
     let plain = key
         .open(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", sealed)
         .ok_or("header authentication failed: the pack was altered or truncated")?;
@@ -291,7 +307,7 @@ mod tests {
     #[test]
     fn build_and_read_back() {
         let dk = Key::random();
-        let mut b = PackBuilder::new(&dk, Cipher::Aes256Gcm, 0);
+        let mut b = PackBuilder::new(&dk, 0, Cipher::Aes256Gcm, 0);
         let ids = [Id([1; 32]), Id([2; 32])];
         b.add(BlobType::Data, ids[0], COMPRESSION_NONE, b"hello", 5);
         let z = zstd::bulk::compress(&[7u8; 1000], 3).unwrap();
@@ -301,9 +317,9 @@ mod tests {
         let n = p.bytes.len() as u64;
         let t = decode_trailer(&p.bytes[p.bytes.len() - TRAILER_LEN..], n).unwrap();
         let hstart = p.bytes.len() - TRAILER_LEN - t.header_len as usize;
-        let entries = open_header(&dk, &t, &p.bytes[hstart..p.bytes.len() - TRAILER_LEN], n).unwrap();
-        assert_eq!(entries, p.entries);
         let key = pack_key(&dk, t.cipher, &t.salt);
+        let entries = open_header(&key, &t, &p.bytes[hstart..p.bytes.len() - TRAILER_LEN], n).unwrap();
+        assert_eq!(entries, p.entries);
         let e = entries[1];
         let blob = open_blob(&key, &e, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
         assert_eq!(blob, vec![7u8; 1000]);
@@ -311,6 +327,55 @@ mod tests {
         let mut moved = e;
         moved.offset = 0;
         assert!(open_blob(&key, &moved, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).is_err());
+    }
+
+    fn one_blob_pack(dk: &Key, epoch: Epoch) -> FinishedPack {
+        let mut b = PackBuilder::new(dk, epoch, Cipher::ChaCha20Poly1305, 0);
+        b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5);
+        b.finish()
+    }
+
+    fn trailer_of(p: &[u8]) -> Result<Trailer, String> {
+        decode_trailer(&p[p.len() - TRAILER_LEN..], p.len() as u64)
+    }
+
+    fn header_of<'a>(p: &'a [u8], t: &Trailer) -> &'a [u8] {
+        &p[p.len() - TRAILER_LEN - t.header_len as usize..p.len() - TRAILER_LEN]
+    }
+
+    #[test]
+    fn trailer_layout_and_epoch_round_trip() {
+        let dk = Key::random();
+        let p = one_blob_pack(&dk, 0x0302);
+        let t = &p.bytes[p.bytes.len() - TRAILER_LEN..];
+        assert_eq!(&t[..32], &p.salt);
+        assert_eq!(t[36], Cipher::ChaCha20Poly1305.to_byte());
+        assert_eq!(&t[37..39], &[0x02, 0x03], "epoch u16 LE");
+        assert_eq!(t[39], 0, "reserved");
+        assert_eq!(&t[40..44], b"CFPK");
+        assert_eq!(&t[44..48], &1u32.to_le_bytes());
+        let tr = trailer_of(&p.bytes).unwrap();
+        assert_eq!(tr.epoch, 0x0302);
+        assert_eq!(p.epoch, 0x0302);
+        let key = pack_key(&dk, tr.cipher, &tr.salt);
+        assert_eq!(open_header(&key, &tr, header_of(&p.bytes, &tr), p.bytes.len() as u64).unwrap(), p.entries);
+        // An epoch-0 trailer is byte for byte what the three zero reserved bytes were.
+        let p0 = one_blob_pack(&dk, 0);
+        assert_eq!(&p0.bytes[p0.bytes.len() - 11..p0.bytes.len() - 8], &[0, 0, 0]);
+    }
+
+    #[test]
+    fn tampered_trailer_epoch_fails_authentication() {
+        // The epoch picks the data key: presenting the header to another epoch's key,
+        // as a reader would after the epoch bytes were changed, fails the tag.
+        let (k0, k1) = (Key::random(), Key::random());
+        let mut p = one_blob_pack(&k1, 1).bytes;
+        let at = p.len() - TRAILER_LEN + 37;
+        p[at] = 0;
+        let t = trailer_of(&p).unwrap();
+        assert_eq!(t.epoch, 0);
+        let err = open_header(&pack_key(&k0, t.cipher, &t.salt), &t, header_of(&p, &t), p.len() as u64).unwrap_err();
+        assert!(err.contains("authentication failed"), "{err}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::crypto::Cipher;
+use crate::crypto::{Cipher, Epoch};
 use crate::format::index::PackRecord;
 use crate::format::pack::{BlobType, PackEntry};
 use crate::id::Id;
@@ -27,6 +27,14 @@ pub struct PackInfo {
     pub salt: [u8; 32],
     /// Its cipher.
     pub cipher: Cipher,
+    /// Epoch of the data key its key derives from.
+    pub epoch: Epoch,
+}
+
+impl From<&PackRecord> for PackInfo {
+    fn from(rec: &PackRecord) -> PackInfo {
+        PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher, epoch: rec.epoch }
+    }
 }
 
 /// Where one blob lies; `pack` indexes [`MasterIndex::packs`].
@@ -111,7 +119,7 @@ impl MasterIndex {
             return Ok(pos);
         }
         let pos = u32::try_from(self.packs.len()).ok().filter(|p| p & TREE_BIT == 0).ok_or("too many packs")?;
-        self.packs.push(PackInfo { id: rec.id, salt: rec.salt, cipher: rec.cipher });
+        self.packs.push(PackInfo::from(rec));
         self.pack_pos.insert(rec.id, pos);
         Ok(pos)
     }
@@ -243,6 +251,7 @@ mod tests {
             id: Id([pack_seed; 32]),
             salt: [0; 32],
             cipher: Cipher::Aes256Gcm,
+            epoch: 0,
             entries: ids
                 .iter()
                 .enumerate()

@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::backend::{Backend, ErrorKind};
 use crate::chunker::{Chunker, ChunkerParams};
-use crate::crypto::{Cipher, Key, ScryptParams, blob_id, random_array};
+use crate::crypto::{AeadKey, Cipher, Epoch, Key, ScryptParams, blob_id, random_array};
 
 /// Derivation context of the key for tree blob ids (from the id key).
 pub const TREE_ID_CONTEXT: &str = "coffer v1 tree id";
@@ -128,7 +128,10 @@ impl Repository {
         let kbytes = kf.encode();
         let key_id = Id::hash_of(&kbytes);
         backend.write(&ObjectKind::Key.path(&key_id), kbytes)?;
-        backend.write("config", envelope::seal(&keys.data, cipher, SealedKind::Config, &config.encode()))?;
+        // The config is sealed under epoch 0 for good: every key file, even one made
+        // before a rotation, opens it.
+        let config_key = keys.data.get(0).expect("a new repository has epoch 0");
+        backend.write("config", envelope::seal(config_key, 0, cipher, SealedKind::Config, &config.encode()))?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
 
@@ -194,6 +197,9 @@ impl Repository {
             return Err(Error::WrongPassword { tried });
         };
         let sealed = backend.read("config")?;
+        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
+            return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
+        }
         let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
         let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
         Ok(Self::assemble(backend, keys, config, key_id))
@@ -226,6 +232,34 @@ impl Repository {
     /// The cipher this process writes with.
     pub fn cipher(&self) -> Cipher {
         self.cipher
+    }
+
+    /// The data key epoch this process writes with: the newest the key file holds.
+    pub fn epoch(&self) -> Epoch {
+        self.keys.data.current().0
+    }
+
+    /// Seals `plaintext` as a sealed object of `kind` under the current data key.
+    pub(crate) fn seal(&self, kind: SealedKind, plaintext: &[u8]) -> Vec<u8> {
+        let (epoch, key) = self.keys.data.current();
+        envelope::seal(key, epoch, self.cipher, kind, plaintext)
+    }
+
+    /// Opens a sealed object of `kind` with the data key of the epoch it names.
+    pub(crate) fn open_sealed(&self, kind: SealedKind, sealed: &[u8]) -> std::result::Result<Vec<u8>, String> {
+        envelope::open(&self.keys.data, kind, sealed)
+    }
+
+    /// The key of a pack: derived from the data key of `epoch` and the pack's salt.
+    /// An epoch the key file does not hold is an error message naming it.
+    pub fn pack_key(&self, epoch: Epoch, cipher: Cipher, salt: &[u8; 32]) -> std::result::Result<AeadKey, String> {
+        Ok(pack::pack_key(self.keys.data.for_epoch(epoch)?, cipher, salt))
+    }
+
+    /// An empty pack under the current data key, with room for `capacity` bytes.
+    pub(crate) fn new_pack(&self, capacity: usize) -> pack::PackBuilder {
+        let (epoch, key) = self.keys.data.current();
+        pack::PackBuilder::new(key, epoch, self.cipher, capacity)
     }
 
     /// The keyed chunker.
@@ -278,7 +312,7 @@ impl Repository {
 
     /// Seals and stores `plaintext` as an object of `kind`; returns its id.
     pub fn save_sealed(&self, kind: SealedKind, plaintext: &[u8]) -> Result<Id> {
-        let sealed = envelope::seal(&self.keys.data, self.cipher, kind, plaintext);
+        let sealed = self.seal(kind, plaintext);
         let id = Id::hash_of(&sealed);
         let okind = match kind {
             SealedKind::Config => {
@@ -297,7 +331,7 @@ impl Repository {
 
     pub(crate) fn load_sealed(&self, kind: ObjectKind, sealed_kind: SealedKind, id: &Id) -> Result<Vec<u8>> {
         let bytes = self.read_object(kind, id)?;
-        envelope::open(&self.keys.data, sealed_kind, &bytes).map_err(|e| Error::corrupt(kind.describe(id), e))
+        self.open_sealed(sealed_kind, &bytes).map_err(|e| Error::corrupt(kind.describe(id), e))
     }
 
     /// Loads and decodes one index file.
@@ -355,8 +389,15 @@ impl Repository {
         let trailer = pack::decode_trailer(&tail, size).ok()?;
         let hlen = trailer.header_len as u64;
         let sealed = self.backend.read_range(&name, size - tlen - hlen, hlen).ok()?;
-        let entries = pack::open_header(&self.keys.data, &trailer, &sealed, size).ok()?;
-        Some(index_file::PackRecord { id: *id, salt: trailer.salt, cipher: trailer.cipher, entries })
+        let key = self.pack_key(trailer.epoch, trailer.cipher, &trailer.salt).ok()?;
+        let entries = pack::open_header(&key, &trailer, &sealed, size).ok()?;
+        Some(index_file::PackRecord {
+            id: *id,
+            salt: trailer.salt,
+            cipher: trailer.cipher,
+            epoch: trailer.epoch,
+            entries,
+        })
     }
 
     /// Loads a blob: reads its bytes from its pack, authenticates, decrypts,
@@ -403,7 +444,9 @@ impl Repository {
     /// that the plaintext hashes to the entry's id.
     pub fn decode_blob(&self, pack_info: &PackInfo, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>> {
         let object = || format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short());
-        let key = pack::pack_key(&self.keys.data, pack_info.cipher, &pack_info.salt);
+        let key = self
+            .pack_key(pack_info.epoch, pack_info.cipher, &pack_info.salt)
+            .map_err(|e| Error::corrupt(object(), e))?;
         let data = pack::open_blob(&key, entry, sealed).map_err(|e| Error::corrupt(object(), e))?;
         if self.blob_id(entry.blob_type, &data) != entry.id {
             return Err(Error::corrupt(object(), "content does not match its id"));

@@ -171,7 +171,7 @@ impl<'r> BlobSaver<'r> {
             }
             if pool.open < self.max_open {
                 pool.open += 1;
-                return PackBuilder::new(&self.repo.keys().data, self.repo.cipher(), pack_size + pack_size / 4);
+                return self.repo.new_pack(pack_size + pack_size / 4);
             }
             pool = self.returned.wait(pool).expect("poisoned");
         }

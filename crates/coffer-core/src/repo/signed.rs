@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::Repository;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
-use crate::format::envelope::{self, SealedKind};
+use crate::format::envelope::SealedKind;
 use crate::format::signed::{self, SignatureStatus};
 use crate::format::snapshot::Snapshot;
 use crate::format::tombstone::Tombstone;
@@ -45,7 +45,7 @@ impl Repository {
             SealedKind::Tombstone => ObjectKind::Tombstone,
             _ => return Err(Error::InvalidInput("only snapshots and tombstones are signed".into())),
         };
-        let sealed = envelope::seal(&self.keys().data, self.cipher(), kind, plaintext);
+        let sealed = self.seal(kind, plaintext);
         let stored = signed::sign(sealed, commitment, key);
         let id = Id::hash_of(&stored);
         self.backend().write(&okind.path(&id), stored)?;
@@ -55,8 +55,7 @@ impl Repository {
     fn open_signed(&self, okind: ObjectKind, kind: SealedKind, id: &Id) -> Result<Opened> {
         let stored = self.read_object(okind, id)?;
         let (sealed, block) = signed::split(&stored).map_err(|e| Error::corrupt(okind.describe(id), e))?;
-        let plaintext =
-            envelope::open(&self.keys().data, kind, sealed).map_err(|e| Error::corrupt(okind.describe(id), e))?;
+        let plaintext = self.open_sealed(kind, sealed).map_err(|e| Error::corrupt(okind.describe(id), e))?;
         let signature_ok = block.as_ref().is_some_and(|b| b.verify(sealed));
         Ok(Opened { plaintext, block, signature_ok })
     }
@@ -163,7 +162,7 @@ impl Repository {
             username,
             created: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
         };
-        let sealed = envelope::seal(&self.keys().data, self.cipher(), SealedKind::Writer, &record.encode());
+        let sealed = self.seal(SealedKind::Writer, &record.encode());
         let id = Id::hash_of(&sealed);
         self.backend().write(&ObjectKind::Writer.path(&id), sealed)?;
         self.writers_cache_mut().get_or_insert_with(HashMap::new).insert(*key, record);

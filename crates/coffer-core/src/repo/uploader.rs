@@ -65,7 +65,8 @@ impl Uploader {
     /// Queues a pack; blocks while the queue is full.
     pub(crate) fn send(&self, pack: FinishedPack) -> Result<()> {
         let tx = self.tx.lock().expect("poisoned").clone();
-        let rec = PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, entries: pack.entries };
+        let rec =
+            PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, epoch: pack.epoch, entries: pack.entries };
         let tx = tx.ok_or_else(|| Error::InvalidInput("pack queued after the saver finished".into()))?;
         tx.send(Job { bytes: pack.bytes, rec })
             .map_err(|_| Error::InvalidInput("the upload threads stopped unexpectedly".into()))

@@ -61,7 +61,7 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
                         .iter()
                         .map(|e| json!({"id": e.id, "type": e.blob_type.noun(), "offset": e.offset, "length": e.length, "raw_length": e.raw_length}))
                         .collect();
-                    json!({"pack": p.id, "cipher": p.cipher, "blobs": blobs})
+                    json!({"pack": p.id, "cipher": p.cipher, "epoch": p.epoch, "blobs": blobs})
                 })
                 .collect();
             json!({"id": id, "packs": list})

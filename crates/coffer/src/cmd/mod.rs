@@ -6,6 +6,7 @@ pub mod check;
 pub mod diff;
 pub mod forget;
 pub mod init;
+pub mod key;
 pub mod ls;
 pub mod prove;
 pub mod prune;

@@ -1,0 +1,130 @@
+//! `coffer key list|add|remove|passwd|rotate`.
+
+use anyhow::{Result, bail};
+use coffer_core::Id;
+use coffer_core::crypto::ScryptParams;
+use coffer_core::format::ObjectKind;
+use coffer_core::keys;
+use coffer_core::repo::Repository;
+use serde_json::json;
+
+use crate::args::{GlobalArgs, KeyArgs, KeyCommand, KeyRotateArgs, NewKeyArgs};
+use crate::{exit, output, password, repo_open};
+
+pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
+    let (path, _) = repo_open::location(global)?;
+    match &a.command {
+        KeyCommand::List => list(global, &repo_open::open_unindexed(global, &path)?),
+        KeyCommand::Add(n) => {
+            let repo = repo_open::open_unindexed(global, &path)?;
+            let pw = password::read_new(n.new_password_file.as_deref())?;
+            let id = keys::add(&repo, pw.as_bytes(), kdf(n))?;
+            report(global, json!({"added": id}), &format!("added key file {}", id.short()));
+            Ok(exit::OK)
+        }
+        KeyCommand::Remove(r) => {
+            let repo = repo_open::open_unindexed(global, &path)?;
+            let id = keys::resolve(&repo, &r.id)?;
+            keys::remove(&repo, &id)?;
+            report(global, json!({"removed": id}), &format!("removed key file {}", id.short()));
+            Ok(exit::OK)
+        }
+        KeyCommand::Passwd(n) => {
+            let repo = repo_open::open_unindexed(global, &path)?;
+            let pw = password::read_new(n.new_password_file.as_deref())?;
+            let (added, removed) = keys::passwd(&repo, pw.as_bytes(), kdf(n))?;
+            report(
+                global,
+                json!({"added": added, "removed": removed}),
+                &format!(
+                    "added key file {} for the new passphrase, removed key file {}",
+                    added.short(),
+                    removed.short()
+                ),
+            );
+            Ok(exit::OK)
+        }
+        KeyCommand::Rotate(r) => rotate(global, &path, r),
+    }
+}
+
+fn kdf(n: &NewKeyArgs) -> ScryptParams {
+    ScryptParams { log_n: n.kdf_log_n, ..ScryptParams::DEFAULT }
+}
+
+fn report(global: &GlobalArgs, value: serde_json::Value, line: &str) {
+    if global.json {
+        output::json(&value);
+    } else if !global.quiet {
+        println!("{line}");
+    }
+}
+
+fn list(global: &GlobalArgs, repo: &Repository) -> Result<u8> {
+    let keys::KeyFiles { mut files, damaged } = keys::list(repo)?;
+    files.sort_by(|a, b| a.1.created.cmp(&b.1.created).then(a.0.cmp(&b.0)));
+    for e in &damaged {
+        eprintln!("error: {e}");
+    }
+    let current = repo.key_id();
+    if global.json {
+        let list: Vec<_> = files
+            .iter()
+            .map(|(id, k)| {
+                json!({"id": id, "created": k.created, "hostname": k.hostname, "username": k.username,
+                       "kdf": k.kdf, "scrypt": k.scrypt, "current": *id == current})
+            })
+            .collect();
+        output::json(&serde_json::Value::Array(list));
+    } else {
+        println!("  {:<8}  {:<19}  {:<24}  kdf", "id", "created (UTC)", "user@host");
+        for (id, k) in &files {
+            let mark = if *id == current { '*' } else { ' ' };
+            let who = format!("{}@{}", k.username, k.hostname);
+            let s = k.scrypt;
+            println!(
+                "{mark} {}  {:<19}  {who:<24}  {} log_n={} r={} p={}",
+                id.short(),
+                output::time(&k.created),
+                k.kdf,
+                s.log_n,
+                s.r,
+                s.p
+            );
+        }
+    }
+    Ok(if damaged.is_empty() { exit::OK } else { exit::DAMAGED })
+}
+
+fn rotate(global: &GlobalArgs, path: &std::path::Path, r: &KeyRotateArgs) -> Result<u8> {
+    let (repo, pw) = repo_open::open_with_passphrase(global, path)?;
+    let others: Vec<Id> = repo.list_ids(ObjectKind::Key)?.into_iter().filter(|id| *id != repo.key_id()).collect();
+    if !others.is_empty() && !r.yes {
+        let names: Vec<String> = others.iter().map(Id::short).collect();
+        bail!(
+            "rotating removes the other key files ({}): they cannot be given the new data key without their \
+             passphrases. Pass --yes to go ahead; afterwards, add the other passphrases again with 'coffer key add'",
+            names.join(", ")
+        );
+    }
+    let rot = keys::rotate(&repo, pw.as_bytes())?;
+    if global.json {
+        output::json(&json!({"epoch": rot.epoch, "key": rot.key, "removed": rot.removed}));
+    } else if !global.quiet {
+        println!(
+            "rotated the data key: everything written from now on is encrypted under epoch {}; existing data \
+             keeps its keys",
+            rot.epoch
+        );
+        println!("key file {} replaces {}", rot.key.short(), repo.key_id().short());
+        let dropped: Vec<String> = rot.removed.iter().filter(|id| **id != repo.key_id()).map(Id::short).collect();
+        if !dropped.is_empty() {
+            println!(
+                "removed the key files of other passphrases: {}; to let their holders in again, run \
+                 'coffer key add' and have each enter theirs",
+                dropped.join(", ")
+            );
+        }
+    }
+    Ok(exit::OK)
+}

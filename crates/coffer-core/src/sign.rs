@@ -39,10 +39,42 @@ impl PublicKey {
     }
 
     /// Whether `sig` is this key's valid signature of `msg` (RFC 8032 §5.1.7, with
-    /// `S` required to be below the group order).
+    /// `S` required to be below the group order). A weak key (see
+    /// [`PublicKey::is_weak`]) verifies nothing.
     pub fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
         sig.len() == SIGNATURE_LEN
+            && !self.is_weak()
             && signature::UnparsedPublicKey::new(&signature::ED25519, self.0).verify(msg, sig).is_ok()
+    }
+
+    /// Whether the key is a point of small order or a non-canonical encoding. With a
+    /// small-order key, signatures can be made without any secret (the identity key
+    /// "verifies" `R = identity, S = 0` for every message), and the verifier underneath
+    /// does not refuse them, so coffer does. No key derived from a seed is weak.
+    pub fn is_weak(&self) -> bool {
+        let mut y = self.0;
+        y[31] &= 0x7f;
+        // y >= p = 2^255 - 19: not a canonical field element.
+        let non_canonical = y[31] == 0x7f && y[1..31].iter().all(|&b| b == 0xff) && y[0] >= 0xed;
+        // The y-coordinates of the eight points of small order: 1 (order 1), p - 1
+        // (order 2), 0 (order 4), and the two of the order-8 points.
+        const SMALL_ORDER_Y: [[u8; 32]; 5] = [
+            [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            [
+                0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+            ],
+            [0; 32],
+            [
+                0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0, 0xd5,
+                0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05,
+            ],
+            [
+                0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f, 0x2a,
+                0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a,
+            ],
+        ];
+        non_canonical || SMALL_ORDER_Y.contains(&y)
     }
 }
 

@@ -30,15 +30,24 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
     }
     let mut forgotten = Vec::new();
     for id in &fresh {
-        let (_, s) =
-            history.snapshots.iter().find(|(i, _)| i == id).ok_or_else(|| Error::SnapshotNotFound(id.to_hex()))?;
-        forgotten.push(Forgotten {
-            id: *id,
-            time: s.time.clone(),
-            hostname: s.hostname.clone(),
-            paths: s.paths.clone(),
-            history: s.history.clone(),
-        });
+        match history.snapshots.iter().find(|(i, _)| i == id) {
+            Some((_, s)) => forgotten.push(Forgotten {
+                id: *id,
+                time: s.time.clone(),
+                hostname: s.hostname.clone(),
+                paths: s.paths.clone(),
+                history: s.history.clone(),
+            }),
+            // A damaged snapshot can be forgotten too; what it held is unknown.
+            None if history.present.contains(id) => forgotten.push(Forgotten {
+                id: *id,
+                time: String::new(),
+                hostname: String::new(),
+                paths: Vec::new(),
+                history: Vec::new(),
+            }),
+            None => return Err(Error::SnapshotNotFound(id.to_hex())),
+        }
     }
     let tombstone = Tombstone {
         version: FORMAT_VERSION,

@@ -135,10 +135,12 @@ impl History {
         out
     }
 
-    /// The heads: stored entries that no entry refers to, sorted.
+    /// The heads: stored entries that loaded and that no entry refers to, sorted. A
+    /// damaged entry is never linked to: it may be garbage the storage planted.
     pub fn heads(&self) -> Vec<Id> {
         let referenced: HashSet<Id> = self.links().into_iter().map(|(_, to)| to).collect();
-        let mut heads: Vec<Id> = self.present.iter().filter(|i| !referenced.contains(i)).copied().collect();
+        let loaded = self.snapshots.iter().map(|(id, _)| id).chain(self.tombstones.iter().map(|(id, _)| id));
+        let mut heads: Vec<Id> = loaded.filter(|i| !referenced.contains(i)).copied().collect();
         heads.sort();
         heads
     }

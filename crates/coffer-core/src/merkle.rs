@@ -57,6 +57,19 @@ pub fn file_leaf(salt: &Hash, digest: &Hash, path: &[u8]) -> Hash {
     *h.finalize().as_bytes()
 }
 
+/// Derivation context of a snapshot's commitment.
+const COMMITMENT_CONTEXT: &str = "coffer v2 snapshot commitment";
+
+/// What a snapshot signs in the clear: its Merkle root bound to its number of leaves,
+/// `BLAKE3-derive_key(COMMITMENT_CONTEXT, root || leaves u64 LE)`, so that a proof
+/// cannot claim another tree shape.
+pub fn commitment(root: &Hash, leaves: u64) -> Hash {
+    let mut h = blake3::Hasher::new_derive_key(COMMITMENT_CONTEXT);
+    h.update(root);
+    h.update(&leaves.to_le_bytes());
+    *h.finalize().as_bytes()
+}
+
 /// Computes a root from leaves given in order, keeping only one hash per level.
 #[derive(Clone, Debug, Default)]
 pub struct Builder {
@@ -146,14 +159,20 @@ fn largest_power_of_two_below(n: usize) -> usize {
 /// Whether `proof` shows that `leaf` is leaf number `index` of a tree of `count`
 /// leaves with root `root` (RFC 9162 §2.1.3.2).
 pub fn verify_inclusion(leaf: &Hash, index: u64, count: u64, proof: &[Hash], root: &Hash) -> bool {
+    root_from_inclusion(leaf, index, count, proof).is_some_and(|r| constant_time_eq(&r, root))
+}
+
+/// The root that `proof` leads to from `leaf` at `index` in a tree of `count`
+/// leaves, or `None` if the proof does not fit that shape (RFC 9162 §2.1.3.2).
+pub fn root_from_inclusion(leaf: &Hash, index: u64, count: u64, proof: &[Hash]) -> Option<Hash> {
     if index >= count {
-        return false;
+        return None;
     }
     let (mut f, mut s) = (index, count - 1);
     let mut r = *leaf;
     for p in proof {
         if s == 0 {
-            return false;
+            return None;
         }
         if f & 1 == 1 || f == s {
             r = node_hash(p, &r);
@@ -167,7 +186,7 @@ pub fn verify_inclusion(leaf: &Hash, index: u64, count: u64, proof: &[Hash], roo
         f >>= 1;
         s >>= 1;
     }
-    s == 0 && constant_time_eq(&r, root)
+    (s == 0).then_some(r)
 }
 
 fn constant_time_eq(a: &Hash, b: &Hash) -> bool {

@@ -172,7 +172,9 @@ impl Proof {
         }
         let leaf = merkle::file_leaf(&self.salt.0, &self.digest.0, &self.path.0);
         let siblings: Vec<Hash> = self.siblings.iter().map(|s| s.0).collect();
-        if !merkle::verify_inclusion(&leaf, self.index, self.leaves, &siblings, &block.commitment) {
+        let root = merkle::root_from_inclusion(&leaf, self.index, self.leaves, &siblings)
+            .ok_or("the proof's path does not fit a tree of that many leaves")?;
+        if merkle::commitment(&root, self.leaves) != block.commitment {
             return Err("the file is not under the snapshot's signed Merkle root".into());
         }
         Ok(Verified {

@@ -98,6 +98,12 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// What the snapshot's signature commits to in the clear: its Merkle root and
+    /// leaf count ([`crate::merkle::commitment`]).
+    pub fn commitment(&self) -> [u8; 32] {
+        crate::merkle::commitment(&self.merkle_root.0, self.merkle_leaves)
+    }
+
     /// When the backup finished: `time` plus its duration.
     pub fn end_time(&self) -> std::time::SystemTime {
         self.system_time() + std::time::Duration::from_millis(self.summary.duration_ms)

@@ -89,7 +89,7 @@ impl Repository {
     pub fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
         let o = self.open_signed(ObjectKind::Snapshot, SealedKind::Snapshot, id)?;
         let mut s = Snapshot::decode(&o.plaintext).map_err(|e| Error::corrupt(ObjectKind::Snapshot.describe(id), e))?;
-        s.signature = self.signature_status(&o, &s.writer, &s.merkle_root.0)?;
+        s.signature = self.signature_status(&o, &s.writer, &s.commitment())?;
         Ok(s)
     }
 
@@ -98,7 +98,7 @@ impl Repository {
         if snap.writer != key.public() {
             return Err(Error::InvalidInput("the snapshot names another writer than the signing key".into()));
         }
-        self.save_signed(SealedKind::Snapshot, &snap.encode(), &snap.merkle_root.0, key)
+        self.save_signed(SealedKind::Snapshot, &snap.encode(), &snap.commitment(), key)
     }
 
     /// Loads one tombstone and checks its signature.

@@ -329,7 +329,7 @@ fn proofs() -> Vec<Proof> {
             ..snapshots().remove(0)
         };
         let sealed = envelope::seal(&DATA_KEY, 0, Cipher::Aes256Gcm, SealedKind::Snapshot, &snap.encode());
-        let stored = signed::sign(sealed, &root, &signing_key());
+        let stored = signed::sign(sealed, &snap.commitment(), &signing_key());
         let (path, digest) = &files[index];
         out.push(Proof {
             magic: coffer_core::proof::MAGIC.into(),

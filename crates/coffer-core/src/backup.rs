@@ -72,6 +72,9 @@ pub struct BackupOptions {
 /// A saved entry and the Merkle leaves below it, in tree order.
 type Saved = (Node, Vec<Hash>);
 
+/// A file's blob ids and content digest.
+type FileContent = (Vec<Id>, Id);
+
 /// The outcome of a backup.
 #[derive(Debug)]
 pub struct BackupResult {
@@ -167,7 +170,8 @@ struct Archiver<'a> {
     opts: &'a BackupOptions,
     progress: &'a dyn Progress,
     names: NameCache,
-    hardlinks: Mutex<HashMap<(u64, u64), (Vec<Id>, Id)>>,
+    /// Content and digest of files with several links, by (device, inode).
+    hardlinks: Mutex<HashMap<(u64, u64), FileContent>>,
     merkle_key: [u8; 32],
     skipped: Mutex<Vec<Skipped>>,
     skipped_count: AtomicU64,
@@ -659,7 +663,7 @@ impl Archiver<'_> {
 
     /// Stores a file's content; returns its blob ids and digest, or `Ok(None)` when
     /// it could not be read.
-    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<(Vec<Id>, Id)>> {
+    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<FileContent>> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
         let unchanged = parent.filter(|p| self.unchanged(node, p));
         match unchanged {

@@ -23,6 +23,9 @@ pub const WRITER_KEY_FILE: &str = "writer.key";
 /// The registered writers, by public key.
 pub type Writers = HashMap<PublicKey, WriterRecord>;
 
+/// Objects that loaded, by id, and the errors of those that did not.
+pub type Loaded<T> = (Vec<(Id, T)>, Vec<Error>);
+
 /// A signed object, opened: its plaintext and what its signature says so far
 /// (before the writer is looked up).
 struct Opened {
@@ -119,14 +122,14 @@ impl Repository {
     }
 
     /// Loads every tombstone; damaged ones are returned apart.
-    pub fn tombstones(&self) -> Result<(Vec<(Id, Tombstone)>, Vec<Error>)> {
+    pub fn tombstones(&self) -> Result<Loaded<Tombstone>> {
         let ids = self.list_ids(ObjectKind::Tombstone)?;
         let loaded: Vec<(Id, Result<Tombstone>)> = ids.par_iter().map(|id| (*id, self.load_tombstone(id))).collect();
         split_damaged(loaded)
     }
 
     /// Loads every writer record; damaged ones are returned apart.
-    pub fn writer_records(&self) -> Result<(Vec<(Id, WriterRecord)>, Vec<Error>)> {
+    pub fn writer_records(&self) -> Result<Loaded<WriterRecord>> {
         let ids = self.list_ids(ObjectKind::Writer)?;
         let loaded: Vec<(Id, Result<WriterRecord>)> = ids
             .par_iter()
@@ -208,7 +211,7 @@ fn parse_writer_key(bytes: &[u8]) -> Option<SigningKey> {
 
 /// Separates loaded objects from damaged ones; an object deleted between listing
 /// and reading is left out; any other storage error fails the whole call.
-pub(crate) fn split_damaged<T>(loaded: Vec<(Id, Result<T>)>) -> Result<(Vec<(Id, T)>, Vec<Error>)> {
+pub(crate) fn split_damaged<T>(loaded: Vec<(Id, Result<T>)>) -> Result<Loaded<T>> {
     let (mut ok, mut damaged) = (Vec::new(), Vec::new());
     for (id, r) in loaded {
         match r {

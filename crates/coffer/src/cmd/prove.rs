@@ -85,8 +85,8 @@ pub fn verify(global: &GlobalArgs, a: &VerifyProofArgs) -> Result<u8> {
     } else {
         println!("proof verifies: {path} (BLAKE3 {}) is in snapshot {}", v.digest.to_hex(), v.snapshot_id.to_hex());
         println!("signed by {}", v.signer.to_hex());
-        if a.file.is_some() {
-            println!("the content of {} matches", a.file.as_ref().expect("checked").display());
+        if let Some(f) = &a.file {
+            println!("the content of {} matches", f.display());
         }
         if trusted.is_empty() {
             println!("compare the signer with `coffer writers`, or pass --public-key to require it");

@@ -300,7 +300,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         }
     }
     // Packs no index lists: left by crashed backups, or a running backup's latest.
-    let unindexed: Vec<Id> = stored.keys().filter(|p| !usage.contains_key(p)).copied().collect();
+    let unindexed: HashSet<Id> = stored.keys().filter(|p| !usage.contains_key(p)).copied().collect();
     delete.extend(&unindexed);
     let spare = |delete: &mut HashSet<Id>, repack: &mut Vec<Id>, sessions: &[(Id, Option<session::SessionRecord>)]| {
         let mut spared = 0;

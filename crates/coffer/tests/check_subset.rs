@@ -57,7 +57,8 @@ fn groups_n_of_t_are_disjoint_and_together_read_every_pack() {
         let v = env.json(&["check", "--read-data-subset", &format!("{n}/3")]);
         let read = read_ids(&v);
         assert_eq!(v["packs_read"], read.len() as u64);
-        assert!(!read.is_empty(), "group {n}/3 is empty");
+        // Pack ids are random, so with a dozen packs a group may be empty; what must hold
+        // is that each pack is read by its group alone and every pack by one group.
         for id in read {
             // The documented rule: the id's first 8 bytes, big-endian, modulo t.
             assert_eq!(u64::from_str_radix(&id[..16], 16).unwrap() % 3, n - 1, "pack {id} in group {n}");

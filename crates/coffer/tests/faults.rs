@@ -23,15 +23,6 @@ fn run_faulty(env: &Env, faults: &str, args: &[&str]) -> Output {
     env.cmd().env("COFFER_TEST_FAULTS", faults).env("COFFER_RETRY_BASE_MS", "1").args(args).output().unwrap()
 }
 
-fn assert_same_tree(a: &Path, b: &Path) {
-    let fa: Vec<_> = files_under(a).iter().map(|p| p.strip_prefix(a).unwrap().to_path_buf()).collect();
-    let fb: Vec<_> = files_under(b).iter().map(|p| p.strip_prefix(b).unwrap().to_path_buf()).collect();
-    assert_eq!(fa, fb);
-    for rel in fa {
-        assert!(std::fs::read(a.join(&rel)).unwrap() == std::fs::read(b.join(&rel)).unwrap(), "{rel:?} differs");
-    }
-}
-
 #[test]
 fn a_storage_failing_often_is_retried_and_nothing_is_damaged() {
     for seed in 1..=3 {

@@ -63,16 +63,6 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-fn assert_same_tree(expected: &Path, got: &Path) {
-    let rel = |root: &Path| -> Vec<PathBuf> {
-        files_under(root).iter().map(|p| p.strip_prefix(root).unwrap().to_path_buf()).collect()
-    };
-    assert_eq!(rel(expected), rel(got), "file lists differ: {} vs {}", expected.display(), got.display());
-    for r in rel(expected) {
-        assert!(std::fs::read(expected.join(&r)).unwrap() == std::fs::read(got.join(&r)).unwrap(), "{r:?} differs");
-    }
-}
-
 /// Restores snapshot `id` of `src` and compares it with `expected`.
 fn assert_restores(env: &Env, id: &str, src: &Path, expected: &Path) {
     let target = env.path(&format!("restore-{id}"));

@@ -141,3 +141,15 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Asserts that the regular files below `expected` and `got` have the same relative
+/// paths and contents.
+pub fn assert_same_tree(expected: &Path, got: &Path) {
+    let rel = |root: &Path| -> Vec<PathBuf> {
+        files_under(root).iter().map(|p| p.strip_prefix(root).unwrap().to_path_buf()).collect()
+    };
+    assert_eq!(rel(expected), rel(got), "file lists differ: {} vs {}", expected.display(), got.display());
+    for r in rel(expected) {
+        assert!(std::fs::read(expected.join(&r)).unwrap() == std::fs::read(got.join(&r)).unwrap(), "{r:?} differs");
+    }
+}

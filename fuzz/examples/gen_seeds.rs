@@ -177,10 +177,10 @@ fn main() {
 
     // A real pack, for its trailer and its header's plaintext.
     let mut b = PackBuilder::new(&DATA_KEY, 0, Cipher::Aes256Gcm, 0);
-    b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5);
+    b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5).unwrap();
     let z = zstd_frame();
-    b.add(BlobType::Tree, Id([2; 32]), COMPRESSION_ZSTD, &z, 1000);
-    let pack = b.finish();
+    b.add(BlobType::Tree, Id([2; 32]), COMPRESSION_ZSTD, &z, 1000).unwrap();
+    let pack = b.finish().unwrap();
     let n = pack.bytes.len();
     let mut t = (n as u64).to_le_bytes().to_vec();
     t.extend_from_slice(&pack.bytes[n - TRAILER_LEN..]);

@@ -79,9 +79,23 @@ fn stages(c: &mut Criterion) {
         b.iter(|| {
             let mut p = PackBuilder::new(&data_key, 0, Cipher::preferred(), 17 * MIB);
             for i in 0..16u8 {
-                p.add(BlobType::Data, Id([i; 32]), COMPRESSION_NONE, &data[i as usize * MIB..][..MIB], MIB as u32);
+                p.add(BlobType::Data, Id([i; 32]), COMPRESSION_NONE, &data[i as usize * MIB..][..MIB], MIB as u32)
+                    .unwrap();
             }
-            p.finish().bytes.len()
+            p.finish().unwrap().bytes.len()
+        })
+    });
+    // The same into a spool file, as a backup assembles its packs.
+    let spool = std::env::temp_dir();
+    g.bench_function("assemble-16x1MiB-spooled", |b| {
+        b.iter(|| {
+            let file = std::io::BufWriter::new(tempfile::tempfile_in(&spool).unwrap());
+            let mut p = PackBuilder::with_output(&data_key, 0, Cipher::preferred(), file);
+            for i in 0..16u8 {
+                p.add(BlobType::Data, Id([i; 32]), COMPRESSION_NONE, &data[i as usize * MIB..][..MIB], MIB as u32)
+                    .unwrap();
+            }
+            p.finish().unwrap().len
         })
     });
     g.finish();

@@ -14,13 +14,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rayon::prelude::*;
 
-use crate::chunker::ChunkReader;
+use crate::chunker::{Block, BlockBuffers, BlockReader};
 use crate::error::{Error, Result};
 use crate::format::FORMAT_VERSION;
 use crate::format::pack::BlobType;
@@ -37,8 +37,11 @@ use crate::session::{self, Session};
 use crate::sign::SigningKey;
 use crate::state::LocalState;
 
-/// Chunks of one file hashed and stored in parallel are gathered up to this size.
-const BATCH_BYTES: usize = 8 << 20;
+/// Bytes read from a file at a time (plus less than one maximum chunk left from
+/// the previous read); the chunks cut in them are stored in parallel.
+const BLOCK_BYTES: usize = 4 << 20;
+/// Blocks that may be read ahead at once, across all files (see [`ReadAhead`]).
+const READ_AHEAD_SLOTS: usize = 1;
 
 /// What to back up and how.
 #[derive(Clone, Debug, Default)]
@@ -173,6 +176,8 @@ struct Archiver<'a> {
     /// Content and digest of files with several links, by (device, inode).
     hardlinks: Mutex<HashMap<(u64, u64), FileContent>>,
     merkle_key: [u8; 32],
+    read_ahead: ReadAhead,
+    blocks: BlockBuffers,
     skipped: Mutex<Vec<Skipped>>,
     skipped_count: AtomicU64,
     files_new: AtomicU64,
@@ -182,6 +187,33 @@ struct Archiver<'a> {
     others: AtomicU64,
     bytes_read: AtomicU64,
     bytes_total: AtomicU64,
+}
+
+/// Read-ahead slots: a file may read its next block while the current one is
+/// stored only with a slot, so at most this many blocks beyond one per worker
+/// are in memory at once.
+struct ReadAhead {
+    free: AtomicUsize,
+}
+
+/// A taken read-ahead slot; dropping it returns it.
+struct ReadAheadSlot<'a>(&'a ReadAhead);
+
+impl ReadAhead {
+    fn new(slots: usize) -> Self {
+        ReadAhead { free: AtomicUsize::new(slots) }
+    }
+
+    fn try_take(&self) -> Option<ReadAheadSlot<'_>> {
+        self.free.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).ok()?;
+        Some(ReadAheadSlot(self))
+    }
+}
+
+impl Drop for ReadAheadSlot<'_> {
+    fn drop(&mut self) {
+        self.0.free.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// Backs up `opts.paths` into `repo` and writes a snapshot (unless a dry run).
@@ -257,6 +289,11 @@ pub fn backup(
     };
     let parent = parent.map(|(id, _)| id);
     let excludes = build_excludes(&opts.excludes)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .stack_size(64 << 20)
+        .thread_name(|i| format!("coffer-backup-{i}"))
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
     let arch = Archiver {
         repo,
         saver: match &session {
@@ -269,6 +306,8 @@ pub fn backup(
         names: NameCache::default(),
         hardlinks: Mutex::new(HashMap::new()),
         merkle_key: crate::crypto::random_array(),
+        read_ahead: ReadAhead::new(READ_AHEAD_SLOTS),
+        blocks: BlockBuffers::new(pool.current_num_threads() + READ_AHEAD_SLOTS),
         skipped: Mutex::new(Vec::new()),
         skipped_count: AtomicU64::new(0),
         files_new: AtomicU64::new(0),
@@ -280,11 +319,6 @@ pub fn backup(
         bytes_total: AtomicU64::new(0),
     };
     let vroot = build_virtual_root(&paths);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .stack_size(64 << 20)
-        .thread_name(|i| format!("coffer-backup-{i}"))
-        .build()
-        .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
     let (tree, leaves) = std::thread::scope(|s| {
         if progress.wants_totals() {
             s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
@@ -693,7 +727,7 @@ impl Archiver<'_> {
             self.progress.add_item(path);
             return Ok(Some(content.clone()));
         }
-        let (content, digest) = match self.read_content(path) {
+        let (content, digest) = match self.read_content(path, node.size) {
             Ok(c) => c,
             Err(Error::Io { source, .. }) => {
                 self.skip(path, format!("cannot read file: {source}"));
@@ -721,35 +755,44 @@ impl Archiver<'_> {
         Ok(Some((content, digest)))
     }
 
-    /// Reads, chunks and stores a file. While one batch of chunks is hashed,
-    /// compressed and sealed (in parallel), the next batch is read: `rayon::join`
-    /// lets an idle worker take the read, so I/O overlaps with CPU work without
-    /// extra threads.
-    /// The file's digest is computed by the same task that reads ahead.
-    fn read_content(&self, path: &Path) -> Result<(Vec<Id>, Id)> {
+    /// Reads, chunks and stores a file, a block at a time; the chunks of a block
+    /// are hashed, compressed and sealed in parallel, while the file's digest is
+    /// computed beside them. While a block is stored, the next one is read ahead
+    /// if a read-ahead slot is free (`rayon::join` lets an idle worker take the
+    /// read, so I/O overlaps with CPU work without extra threads); the slots bound
+    /// the blocks in memory to one per worker plus [`READ_AHEAD_SLOTS`].
+    fn read_content(&self, path: &Path, size: u64) -> Result<(Vec<Id>, Id)> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut reader = ChunkReader::new(file, self.repo.chunker().clone());
+        let mut reader = BlockReader::new(file, self.repo.chunker().clone(), BLOCK_BYTES, size, &self.blocks);
         let mut digest = blake3::Hasher::new();
         let mut ids = Vec::new();
-        let mut batch = read_batch(&mut reader, path)?;
-        while !batch.is_empty() {
+        let mut block = read_block(&mut reader, path)?;
+        while !block.is_empty() {
+            let slot = self.read_ahead.try_take();
             let (saved, next) = rayon::join(
-                || self.save_batch(&batch),
+                || self.save_block(&block),
                 || {
-                    batch.iter().for_each(|c| {
-                        digest.update(c);
-                    });
-                    read_batch(&mut reader, path)
+                    digest.update(block.bytes());
+                    if slot.is_some() { read_block(&mut reader, path).map(Some) } else { Ok(None) }
                 },
             );
             ids.extend(saved?);
-            batch = next?;
+            block = match next? {
+                Some(next) => next,
+                None => {
+                    drop(block);
+                    read_block(&mut reader, path)?
+                }
+            };
+            // The slot is returned only now that the stored block is freed.
+            drop(slot);
         }
         Ok((ids, Id(*digest.finalize().as_bytes())))
     }
 
-    fn save_batch(&self, batch: &[Vec<u8>]) -> Result<Vec<Id>> {
-        batch
+    fn save_block(&self, block: &Block<'_>) -> Result<Vec<Id>> {
+        block
+            .chunks()
             .par_iter()
             .map(|c| {
                 let (id, _) = self.saver.save(BlobType::Data, c)?;
@@ -761,18 +804,6 @@ impl Archiver<'_> {
     }
 }
 
-/// The next chunks of a file, about [`BATCH_BYTES`] of them; empty at the end.
-fn read_batch(reader: &mut ChunkReader<File>, path: &Path) -> Result<Vec<Vec<u8>>> {
-    let mut batch = Vec::new();
-    let mut bytes = 0;
-    while bytes < BATCH_BYTES {
-        match reader.next_chunk().map_err(|e| Error::io(path, e))? {
-            Some(c) => {
-                bytes += c.len();
-                batch.push(c);
-            }
-            None => break,
-        }
-    }
-    Ok(batch)
+fn read_block<'p>(reader: &mut BlockReader<'p, File>, path: &Path) -> Result<Block<'p>> {
+    reader.next_block().map_err(|e| Error::io(path, e))
 }

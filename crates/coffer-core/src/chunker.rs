@@ -8,6 +8,7 @@
 //! they depend on the last 64 bytes, while the low bits depend on the last few only.
 
 use std::io::{self, Read};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -129,50 +130,129 @@ impl Chunker {
     }
 }
 
-/// Reads a stream and yields its chunks in order, holding at most about twice
-/// the maximum chunk size in memory.
-pub struct ChunkReader<R> {
+/// Block buffers kept for reuse, so that reading a large file allocates (and the
+/// kernel zero-fills) its buffers once rather than once per block.
+pub struct BlockBuffers {
+    free: Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+}
+
+/// Buffers smaller than this are not kept: small files get buffers of their size.
+const POOLED_MIN: usize = 1 << 20;
+
+impl BlockBuffers {
+    /// A pool keeping at most `keep` buffers.
+    pub fn new(keep: usize) -> Self {
+        BlockBuffers { free: Mutex::new(Vec::new()), keep }
+    }
+
+    fn take(&self, capacity: usize) -> Vec<u8> {
+        if capacity >= POOLED_MIN
+            && let Some(mut b) = self.free.lock().expect("poisoned").pop()
+        {
+            b.clear();
+            b.reserve_exact(capacity);
+            return b;
+        }
+        Vec::with_capacity(capacity)
+    }
+
+    fn give(&self, b: Vec<u8>) {
+        let mut free = self.free.lock().expect("poisoned");
+        if b.capacity() >= POOLED_MIN && free.len() < self.keep {
+            free.push(b);
+        }
+    }
+}
+
+/// Whole chunks read from a stream: `data` cut at the offsets in `ends`. Its
+/// buffer goes back to the pool it came from when it is dropped.
+pub struct Block<'p> {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+    pool: &'p BlockBuffers,
+}
+
+impl Block<'_> {
+    /// The chunks, in stream order.
+    pub fn chunks(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let c = &self.data[start..end];
+                start = end;
+                c
+            })
+            .collect()
+    }
+
+    /// The bytes of all its chunks, in stream order.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Whether it holds no chunk (the stream has ended).
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+}
+
+impl Drop for Block<'_> {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.data));
+    }
+}
+
+/// Reads a stream in blocks of whole chunks. A block holds about `block_len`
+/// bytes read plus what the previous block left after its last cut (less than the
+/// maximum chunk size), so a block is at most `max_size + block_len` bytes, and
+/// the chunks are slices of it: nothing is copied but that remainder.
+pub struct BlockReader<'p, R> {
     reader: R,
     chunker: Chunker,
-    buf: Vec<u8>,
-    pos: usize,
+    block_len: usize,
+    pool: &'p BlockBuffers,
+    /// The remainder of the last block, to start the next one.
+    rest: Vec<u8>,
+    /// Bytes the stream is expected to hold still (the file size): buffers are
+    /// sized by it, so a small file costs no large allocation.
+    expected: u64,
     eof: bool,
 }
 
-impl<R: Read> ChunkReader<R> {
-    /// Chunks `reader` with `chunker`.
-    pub fn new(reader: R, chunker: Chunker) -> Self {
-        ChunkReader { reader, chunker, buf: Vec::new(), pos: 0, eof: false }
+impl<'p, R: Read> BlockReader<'p, R> {
+    /// Reads `reader`, expected to hold `expected` bytes (a hint), with `chunker`,
+    /// about `block_len` new bytes per block, in buffers from `pool`.
+    pub fn new(reader: R, chunker: Chunker, block_len: usize, expected: u64, pool: &'p BlockBuffers) -> Self {
+        BlockReader { reader, chunker, block_len, pool, rest: Vec::new(), expected, eof: false }
     }
 
-    fn fill(&mut self) -> io::Result<()> {
+    /// The next block; an empty one at the end of the stream.
+    pub fn next_block(&mut self) -> io::Result<Block<'p>> {
         let max = self.chunker.params.max_size as usize;
-        if self.eof || self.buf.len() - self.pos >= max {
-            return Ok(());
+        let want = (max + self.block_len).saturating_sub(self.rest.len());
+        let fits = self.rest.len().saturating_add(self.expected.try_into().unwrap_or(usize::MAX)).saturating_add(1);
+        let mut data = self.pool.take((max + self.block_len).min(fits));
+        data.extend_from_slice(&self.rest);
+        self.rest.clear();
+        if !self.eof {
+            // `read_to_end` on a `Take` reads into spare capacity without zero-filling
+            // it first (for readers such as `File`), which matters for small files.
+            let n = (&mut self.reader).take(want as u64).read_to_end(&mut data)?;
+            self.expected = self.expected.saturating_sub(n as u64);
+            self.eof = n < want;
         }
-        self.buf.drain(..self.pos);
-        self.pos = 0;
-        // `read_to_end` on a `Take` reads into spare capacity without zero-filling it
-        // first (for readers such as `File`), which matters for many small files.
-        let want = (2 * max - self.buf.len()) as u64;
-        let n = (&mut self.reader).take(want).read_to_end(&mut self.buf)?;
-        if (n as u64) < want {
-            self.eof = true;
+        let mut ends = Vec::new();
+        let mut pos = 0;
+        // A cut needs `max_size` bytes ahead of it, or the end of the stream.
+        while pos < data.len() && (self.eof || data.len() - pos >= max) {
+            pos += self.chunker.cut(&data[pos..]);
+            ends.push(pos);
         }
-        Ok(())
-    }
-
-    /// The next chunk, or `None` at the end of the stream.
-    pub fn next_chunk(&mut self) -> io::Result<Option<Vec<u8>>> {
-        self.fill()?;
-        let rest = &self.buf[self.pos..];
-        if rest.is_empty() {
-            return Ok(None);
-        }
-        let n = self.chunker.cut(rest);
-        let chunk = rest[..n].to_vec();
-        self.pos += n;
-        Ok(Some(chunk))
+        self.rest.extend_from_slice(&data[pos..]);
+        data.truncate(pos);
+        Ok(Block { data, ends, pool: self.pool })
     }
 }
 
@@ -244,15 +324,26 @@ mod tests {
                 Ok(n)
             }
         }
-        let mut r = ChunkReader::new(Trickle(&data), c.clone());
-        let mut lens = Vec::new();
-        let mut joined = Vec::new();
-        while let Some(ch) = r.next_chunk().unwrap() {
-            lens.push(ch.len());
-            joined.extend_from_slice(&ch);
+        for block_len in [1, 5_000, 40_000, 1 << 20] {
+            for expected in [0, 1000, data.len() as u64, u64::MAX] {
+                let pool = BlockBuffers::new(2);
+                let mut r = BlockReader::new(Trickle(&data), c.clone(), block_len, expected, &pool);
+                let mut lens = Vec::new();
+                let mut joined = Vec::new();
+                loop {
+                    let b = r.next_block().unwrap();
+                    if b.is_empty() {
+                        break;
+                    }
+                    assert!(b.bytes().len() <= (32 << 10) + block_len, "block of {} bytes", b.bytes().len());
+                    lens.extend(b.chunks().iter().map(|ch| ch.len()));
+                    joined.extend_from_slice(b.bytes());
+                }
+                assert_eq!(joined, data);
+                assert_eq!(lens, c.chunk_lengths(&data), "block length {block_len}, expected {expected}");
+                assert!(r.next_block().unwrap().is_empty());
+            }
         }
-        assert_eq!(joined, data);
-        assert_eq!(lens, c.chunk_lengths(&data));
     }
 
     #[test]

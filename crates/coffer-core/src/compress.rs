@@ -24,10 +24,39 @@ pub fn worth_compressing(data: &[u8]) -> bool {
     for i in 0..SAMPLES {
         sample.extend_from_slice(&data[i * step..i * step + SAMPLE_LEN]);
     }
-    match zstd::bulk::compress(&sample, 1) {
+    match with_compressor(PROBE_LEVEL, |c| c.compress(&sample)) {
         Ok(c) => (c.len() as f64) < sample.len() as f64 * PROBE_KEEP_RATIO,
         Err(_) => true,
     }
+}
+
+/// The zstd level of the probe.
+const PROBE_LEVEL: i32 = 1;
+
+thread_local! {
+    /// Each thread's zstd contexts, by level: creating a context allocates and
+    /// clears megabytes of tables, which is worth doing once per thread rather
+    /// than once per chunk.
+    static COMPRESSORS: std::cell::RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's compressor for `level`.
+fn with_compressor<T>(
+    level: i32,
+    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    COMPRESSORS.with(|cell| {
+        let mut all = cell.borrow_mut();
+        let i = match all.iter().position(|(l, _)| *l == level) {
+            Some(i) => i,
+            None => {
+                all.push((level, zstd::bulk::Compressor::new(level)?));
+                all.len() - 1
+            }
+        };
+        f(&mut all[i].1)
+    })
 }
 
 /// Compresses `data` at `level` if that is enabled, promising and smaller;
@@ -36,7 +65,7 @@ pub fn compress(data: &[u8], level: i32) -> Option<Vec<u8>> {
     if level <= 0 || !worth_compressing(data) {
         return None;
     }
-    zstd::bulk::compress(data, level).ok().filter(|c| c.len() < data.len())
+    with_compressor(level, |c| c.compress(data)).ok().filter(|c| c.len() < data.len())
 }
 
 #[cfg(test)]

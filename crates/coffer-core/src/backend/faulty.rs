@@ -72,6 +72,21 @@ impl<B: Backend> FaultyBackend<B> {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// A write that may be refused, fail before it is made, or be made and then
+    /// reported as failed.
+    fn faulty_write(&self, name: &str, write: impl FnOnce() -> BackendResult<()>) -> BackendResult<()> {
+        if self.faults.refuse_writes {
+            return Err(BackendError::new(ErrorKind::Permanent, name, "injected: No space left on device"));
+        }
+        self.before(name)?;
+        let lost = self.roll() < self.faults.lost_ack;
+        write()?;
+        if lost {
+            return Err(BackendError::new(ErrorKind::Transient, name, "injected: connection lost after the write"));
+        }
+        Ok(())
+    }
+
     /// Injects the faults that precede an operation.
     fn before(&self, name: &str) -> BackendResult<()> {
         if self.roll() < self.faults.transient {
@@ -106,16 +121,15 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     }
 
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
-        if self.faults.refuse_writes {
-            return Err(BackendError::new(ErrorKind::Permanent, name, "injected: No space left on device"));
-        }
-        self.before(name)?;
-        let lost = self.roll() < self.faults.lost_ack;
-        self.inner.write(name, data)?;
-        if lost {
-            return Err(BackendError::new(ErrorKind::Transient, name, "injected: connection lost after the write"));
-        }
-        Ok(())
+        self.faulty_write(name, || self.inner.write(name, data))
+    }
+
+    fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {
+        self.faulty_write(name, || self.inner.write_file(name, file, len))
+    }
+
+    fn spool_dir(&self) -> Option<std::path::PathBuf> {
+        self.inner.spool_dir()
     }
 
     fn stat(&self, name: &str) -> BackendResult<u64> {

@@ -18,6 +18,9 @@ pub use opendal_fs::OpendalBackend;
 pub use retry::{RetryBackend, RetryPolicy};
 
 use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 
 /// How a backend error should be handled by the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +90,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
         (**self).write(name, data)
     }
+    fn write_file(&self, name: &str, file: &File, len: u64) -> BackendResult<()> {
+        (**self).write_file(name, file, len)
+    }
+    fn spool_dir(&self) -> Option<PathBuf> {
+        (**self).spool_dir()
+    }
     fn stat(&self, name: &str) -> BackendResult<u64> {
         (**self).stat(name)
     }
@@ -113,6 +122,21 @@ pub trait Backend: Send + Sync {
     /// bytes by value so that a backend can hand them on without a copy.
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()>;
 
+    /// Writes an object from the first `len` bytes of a local file, with the
+    /// guarantees of [`Backend::write`]. The file is read with positioned reads,
+    /// so a retry may call this again with the same file. The default reads the
+    /// file into memory; backends that can stream override it.
+    fn write_file(&self, name: &str, file: &File, len: u64) -> BackendResult<()> {
+        self.write(name, read_spool(name, file, 0, len)?)
+    }
+
+    /// A local directory for files about to be written to this backend with
+    /// [`Backend::write_file`] (on the same file system as the objects for a local
+    /// backend); `None` for the system's temporary directory.
+    fn spool_dir(&self) -> Option<PathBuf> {
+        None
+    }
+
     /// Size of an object. `Err(NotFound)` if absent.
     fn stat(&self, name: &str) -> BackendResult<u64>;
 
@@ -122,4 +146,14 @@ pub trait Backend: Send + Sync {
 
     /// Deletes an object; deleting an absent object is not an error.
     fn delete(&self, name: &str) -> BackendResult<()>;
+}
+
+/// Reads `len` bytes at `offset` of the local file holding what is to become
+/// object `name`.
+pub(crate) fn read_spool(name: &str, file: &File, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+    let mut buf = vec![0; len as usize];
+    file.read_exact_at(&mut buf, offset).map_err(|e| {
+        BackendError::new(ErrorKind::Permanent, name, format!("cannot read the local file being uploaded: {e}"))
+    })?;
+    Ok(buf)
 }

@@ -113,6 +113,14 @@ impl<B: Backend> Backend for RetryBackend<B> {
         }
     }
 
+    fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {
+        self.run(|| self.inner.write_file(name, file, len))
+    }
+
+    fn spool_dir(&self) -> Option<std::path::PathBuf> {
+        self.inner.spool_dir()
+    }
+
     fn stat(&self, name: &str) -> BackendResult<u64> {
         self.run(|| self.inner.stat(name))
     }

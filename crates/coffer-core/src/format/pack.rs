@@ -12,6 +12,8 @@
 //! `count` entries of [`ENTRY_LEN`] bytes. The pack's id is the unkeyed BLAKE3 of all
 //! its bytes, so anyone can verify a pack's integrity without keys.
 
+use std::io::{self, Write};
+
 use super::Reader;
 use crate::crypto::{AeadKey, Cipher, Epoch, Key, Nonce, TAG_LEN};
 use crate::id::{ID_LEN, Id};
@@ -127,32 +129,52 @@ pub fn pack_key(data_key: &Key, cipher: Cipher, salt: &[u8; 32]) -> AeadKey {
     AeadKey::new(cipher, &data_key.derive(KEY_CONTEXT, salt))
 }
 
-/// Assembles one pack in memory.
-pub struct PackBuilder {
+/// The largest sealing buffer a pack builder keeps between blobs.
+const SCRATCH_KEEP: usize = 2 << 20;
+
+/// Assembles one pack, writing its bytes to `W` as blobs are added: a `Vec<u8>`
+/// in memory, or a spool file so that a pack being filled costs no memory
+/// (docs/design.md#backup).
+pub struct PackBuilder<W = Vec<u8>> {
     key: AeadKey,
     epoch: Epoch,
     salt: [u8; 32],
-    buf: Vec<u8>,
+    out: W,
+    len: u64,
+    hasher: blake3::Hasher,
+    /// The blob being sealed, reused from blob to blob.
+    scratch: Vec<u8>,
     entries: Vec<PackEntry>,
 }
 
-impl PackBuilder {
-    /// Starts an empty pack with a fresh random salt, under `data_key`, the data key
-    /// of `epoch`.
+impl PackBuilder<Vec<u8>> {
+    /// Starts an empty pack in memory with a fresh random salt, under `data_key`,
+    /// the data key of `epoch`.
     pub fn new(data_key: &Key, epoch: Epoch, cipher: Cipher, capacity: usize) -> Self {
+        Self::with_output(data_key, epoch, cipher, Vec::with_capacity(capacity))
+    }
+}
+
+impl<W: Write> PackBuilder<W> {
+    /// Starts an empty pack written to `out` with a fresh random salt, under
+    /// `data_key`, the data key of `epoch`.
+    pub fn with_output(data_key: &Key, epoch: Epoch, cipher: Cipher, out: W) -> Self {
         let salt = crate::crypto::random_array();
         PackBuilder {
             key: pack_key(data_key, cipher, &salt),
             epoch,
             salt,
-            buf: Vec::with_capacity(capacity),
+            out,
+            len: 0,
+            hasher: blake3::Hasher::new(),
+            scratch: Vec::new(),
             entries: Vec::new(),
         }
     }
 
     /// Bytes written so far.
-    pub fn len(&self) -> usize {
-        self.buf.len()
+    pub fn len(&self) -> u64 {
+        self.len
     }
 
     /// Whether no blob was added.
@@ -160,52 +182,81 @@ impl PackBuilder {
         self.entries.is_empty()
     }
 
+    fn emit(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)?;
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
     /// Appends a blob: `compression` byte and `payload` are sealed under the nonce
-    /// of the blob's offset, which no other blob of this pack can share.
-    pub fn add(&mut self, blob_type: BlobType, id: Id, compression: u8, payload: &[u8], raw_length: u32) {
-        let offset = self.buf.len();
-        self.buf.push(compression);
-        self.buf.extend_from_slice(payload);
+    /// of the blob's offset, which no other blob of this pack can share. On an
+    /// error from the output, the pack must be abandoned.
+    pub fn add(
+        &mut self,
+        blob_type: BlobType,
+        id: Id,
+        compression: u8,
+        payload: &[u8],
+        raw_length: u32,
+    ) -> io::Result<()> {
+        let offset = self.len;
+        let mut sealed = std::mem::take(&mut self.scratch);
+        sealed.clear();
+        sealed.push(compression);
+        sealed.extend_from_slice(payload);
         let aad = PackEntry::aad(blob_type, &id);
-        self.key.seal_suffix(Nonce::new(BLOB_NONCE_DOMAIN, offset as u64), &aad, &mut self.buf, offset);
-        let length = (self.buf.len() - offset) as u32;
-        self.entries.push(PackEntry { blob_type, id, offset: offset as u64, length, raw_length });
+        self.key.seal_suffix(Nonce::new(BLOB_NONCE_DOMAIN, offset), &aad, &mut sealed, 0);
+        let written = self.emit(&sealed);
+        let length = sealed.len() as u32;
+        // A rare large blob's buffer is not kept for the rest of the pack.
+        if sealed.capacity() <= SCRATCH_KEEP {
+            self.scratch = sealed;
+        }
+        written?;
+        self.entries.push(PackEntry { blob_type, id, offset, length, raw_length });
+        Ok(())
     }
 
     /// Seals the header, appends the trailer and returns the finished pack.
-    pub fn finish(mut self) -> FinishedPack {
+    pub fn finish(mut self) -> io::Result<FinishedPack<W>> {
         let mut header = Vec::with_capacity(4 + self.entries.len() * ENTRY_LEN + TAG_LEN);
         header.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for e in &self.entries {
             e.encode(&mut header);
         }
         self.key.seal_in_place(Nonce::new(HEADER_NONCE_DOMAIN, 0), b"", &mut header);
-        self.buf.extend_from_slice(&header);
-        self.buf.extend_from_slice(&self.salt);
-        self.buf.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        self.buf.push(self.key.cipher().to_byte());
-        self.buf.extend_from_slice(&self.epoch.to_le_bytes());
-        self.buf.push(0);
-        self.buf.extend_from_slice(MAGIC);
-        self.buf.extend_from_slice(&VERSION.to_le_bytes());
-        let id = Id::hash_of(&self.buf);
-        FinishedPack {
-            id,
-            bytes: self.buf,
+        let mut tail = header;
+        let header_len = (tail.len() as u32).to_le_bytes();
+        tail.extend_from_slice(&self.salt);
+        tail.extend_from_slice(&header_len);
+        tail.push(self.key.cipher().to_byte());
+        tail.extend_from_slice(&self.epoch.to_le_bytes());
+        tail.push(0);
+        tail.extend_from_slice(MAGIC);
+        tail.extend_from_slice(&VERSION.to_le_bytes());
+        self.emit(&tail)?;
+        self.out.flush()?;
+        Ok(FinishedPack {
+            id: Id(*self.hasher.finalize().as_bytes()),
+            len: self.len,
+            bytes: self.out,
             salt: self.salt,
             cipher: self.key.cipher(),
             epoch: self.epoch,
             entries: self.entries,
-        }
+        })
     }
 }
 
 /// A complete pack, ready to upload.
-pub struct FinishedPack {
-    /// BLAKE3 of `bytes`.
+pub struct FinishedPack<W = Vec<u8>> {
+    /// BLAKE3 of its bytes.
     pub id: Id,
-    /// The pack's bytes.
-    pub bytes: Vec<u8>,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Where its bytes were written.
+    pub bytes: W,
     /// The salt of its key.
     pub salt: [u8; 32],
     /// Its cipher.
@@ -309,11 +360,12 @@ mod tests {
         let dk = Key::random();
         let mut b = PackBuilder::new(&dk, 0, Cipher::Aes256Gcm, 0);
         let ids = [Id([1; 32]), Id([2; 32])];
-        b.add(BlobType::Data, ids[0], COMPRESSION_NONE, b"hello", 5);
+        b.add(BlobType::Data, ids[0], COMPRESSION_NONE, b"hello", 5).unwrap();
         let z = zstd::bulk::compress(&[7u8; 1000], 3).unwrap();
-        b.add(BlobType::Tree, ids[1], COMPRESSION_ZSTD, &z, 1000);
-        let p = b.finish();
+        b.add(BlobType::Tree, ids[1], COMPRESSION_ZSTD, &z, 1000).unwrap();
+        let p = b.finish().unwrap();
         assert_eq!(p.id, Id::hash_of(&p.bytes));
+        assert_eq!(p.len, p.bytes.len() as u64);
         let n = p.bytes.len() as u64;
         let t = decode_trailer(&p.bytes[p.bytes.len() - TRAILER_LEN..], n).unwrap();
         let hstart = p.bytes.len() - TRAILER_LEN - t.header_len as usize;
@@ -329,10 +381,36 @@ mod tests {
         assert!(open_blob(&key, &moved, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).is_err());
     }
 
+    #[test]
+    fn a_pack_written_to_a_file_reads_back_like_one_in_memory() {
+        let dk = Key::random();
+        let file = tempfile::tempfile().unwrap();
+        let mut b = PackBuilder::with_output(&dk, 3, Cipher::Aes256Gcm, io::BufWriter::new(file));
+        for i in 0..50u8 {
+            b.add(BlobType::Data, Id([i; 32]), COMPRESSION_NONE, &vec![i; 1000 * i as usize], 1000 * i as u32).unwrap();
+        }
+        let p = b.finish().unwrap();
+        let mut file = p.bytes.into_inner().unwrap();
+        let mut bytes = Vec::new();
+        io::Seek::rewind(&mut file).unwrap();
+        io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+        assert_eq!(bytes.len() as u64, p.len);
+        assert_eq!(p.id, Id::hash_of(&bytes));
+        let t = trailer_of(&bytes).unwrap();
+        assert_eq!(t.epoch, 3);
+        let key = pack_key(&dk, t.cipher, &t.salt);
+        let entries = open_header(&key, &t, header_of(&bytes, &t), p.len).unwrap();
+        assert_eq!(entries, p.entries);
+        for (i, e) in entries.iter().enumerate() {
+            let blob = open_blob(&key, e, &bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
+            assert_eq!(blob, vec![i as u8; 1000 * i]);
+        }
+    }
+
     fn one_blob_pack(dk: &Key, epoch: Epoch) -> FinishedPack {
         let mut b = PackBuilder::new(dk, epoch, Cipher::ChaCha20Poly1305, 0);
-        b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5);
-        b.finish()
+        b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5).unwrap();
+        b.finish().unwrap()
     }
 
     fn trailer_of(p: &[u8]) -> Result<Trailer, String> {

@@ -91,6 +91,23 @@ impl SnapshotFilter {
     }
 }
 
+/// A pack being assembled: a spool file behind a write buffer.
+pub(crate) type Spool = std::io::BufWriter<std::fs::File>;
+
+/// The write buffer of a spool file: small blobs (trees, small files) are
+/// gathered into fewer writes.
+const SPOOL_BUFFER: usize = 256 << 10;
+
+/// A spool file that could not be created or written: local storage trouble
+/// (often a full disk), reported like a storage error.
+pub(crate) fn spool_error(dir: &std::path::Path, e: std::io::Error) -> Error {
+    Error::Backend(crate::backend::BackendError::new(
+        ErrorKind::Permanent,
+        dir.display().to_string(),
+        format!("cannot write a pack being assembled in this directory: {e}"),
+    ))
+}
+
 fn is_not_found(e: &crate::backend::BackendError) -> bool {
     e.kind == ErrorKind::NotFound
 }
@@ -256,10 +273,21 @@ impl Repository {
         Ok(pack::pack_key(self.keys.data.for_epoch(epoch)?, cipher, salt))
     }
 
-    /// An empty pack under the current data key, with room for `capacity` bytes.
-    pub(crate) fn new_pack(&self, capacity: usize) -> pack::PackBuilder {
+    /// Where packs are assembled before they are uploaded.
+    pub(crate) fn spool_dir(&self) -> std::path::PathBuf {
+        self.backend.spool_dir().unwrap_or_else(std::env::temp_dir)
+    }
+
+    /// An empty pack under the current data key, written to a new spool file (an
+    /// unnamed file in the backend's spool directory, gone when closed), so a
+    /// pack being filled holds no memory.
+    pub(crate) fn new_pack(&self) -> Result<pack::PackBuilder<Spool>> {
+        let dir = self.spool_dir();
+        let file = tempfile::tempfile_in(&dir)
+            .or_else(|_| std::fs::create_dir_all(&dir).and_then(|()| tempfile::tempfile_in(&dir)))
+            .map_err(|e| spool_error(&dir, e))?;
         let (epoch, key) = self.keys.data.current();
-        pack::PackBuilder::new(key, epoch, self.cipher, capacity)
+        Ok(pack::PackBuilder::with_output(key, epoch, self.cipher, Spool::with_capacity(SPOOL_BUFFER, file)))
     }
 
     /// The keyed chunker.

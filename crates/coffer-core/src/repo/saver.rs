@@ -1,7 +1,9 @@
 //! The blob saver: deduplicates, compresses, encrypts and packs blobs, uploads
 //! full packs and writes index files. Safe to call from many threads at once:
-//! threads take open packs from a pool of at most one per two worker threads
-//! (each open pack holds up to ~20 MiB), sealing blobs into them one at a time.
+//! threads take open packs from a pool of at most one per worker thread, sealing
+//! blobs into them one at a time. An open pack is written to a spool file as it
+//! fills (it holds only a small write buffer in memory), so memory does not
+//! depend on the pack size.
 //!
 //! Write order (docs/design.md#write-order): a pack is uploaded before any index
 //! file lists it, and [`BlobSaver::finish`] returns only after every pack and
@@ -11,8 +13,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use super::Repository;
 use super::uploader::Uploader;
+use super::{Repository, Spool, spool_error};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::envelope::SealedKind;
@@ -40,7 +42,7 @@ pub struct SaverStats {
 /// The open packs: each is either in `free` or held by one thread while it adds a blob.
 #[derive(Default)]
 struct PackPool {
-    free: Vec<PackBuilder>,
+    free: Vec<PackBuilder<Spool>>,
     open: usize,
 }
 
@@ -82,7 +84,7 @@ impl<'r> BlobSaver<'r> {
             dry_run: false,
             packs: Mutex::new(PackPool::default()),
             returned: Condvar::new(),
-            max_open: (rayon::current_num_threads() / 2).max(1),
+            max_open: rayon::current_num_threads().max(1),
             pending: Mutex::new(HashSet::new()),
             unindexed: Mutex::new(Vec::new()),
             uploader: None,
@@ -144,15 +146,17 @@ impl<'r> BlobSaver<'r> {
             Some(c) => (COMPRESSION_ZSTD, c.as_slice()),
             None => (COMPRESSION_NONE, data),
         };
-        let pack_size = self.repo.config().pack_size as usize;
-        let mut builder = self.take_pack(pack_size);
-        builder.add(blob_type, id, compression, payload, raw_length);
+        let pack_size = u64::from(self.repo.config().pack_size);
+        let mut builder = self.take_pack()?;
+        if let Err(e) = builder.add(blob_type, id, compression, payload, raw_length) {
+            self.close_slot();
+            return Err(spool_error(&self.repo.spool_dir(), e));
+        }
         self.blobs.fetch_add(1, Ordering::Relaxed);
         self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
         if builder.len() >= pack_size {
-            self.packs.lock().expect("poisoned").open -= 1;
-            self.returned.notify_one();
-            self.upload(builder.finish())?;
+            self.close_slot();
+            self.upload(builder)?;
         } else {
             self.packs.lock().expect("poisoned").free.push(builder);
             self.returned.notify_one();
@@ -162,22 +166,43 @@ impl<'r> BlobSaver<'r> {
 
     /// Takes an open pack: a free one, a new one while fewer than `max_open` are
     /// open, or else waits for one to be returned. Holders never block while they
-    /// hold a pack (adding a blob only seals it), so the wait is short.
-    fn take_pack(&self, pack_size: usize) -> PackBuilder {
+    /// hold a pack (adding a blob only seals it and writes it to the spool file),
+    /// so the wait is short.
+    fn take_pack(&self) -> Result<PackBuilder<Spool>> {
         let mut pool = self.packs.lock().expect("poisoned");
         loop {
             if let Some(b) = pool.free.pop() {
-                return b;
+                return Ok(b);
             }
             if pool.open < self.max_open {
                 pool.open += 1;
-                return self.repo.new_pack(pack_size + pack_size / 4);
+                drop(pool);
+                return self.repo.new_pack().inspect_err(|_| self.close_slot());
             }
             pool = self.returned.wait(pool).expect("poisoned");
         }
     }
 
-    fn upload(&self, pack: FinishedPack) -> Result<()> {
+    /// A pack taken with [`BlobSaver::take_pack`] will not be returned: another may
+    /// be opened.
+    fn close_slot(&self) {
+        self.packs.lock().expect("poisoned").open -= 1;
+        self.returned.notify_one();
+    }
+
+    fn upload(&self, pack: PackBuilder<Spool>) -> Result<()> {
+        let spooled = |e| spool_error(&self.repo.spool_dir(), e);
+        let p = pack.finish().map_err(spooled)?;
+        let file = p.bytes.into_inner().map_err(|e| spooled(e.into_error()))?;
+        let pack = FinishedPack {
+            id: p.id,
+            len: p.len,
+            bytes: file,
+            salt: p.salt,
+            cipher: p.cipher,
+            epoch: p.epoch,
+            entries: p.entries,
+        };
         let uploader = self.uploader.as_ref().expect("a saver that stores has an uploader");
         uploader.send(pack)?;
         self.absorb(uploader.completed())
@@ -229,7 +254,7 @@ impl<'r> BlobSaver<'r> {
         let builders = std::mem::take(&mut self.packs.lock().expect("poisoned").free);
         for b in builders {
             if !b.is_empty() {
-                self.upload(b.finish())?;
+                self.upload(b)?;
             }
         }
         if let Some(u) = &self.uploader {

@@ -1,7 +1,7 @@
 //! Background upload of finished packs, so that the workers that compress and
 //! encrypt never wait for the storage (a local write ends with fsyncs; a remote
-//! one with a round trip). A bounded queue holds at most [`QUEUE`] packs waiting,
-//! which bounds memory; results come back to the saver, which alone updates the
+//! one with a round trip). Finished packs wait in their spool files, at most
+//! [`QUEUE`] of them, which bounds the spool space; results come back to the saver, which alone updates the
 //! index, so index files still only list packs already stored.
 
 use std::sync::{Arc, Mutex};
@@ -15,14 +15,16 @@ use crate::format::ObjectKind;
 use crate::format::index::PackRecord;
 use crate::format::pack::FinishedPack;
 
-/// Packs that may wait for an upload thread (each holds about 16 MiB).
-const QUEUE: usize = 1;
-/// Upload threads. One keeps memory low (each in-flight pack holds ~16 MiB) and,
-/// measured on a local disk, is as fast as two; remote backends will want more.
+/// Packs that may wait for an upload thread. Packs wait in their spool files,
+/// so the queue costs no memory; it bounds the spool space.
+const QUEUE: usize = 2;
+/// Upload threads. Measured on a local disk, one is as fast as two; remote
+/// backends will want more.
 const THREADS: usize = 1;
 
 struct Job {
-    bytes: Vec<u8>,
+    file: std::fs::File,
+    len: u64,
     rec: PackRecord,
 }
 
@@ -46,10 +48,9 @@ impl Uploader {
                     .name(format!("coffer-upload-{i}"))
                     .spawn(move || {
                         for job in rx {
-                            let size = job.bytes.len() as u64;
                             let r = backend
-                                .write(&ObjectKind::Pack.path(&job.rec.id), job.bytes)
-                                .map(|()| (job.rec, size))
+                                .write_file(&ObjectKind::Pack.path(&job.rec.id), &job.file, job.len)
+                                .map(|()| (job.rec, job.len))
                                 .map_err(Error::from);
                             if done_tx.send(r).is_err() {
                                 break;
@@ -63,12 +64,12 @@ impl Uploader {
     }
 
     /// Queues a pack; blocks while the queue is full.
-    pub(crate) fn send(&self, pack: FinishedPack) -> Result<()> {
+    pub(crate) fn send(&self, pack: FinishedPack<std::fs::File>) -> Result<()> {
         let tx = self.tx.lock().expect("poisoned").clone();
         let rec =
             PackRecord { id: pack.id, salt: pack.salt, cipher: pack.cipher, epoch: pack.epoch, entries: pack.entries };
         let tx = tx.ok_or_else(|| Error::InvalidInput("pack queued after the saver finished".into()))?;
-        tx.send(Job { bytes: pack.bytes, rec })
+        tx.send(Job { file: pack.bytes, len: pack.len, rec })
             .map_err(|_| Error::InvalidInput("the upload threads stopped unexpectedly".into()))
     }
 

@@ -27,7 +27,7 @@ pub struct ChunkerParams {
 
 impl Default for ChunkerParams {
     fn default() -> Self {
-        ChunkerParams { min_size: 512 << 10, avg_size: 1 << 20, max_size: 8 << 20 }
+        ChunkerParams { min_size: 512 << 10, avg_size: 1 << 20, max_size: 4 << 20 }
     }
 }
 
@@ -250,6 +250,8 @@ impl<'p, R: Read> BlockReader<'p, R> {
             pos += self.chunker.cut(&data[pos..]);
             ends.push(pos);
         }
+        // Sized exactly: grown by doubling, it could reach twice the maximum chunk size.
+        self.rest.reserve_exact(data.len() - pos);
         self.rest.extend_from_slice(&data[pos..]);
         data.truncate(pos);
         Ok(Block { data, ends, pool: self.pool })

@@ -102,8 +102,8 @@ pub struct InitArgs {
     /// Average chunk size, a power of two (e.g. 1M).
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub chunk_avg: u64,
-    /// Maximum chunk size (e.g. 8M).
-    #[arg(long, default_value = "8M", value_parser = parse_size)]
+    /// Maximum chunk size (e.g. 4M).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
     pub chunk_max: u64,
     /// zstd compression level, 0 to disable.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=22))]
@@ -437,6 +437,16 @@ mod tests {
         assert_eq!(parse_tag_list("a,b"), Ok("a,b".to_string()));
         assert!(parse_tag_list("a,").is_err());
         assert!(parse_tag_list("").is_err());
+    }
+
+    #[test]
+    fn init_defaults_are_the_library_defaults() {
+        use clap::Parser;
+        let Command::Init(a) = Cli::try_parse_from(["coffer", "init"]).unwrap().command else {
+            panic!("not init");
+        };
+        let d = coffer_core::chunker::ChunkerParams::default();
+        assert_eq!((a.chunk_min, a.chunk_avg, a.chunk_max), (d.min_size.into(), d.avg_size.into(), d.max_size.into()));
     }
 
     #[test]

@@ -778,8 +778,8 @@ fn roundtrip_every_kind_of_entry() {
         assert!(buf.iter().all(|&b| b == 0), "sparse file: hole at {off} is not zero");
     }
 
-    // Holes are restored chunk by chunk: zeros sharing a chunk (up to the 8 MiB
-    // maximum) with data are written out, so allow for two chunks around the data.
+    // Holes are restored chunk by chunk: zeros sharing a chunk (up to the maximum
+    // chunk size) with data are written out, so allow for two chunks around the data.
     for (rel, max) in [("files/hole_at_end", 20 * MIB), ("files/all_hole", 0)] {
         assert!(r(rel).blocks * 512 <= max, "{rel} restored with {} bytes allocated", r(rel).blocks * 512);
     }

@@ -321,14 +321,24 @@ pub fn open_header(key: &AeadKey, trailer: &Trailer, sealed: &[u8], pack_len: u6
     Ok(entries)
 }
 
-/// Decompresses a zstd frame that must decode to exactly `raw` bytes. Memory grows
-/// with the output actually produced (at most `raw + 1` bytes), never with a
-/// length the input merely claims.
+/// Decompresses a zstd frame that must decode to exactly `raw` bytes. Memory is
+/// `raw` bytes (from the authenticated header, and at most the largest chunk size
+/// allowed), never a length the frame merely claims; a frame that decodes to more
+/// fails. Each thread keeps one decompression context.
 fn decompress_bounded(payload: &[u8], raw: usize) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let decoder = zstd::stream::read::Decoder::with_buffer(payload).map_err(|e| format!("zstd: {e}"))?;
+    thread_local! {
+        static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
     let mut out = Vec::with_capacity(raw.min(crate::chunker::ChunkerParams::MAX_MAX_SIZE as usize));
-    decoder.take(raw as u64 + 1).read_to_end(&mut out).map_err(|e| format!("zstd: {e}"))?;
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let d = match slot.as_mut() {
+            Some(d) => d,
+            None => slot.insert(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?),
+        };
+        d.decompress_to_buffer(payload, &mut out).map_err(|e| format!("zstd: {e}"))
+    })?;
     Ok(out)
 }
 
@@ -405,6 +415,19 @@ mod tests {
             let blob = open_blob(&key, e, &bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
             assert_eq!(blob, vec![i as u8; 1000 * i]);
         }
+    }
+
+    #[test]
+    fn decompression_is_bounded_by_the_authenticated_length() {
+        let z = zstd::bulk::compress(&[5u8; 100_000], 3).unwrap();
+        assert_eq!(decompress_bounded(&z, 100_000).unwrap(), vec![5u8; 100_000]);
+        // A frame decoding to more than the header says fails without growing.
+        assert!(decompress_bounded(&z, 99_999).is_err());
+        // To fewer: decoded, and refused by the length check of open_blob.
+        assert_eq!(decompress_bounded(&z, 100_001).unwrap().len(), 100_000);
+        assert!(decompress_bounded(b"not zstd", 10).is_err());
+        // The context kept by the thread is reusable after an error.
+        assert_eq!(decompress_bounded(&z, 100_000).unwrap().len(), 100_000);
     }
 
     fn one_blob_pack(dk: &Key, epoch: Epoch) -> FinishedPack {

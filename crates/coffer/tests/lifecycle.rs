@@ -46,6 +46,17 @@ fn run(env: &Env, home: &Path, args: &[&str]) -> Output {
     cmd(env, home).args(args).output().unwrap()
 }
 
+/// Waits until the repository holds more packs than `before`, or `child` ends.
+fn wait_for_more_packs(env: &Env, before: usize, child: &mut Child) {
+    let data = env.repo().join("data");
+    for _ in 0..4000 {
+        if files_under(&data).len() > before || child.try_wait().unwrap().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn json_of(out: &Output) -> serde_json::Value {
     assert_success(out);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
@@ -203,6 +214,10 @@ fn processes_killed_at_random_moments_never_damage_the_repository() {
             pending_new += new as u64;
         }
         let kill_after = Duration::from_millis(if iter % 3 == 2 { rng.below(2_500) } else { 60 + rng.below(300) });
+        // Every other killed backup is killed only once it has uploaded a pack, so
+        // that reuse is exercised however slow the machine; the others at any moment.
+        let after_upload = iter % 3 != 2 && iter % 2 == 1;
+        let packs_before = files_under(&env.repo().join("data")).len();
         let mut child = if iter % 3 == 2 {
             if completed.len() > 2 {
                 let victim = completed.iter().find(|(id, _)| !forgotten.contains(id)).unwrap().0.clone();
@@ -214,6 +229,9 @@ fn processes_killed_at_random_moments_never_damage_the_repository() {
             killed_backups += 1;
             spawn(&env, &home, &["--json", "backup", src.to_str().unwrap()])
         };
+        if after_upload {
+            wait_for_more_packs(&env, packs_before, &mut child);
+        }
         std::thread::sleep(kill_after);
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();

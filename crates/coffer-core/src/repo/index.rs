@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 
+use rayon::slice::ParallelSliceMut;
+
 use crate::crypto::{Cipher, Epoch};
 use crate::format::index::PackRecord;
 use crate::format::pack::{BlobType, PackEntry};
@@ -87,6 +89,22 @@ impl Record {
     }
 }
 
+/// Packs being added in bulk; see [`MasterIndex::bulk`].
+pub(crate) struct BulkLoad<'a>(&'a mut MasterIndex);
+
+impl BulkLoad<'_> {
+    /// Adds the blobs of `recs`.
+    pub(crate) fn add<'r>(&mut self, recs: impl IntoIterator<Item = &'r PackRecord>) -> Result<(), String> {
+        self.0.push_packs(recs)
+    }
+}
+
+impl Drop for BulkLoad<'_> {
+    fn drop(&mut self) {
+        self.0.rebuild();
+    }
+}
+
 fn bucket(id: &Id) -> usize {
     (id.0[0] as usize) << 8 | id.0[1] as usize
 }
@@ -141,14 +159,28 @@ impl MasterIndex {
 
     /// Adds many packs at once (loading index files): one sort for all of them.
     pub fn add_packs<'a>(&mut self, recs: impl IntoIterator<Item = &'a PackRecord>) -> Result<(), String> {
+        let mut bulk = self.bulk(0);
+        bulk.add(recs)
+    }
+
+    /// Starts adding many packs in several steps, with room for `expected`
+    /// records if that much memory can be had; the lookup structures are rebuilt once, when the returned
+    /// [`BulkLoad`] is dropped (also on error, so the index stays consistent).
+    pub(crate) fn bulk(&mut self, expected: usize) -> BulkLoad<'_> {
         self.merge_recent();
+        // A hint from object sizes the storage reports: if it cannot be had, the
+        // array grows as records come.
+        let _ = self.sorted.try_reserve_exact(expected);
+        BulkLoad(self)
+    }
+
+    fn push_packs<'a>(&mut self, recs: impl IntoIterator<Item = &'a PackRecord>) -> Result<(), String> {
         for rec in recs {
             let pos = self.pack_number(rec)?;
             for e in &rec.entries {
                 self.sorted.push(Record::new(pos, e)?);
             }
         }
-        self.rebuild();
         Ok(())
     }
 
@@ -163,7 +195,7 @@ impl MasterIndex {
     fn rebuild(&mut self) {
         // Several copies of a blob (concurrent writers, interrupted runs) hold the same
         // plaintext; any one location serves.
-        self.sorted.sort_unstable_by_key(|a| a.id);
+        self.sorted.par_sort_unstable_by_key(|a| a.id);
         self.sorted.dedup_by(|a, b| a.id == b.id);
         self.sorted.shrink_to_fit();
         let mut b = 0;

@@ -370,13 +370,30 @@ impl Repository {
 
     /// Loads every index file into the master index, in parallel.
     pub fn load_index(&self) -> Result<()> {
-        self.load_index_files(&self.list_ids(ObjectKind::Index)?)
+        let listed = self.backend.list(ObjectKind::Index.prefix())?;
+        // Each blob takes at least an entry's bytes in its index file: an upper
+        // bound on the records, so the record array is allocated once.
+        let expected = listed.iter().map(|o| o.size as usize / pack::ENTRY_LEN).sum();
+        let mut ids: Vec<Id> = listed.iter().filter_map(|o| ObjectKind::Index.id_from_path(&o.name)).collect();
+        ids.sort();
+        self.load_index_files_expecting(&ids, expected)
     }
 
     /// Loads the index files `ids` into the master index, in parallel.
     pub fn load_index_files(&self, ids: &[Id]) -> Result<()> {
-        let files: Vec<_> = ids.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
-        self.index_mut().add_packs(files.iter().flatten()).map_err(|e| Error::corrupt("index", e))
+        self.load_index_files_expecting(ids, 0)
+    }
+
+    /// Loads index files a few at a time per thread, so decoded files never
+    /// accumulate: memory is the index itself plus a few files.
+    fn load_index_files_expecting(&self, ids: &[Id], expected: usize) -> Result<()> {
+        let mut index = self.index_mut();
+        let mut bulk = index.bulk(expected);
+        for batch in ids.chunks(4 * rayon::current_num_threads()) {
+            let files: Vec<_> = batch.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
+            bulk.add(files.iter().flatten()).map_err(|e| Error::corrupt("index", e))?;
+        }
+        Ok(())
     }
 
     /// Indexes packs that no index file lists (left by interrupted backups) by

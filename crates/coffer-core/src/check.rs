@@ -3,7 +3,8 @@
 //!
 //! Structure (always): every key file and index file decodes and matches its name;
 //! every indexed pack exists; every snapshot loads; every tree of every snapshot
-//! loads and verifies; every data blob a tree references is indexed.
+//! loads and verifies; every data blob a tree references is indexed. The same walk
+//! of the trees recomputes each snapshot's Merkle root ([`snapshots`]).
 //! Data (`read_data`): every pack is read whole, its hash checked against its
 //! name, its header decrypted and compared with the index, and every blob
 //! decrypted, decompressed and checked against its id. `read_data_subset` reads
@@ -14,23 +15,23 @@
 //! also collected by id and traced to the files they affect ([`locate`]).
 
 mod locate;
+mod snapshots;
 mod subset;
 
 pub use locate::{AffectedFile, AffectedKind, DamagedBlob, TreeSource, locate_damage};
 pub use subset::{DataSubset, VERIFIED_PACKS};
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::keyfile::KeyFile;
-use crate::format::pack::{self, BlobType, PackEntry, TRAILER_LEN};
-use crate::format::tree::NodeKind;
+use crate::format::pack::{self, PackEntry, TRAILER_LEN};
 use crate::id::Id;
 use crate::progress::Progress;
+use crate::proof::RootCheck;
 use crate::repo::Repository;
 use crate::state::LocalState;
 
@@ -120,8 +121,8 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         (None, false) => None,
     };
     let plan = scope.map(|s| subset::plan(s, &packs, opts.state.as_ref())).transpose()?;
-    check_snapshots(repo, &mut r)?;
-    let history = crate::history::check(repo, opts.state.as_ref())?;
+    let roots = check_snapshots(repo, &mut r)?;
+    let history = crate::history::check(repo, opts.state.as_ref(), &roots)?;
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;
@@ -171,62 +172,17 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     Ok(())
 }
 
-fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<()> {
-    let mut seen_trees: HashSet<Id> = HashSet::new();
-    let mut seen_blobs: HashSet<Id> = HashSet::new();
+/// Walks every snapshot's trees once ([`snapshots`]): checks their structure into
+/// `r` and returns, by snapshot, whether its Merkle root matches its files.
+fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
+    let mut walker = snapshots::Walker::new(repo, snapshots::LISTING_BUDGET);
     for sid in repo.list_ids(ObjectKind::Snapshot)? {
-        let snap = match repo.load_snapshot(&sid) {
-            Ok(s) => s,
-            Err(e) => {
-                r.errors.push(e.to_string());
-                continue;
-            }
-        };
-        r.snapshots += 1;
-        let mut stack = vec![(snap.tree, "/".to_string())];
-        while let Some((tid, path)) = stack.pop() {
-            if !seen_trees.insert(tid) {
-                continue;
-            }
-            let tree = match repo.load_tree(&tid) {
-                Ok(t) => t,
-                Err(e) => {
-                    if let Error::Corrupt { .. } = e {
-                        r.damaged_blobs.push(damaged_blob(repo, tid, BlobType::Tree));
-                    }
-                    r.errors.push(format!("snapshot {}, directory {path}: {e}", sid.short()));
-                    continue;
-                }
-            };
-            r.trees += 1;
-            let idx = repo.index();
-            for node in &tree.nodes {
-                let child = Path::new(&path).join(node.name.display()).to_string_lossy().into_owned();
-                match (node.kind, node.subtree) {
-                    (NodeKind::Dir, Some(sub)) => stack.push((sub, child)),
-                    _ => {
-                        for b in &node.content {
-                            if seen_blobs.insert(*b) && !idx.contains(b, BlobType::Data) {
-                                r.damaged_blobs.push(DamagedBlob { id: *b, blob_type: BlobType::Data, pack: None });
-                                r.errors.push(format!(
-                                    "snapshot {}, file {child}: data blob {} is not in any index",
-                                    sid.short(),
-                                    b.short()
-                                ));
-                            }
-                        }
-                    }
-                }
-            }
+        match repo.load_snapshot(&sid) {
+            Ok(snap) => walker.snapshot(sid, &snap, r),
+            Err(e) => r.errors.push(e.to_string()),
         }
     }
-    r.data_blobs = seen_blobs.len() as u64;
-    Ok(())
-}
-
-/// The damaged-blob record of blob `id`, with the pack the index serves it from.
-fn damaged_blob(repo: &Repository, id: Id, blob_type: BlobType) -> DamagedBlob {
-    DamagedBlob { id, blob_type, pack: repo.index().get(&id).map(|(_, p)| p.id) }
+    Ok(walker.finish(r))
 }
 
 /// What reading one pack whole found.

@@ -25,6 +25,7 @@ use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
 
+use crate::backend::BackendError;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::keyfile::KeyFile;
@@ -194,14 +195,34 @@ pub struct PackVerdict {
     pub damaged: Vec<PackEntry>,
 }
 
+/// Packs read ahead of the one being verified, so that reading overlaps verifying.
+/// The reader holds the last one until the verifier takes it.
+const PACKS_AHEAD: usize = 1;
+
 /// Verifies one pack completely. `indexed` lists the blobs the index serves from
 /// it; each is judged as a restore would read it, so that even a pack whose hash,
 /// trailer or header is damaged names exactly the blobs that are lost.
 pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVerdict {
+    verify_read_pack(repo, id, indexed, read_pack(repo, id))
+}
+
+/// Reads a whole pack.
+fn read_pack(repo: &Repository, id: &Id) -> std::result::Result<Vec<u8>, BackendError> {
+    repo.backend().read(&ObjectKind::Pack.path(id))
+}
+
+/// [`verify_pack`] on the outcome of reading the pack. Its hash and its blobs are
+/// verified in parallel.
+fn verify_read_pack(
+    repo: &Repository,
+    id: &Id,
+    indexed: &[PackEntry],
+    read: std::result::Result<Vec<u8>, BackendError>,
+) -> PackVerdict {
     let name = ObjectKind::Pack.describe(id);
     let mut v = PackVerdict::default();
     let info = indexed.first().and_then(|e| repo.index().get(&e.id).map(|(_, p)| p.clone()));
-    let bytes = match repo.backend().read(&ObjectKind::Pack.path(id)) {
+    let bytes = match read {
         Ok(b) => b,
         Err(e) => {
             if e.kind == crate::backend::ErrorKind::NotFound {
@@ -211,26 +232,30 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
             return v;
         }
     };
-    if Id::hash_of(&bytes) != *id {
+    // The pack's hash is computed while its blobs are verified.
+    let (hash, opened) = rayon::join(
+        || Id::hash_of(&bytes),
+        || {
+            open_pack(repo, &bytes).map(|(trailer, key, entries)| {
+                let problems = verify_blobs(repo, &key, &entries, &bytes);
+                (trailer, entries, problems)
+            })
+        },
+    );
+    if hash != *id {
         v.problems.push(format!("{name}: content does not match its name (altered or truncated)"));
     }
     // Header entries whose blob verified in place, by (id, offset).
     let mut intact: HashMap<(Id, u64), PackEntry> = HashMap::new();
-    match open_pack(repo, &bytes) {
+    match opened {
         Err(e) => v.problems.push(format!("{name}: {e}")),
-        Ok((trailer, key, entries)) => {
-            for e in &entries {
-                let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
-                match pack::open_blob(&key, e, sealed) {
-                    Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => {
+        Ok((trailer, entries, problems)) => {
+            for (e, problem) in entries.iter().zip(problems) {
+                match problem {
+                    None => {
                         intact.insert((e.id, e.offset), *e);
                     }
-                    Ok(_) => v.problems.push(format!(
-                        "{name}: {} {} does not match its id",
-                        e.blob_type.noun(),
-                        e.id.short()
-                    )),
-                    Err(err) => v.problems.push(format!("{name}: {} {}: {err}", e.blob_type.noun(), e.id.short())),
+                    Some(p) => v.problems.push(format!("{name}: {p}")),
                 }
             }
             let in_header: HashSet<(Id, u64)> = entries.iter().map(|e| (e.id, e.offset)).collect();
@@ -253,20 +278,40 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
     }
     // Blobs the header vouched for need no second look; the rest are opened with
     // the index's own placement and key material.
-    for e in indexed {
-        if intact.get(&(e.id, e.offset)) == Some(e) {
-            continue;
-        }
-        let end = e.offset.checked_add(e.length as u64).map(|end| end as usize);
-        let readable = match (&info, end.and_then(|end| bytes.get(e.offset as usize..end))) {
-            (Some(info), Some(sealed)) => repo.decode_blob(info, e, sealed).is_ok(),
-            _ => false,
-        };
-        if !readable {
-            v.damaged.push(*e);
-        }
-    }
+    v.damaged = indexed
+        .par_iter()
+        .filter(|e| intact.get(&(e.id, e.offset)) != Some(*e))
+        .filter(|e| {
+            let end = e.offset.checked_add(e.length as u64).map(|end| end as usize);
+            match (&info, end.and_then(|end| bytes.get(e.offset as usize..end))) {
+                (Some(info), Some(sealed)) => repo.decode_blob(info, e, sealed).is_err(),
+                _ => true,
+            }
+        })
+        .copied()
+        .collect();
     v
+}
+
+/// Opens every blob the pack header lists, in parallel: for each, `None` if it
+/// decrypts, decompresses and matches its id, else what is wrong.
+fn verify_blobs(
+    repo: &Repository,
+    key: &crate::crypto::AeadKey,
+    entries: &[PackEntry],
+    bytes: &[u8],
+) -> Vec<Option<String>> {
+    entries
+        .par_iter()
+        .map(|e| {
+            let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
+            match pack::open_blob(key, e, sealed) {
+                Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => None,
+                Ok(_) => Some(format!("{} {} does not match its id", e.blob_type.noun(), e.id.short())),
+                Err(err) => Some(format!("{} {}: {err}", e.blob_type.noun(), e.id.short())),
+            }
+        })
+        .collect()
 }
 
 /// Decodes a whole pack's trailer and header.
@@ -284,7 +329,9 @@ fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<OpenedPack,
     Ok((trailer, key, entries))
 }
 
-/// Reads and verifies `packs` (id, size); returns the packs found intact.
+/// Reads and verifies `packs` (id, size); returns the packs found intact. One
+/// thread reads the packs in order, at most [`PACKS_AHEAD`] ahead, while each
+/// read pack is verified using every core.
 fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progress: &dyn Progress) -> HashSet<Id> {
     let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
     {
@@ -294,14 +341,25 @@ fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progre
         }
     }
     progress.set_total(packs.iter().map(|(_, s)| s).sum(), packs.len() as u64);
-    let verdicts: Vec<(Id, PackVerdict)> = packs
-        .par_iter()
-        .map(|(id, size)| {
-            let v = verify_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]));
-            progress.add_bytes(*size);
-            (*id, v)
-        })
-        .collect();
+    let verdicts: Vec<(Id, PackVerdict)> = std::thread::scope(|s| {
+        let (tx, rx) = crossbeam_channel::bounded(PACKS_AHEAD - 1);
+        s.spawn(move || {
+            for (id, _) in packs {
+                if tx.send(read_pack(repo, id)).is_err() {
+                    break;
+                }
+            }
+        });
+        packs
+            .iter()
+            .zip(rx)
+            .map(|((id, size), read)| {
+                let v = verify_read_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]), read);
+                progress.add_bytes(*size);
+                (*id, v)
+            })
+            .collect()
+    });
     r.packs_read = packs.len() as u64;
     r.packs_read_ids = packs.iter().map(|(id, _)| *id).collect();
     let mut good = HashSet::new();

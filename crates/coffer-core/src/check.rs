@@ -379,3 +379,121 @@ fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progre
     r.errors.extend(problems);
     good
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{Backend, OpendalBackend};
+    use crate::backup::{BackupOptions, backup};
+    use crate::crypto::ScryptParams;
+    use crate::format::pack::BlobType;
+    use crate::progress::NoProgress;
+    use crate::repo::InitOptions;
+    use crate::sign::SigningKey;
+    use crate::testutil::noise;
+
+    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+
+    /// A repository in `dir` with one backup of twelve incompressible files of
+    /// one blob each, in packs of about 1 MiB. Returns its backend, the writer's
+    /// key, the snapshot id and the source directory.
+    fn backed_up(dir: &Path) -> (Arc<dyn Backend>, SigningKey, Id, PathBuf) {
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
+        let opts = InitOptions { kdf: FAST, pack_size: 1 << 20, ..InitOptions::default() };
+        let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
+        let src = dir.join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        for i in 0..12u64 {
+            let parent = if i % 2 == 0 { src.join("sub") } else { src.clone() };
+            std::fs::write(parent.join(format!("f{i}")), noise(200_000, i + 1)).unwrap();
+        }
+        let key = SigningKey::generate();
+        repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+        let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
+        let id = backup(&repo, &opts, &key, &NoProgress).unwrap().id.unwrap();
+        (be, key, id, src)
+    }
+
+    fn run(be: &Arc<dyn Backend>, read_data: bool) -> CheckReport {
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        check(&repo, &CheckOptions { read_data, ..CheckOptions::default() }, &NoProgress).unwrap()
+    }
+
+    fn merkle_errors(r: &CheckReport) -> Vec<&String> {
+        r.errors.iter().filter(|e| e.contains("Merkle root")).collect()
+    }
+
+    #[test]
+    fn read_data_names_every_damaged_blob_of_a_pack() {
+        let dir = tempfile::tempdir().unwrap();
+        let (be, _, _, src) = backed_up(dir.path());
+        let clean = run(&be, true);
+        assert!(clean.is_ok(), "{:?}", clean.errors);
+        assert!(clean.packs > 2 && clean.packs_read == clean.packs, "{clean:?}");
+
+        // Two blobs of one data pack altered in place.
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        repo.load_index().unwrap();
+        let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
+        for e in repo.index().iter().filter(|e| e.entry.blob_type == BlobType::Data) {
+            by_pack.entry(repo.index().packs()[e.pack as usize].id).or_default().push(e.entry);
+        }
+        let (pack, entries) = by_pack.into_iter().find(|(_, e)| e.len() >= 2).expect("a pack of two blobs");
+        let path = dir.path().join("repo").join(ObjectKind::Pack.path(&pack));
+        let mut bytes = std::fs::read(&path).unwrap();
+        for e in &entries[..2] {
+            bytes[(e.offset + e.length as u64 / 2) as usize] ^= 1;
+        }
+        std::fs::write(&path, bytes).unwrap();
+
+        let r = run(&be, true);
+        assert_eq!(r.packs_read, clean.packs);
+        let mut damaged: Vec<Id> = r.damaged_blobs.iter().map(|b| b.id).collect();
+        damaged.sort();
+        let mut expected: Vec<Id> = entries[..2].iter().map(|e| e.id).collect();
+        expected.sort();
+        assert_eq!(damaged, expected);
+        assert!(r.damaged_blobs.iter().all(|b| b.pack == Some(pack)));
+        let name = ObjectKind::Pack.describe(&pack);
+        assert!(r.errors.contains(&format!("{name}: content does not match its name (altered or truncated)")));
+        for e in &entries[..2] {
+            assert!(r.errors.iter().any(|x| x.starts_with(&format!("{name}: data blob {}: ", e.id.short()))), "{r:?}");
+        }
+        assert_eq!(r.errors.len(), 3, "{:?}", r.errors);
+        // Each damaged blob is one file of the snapshot.
+        assert_eq!(r.affected.len(), 2);
+        assert!(r.affected.iter().all(|f| f.path.starts_with(&src)), "{:?}", r.affected);
+        // Without reading data, nothing is wrong.
+        assert!(run(&be, false).is_ok());
+    }
+
+    #[test]
+    fn a_snapshot_signed_with_a_wrong_merkle_root_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (be, key, id, _) = backed_up(dir.path());
+        let r = run(&be, false);
+        assert!(r.is_ok(), "{:?}", r.errors);
+        assert_eq!((r.snapshots, r.data_blobs), (1, 12));
+
+        // A key holder signs the same trees with another root, then another count.
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        let snap = repo.load_snapshot(&id).unwrap();
+        let mut wrong_root = snap.clone();
+        wrong_root.merkle_root.0[0] ^= 1;
+        let mut wrong_count = snap.clone();
+        wrong_count.merkle_leaves -= 1;
+        let forged = [repo.save_snapshot(&wrong_root, &key).unwrap(), repo.save_snapshot(&wrong_count, &key).unwrap()];
+
+        let r = run(&be, false);
+        assert_eq!(r.snapshots, 3);
+        let mut named: Vec<String> =
+            merkle_errors(&r).iter().map(|e| e.split(':').next().unwrap().to_string()).collect();
+        named.sort();
+        let mut expected: Vec<String> = forged.iter().map(|f| format!("snapshot {}", f.short())).collect();
+        expected.sort();
+        assert_eq!(named, expected, "{:?}", r.errors);
+    }
+}

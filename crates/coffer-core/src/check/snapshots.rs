@@ -286,14 +286,7 @@ impl<'a, S: Store> Walker<'a, S> {
         match loaded {
             Err(fail) => {
                 if first {
-                    if fail.corrupt {
-                        r.damaged_blobs.push(DamagedBlob {
-                            id,
-                            blob_type: BlobType::Tree,
-                            pack: self.store.pack_of(&id),
-                        });
-                    }
-                    r.errors.push(format!("snapshot {}, directory {}: {}", sid.short(), shown(path), fail.message));
+                    self.report_failure(sid, id, path, fail, r);
                 }
                 Entered::Failed
             }
@@ -305,6 +298,14 @@ impl<'a, S: Store> Walker<'a, S> {
                 Entered::Open(self.keep(id, Listing::of(&tree)))
             }
         }
+    }
+
+    /// Reports tree `id`, reached first at `path`, as failing to load.
+    fn report_failure(&self, sid: Id, id: Id, path: &[u8], fail: Failure, r: &mut CheckReport) {
+        if fail.corrupt {
+            r.damaged_blobs.push(DamagedBlob { id, blob_type: BlobType::Tree, pack: self.store.pack_of(&id) });
+        }
+        r.errors.push(format!("snapshot {}, directory {}: {}", sid.short(), shown(path), fail.message));
     }
 
     /// Checks that every data blob a tree reached first references is indexed.

@@ -17,6 +17,7 @@
 mod locate;
 mod snapshots;
 mod subset;
+mod trees;
 
 pub use locate::{AffectedFile, AffectedKind, DamagedBlob, TreeSource, locate_damage};
 pub use subset::{DataSubset, VERIFIED_PACKS};
@@ -424,6 +425,75 @@ mod tests {
 
     fn merkle_errors(r: &CheckReport) -> Vec<&String> {
         r.errors.iter().filter(|e| e.contains("Merkle root")).collect()
+    }
+
+    /// Asserts that loading `ids` together gives what loading each alone gives;
+    /// returns how many loaded.
+    fn same_as_one_by_one(repo: &Repository, ids: &[Id]) -> usize {
+        let together = trees::load_trees(repo, ids);
+        assert_eq!(together.len(), ids.len());
+        let mut ok = 0;
+        for (id, got) in ids.iter().zip(together) {
+            match (got, repo.load_tree(id)) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a, b);
+                    ok += 1;
+                }
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => panic!("tree {}: {a:?} together, {b:?} alone", id.short()),
+            }
+        }
+        ok
+    }
+
+    #[test]
+    fn trees_loaded_together_are_those_loaded_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.path().join("repo")).unwrap());
+        let opts = InitOptions { kdf: FAST, ..InitOptions::default() };
+        let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
+        let src = dir.path().join("src");
+        for i in 0..60 {
+            std::fs::create_dir_all(src.join(format!("d{i}/e"))).unwrap();
+            std::fs::write(src.join(format!("d{i}/e/f")), format!("file {i}\n")).unwrap();
+        }
+        let key = SigningKey::generate();
+        backup(&repo, &BackupOptions { paths: vec![src], ..BackupOptions::default() }, &key, &NoProgress).unwrap();
+
+        let repo = Repository::open(be, b"pw").unwrap();
+        repo.load_index().unwrap();
+        let mut trees: Vec<(Id, PackEntry, Id)> = {
+            let idx = repo.index();
+            idx.iter()
+                .filter(|e| e.entry.blob_type == BlobType::Tree)
+                .map(|e| (e.entry.id, e.entry, idx.packs()[e.pack as usize].id))
+                .collect()
+        };
+        assert!(trees.len() > 120, "{}", trees.len());
+        trees.sort_by_key(|(_, e, p)| (*p, e.offset));
+        // Unknown ids, and ids twice, in any order.
+        let mut ids: Vec<Id> = trees.iter().rev().map(|t| t.0).collect();
+        ids.extend([Id([7; 32]), trees[3].0, trees[0].0]);
+        assert_eq!(same_as_one_by_one(&repo, &ids), ids.len() - 1);
+        // Neighbouring tree blobs are read together.
+        let (runs, placed) = trees::plan(&repo, &ids);
+        assert_eq!(placed.iter().filter(|p| p.is_some()).count(), ids.len() - 1);
+        assert!(runs.len() * 10 < ids.len(), "{} requests for {} trees", runs.len(), ids.len());
+
+        // One tree blob altered, then its pack cut short, then gone.
+        let (_, altered, pack) = trees[trees.len() / 2];
+        let path = dir.path().join("repo").join(ObjectKind::Pack.path(&pack));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(altered.offset + altered.length as u64 / 2) as usize] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(same_as_one_by_one(&repo, &ids), ids.len() - 2);
+        let cut = trees[trees.len() * 3 / 4].1.offset as usize + 5;
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let loaded = same_as_one_by_one(&repo, &ids);
+        assert!(loaded > 2 && loaded < ids.len() - 2, "{loaded}");
+        std::fs::remove_file(&path).unwrap();
+        let in_pack = ids.iter().filter(|id| trees.iter().any(|t| t.0 == **id && t.2 == pack)).count();
+        assert_eq!(same_as_one_by_one(&repo, &ids), ids.len() - 1 - in_pack);
     }
 
     #[test]

@@ -17,9 +17,10 @@
 //! grow with the repository: it is the budget, the trees being walked (one per
 //! directory level) and the trees loaded ahead.
 //!
-//! Loading ahead: when the walk needs a tree it does not hold, it loads, in
-//! parallel, up to [`BATCH`] trees it will enter next (the subdirectories still
-//! ahead in the open directories, nearest first).
+//! Loading ahead: when the walk needs a tree it does not hold, it loads together
+//! up to [`BATCH`] trees it will enter next (the subdirectories still ahead in the
+//! open directories, nearest first): neighbouring tree blobs are read in one
+//! request and all are decoded in parallel ([`super::trees`]).
 //!
 //! The walk reaches trees in the order of the check as it always was (a
 //! directory's subdirectories entered last to first), so each problem is reported
@@ -27,8 +28,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-
-use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::format::pack::BlobType;
@@ -52,8 +51,8 @@ const SCAN_LIMIT: usize = 4096;
 
 /// What the walk reads from the repository.
 pub(super) trait Store: Sync {
-    /// Loads and decodes tree `id`.
-    fn tree(&self, id: &Id) -> Result<Tree>;
+    /// Loads and decodes trees `ids`, a result for each.
+    fn trees(&self, ids: &[Id]) -> Vec<Result<Tree>>;
     /// Whether the index lists data blob `id`.
     fn has_data(&self, id: &Id) -> bool;
     /// The pack the index serves blob `id` from.
@@ -61,8 +60,8 @@ pub(super) trait Store: Sync {
 }
 
 impl Store for Repository {
-    fn tree(&self, id: &Id) -> Result<Tree> {
-        self.load_tree(id)
+    fn trees(&self, ids: &[Id]) -> Vec<Result<Tree>> {
+        super::trees::load_trees(self, ids)
     }
 
     fn has_data(&self, id: &Id) -> bool {
@@ -345,8 +344,7 @@ impl<'a, S: Store> Walker<'a, S> {
         if self.ahead_bytes < AHEAD_BUDGET {
             self.upcoming(stack, listing, &mut ids);
         }
-        let store = self.store;
-        let mut loaded: Vec<Loaded> = ids.par_iter().map(|i| store.tree(i).map_err(Failure::from)).collect();
+        let mut loaded: Vec<Loaded> = self.store.trees(&ids).into_iter().map(|t| t.map_err(Failure::from)).collect();
         for (i, t) in ids[1..].iter().zip(loaded.drain(1..)) {
             let bytes = t.as_ref().map_or(0, tree_bytes);
             self.ahead_bytes += bytes;
@@ -355,21 +353,65 @@ impl<'a, S: Store> Walker<'a, S> {
         loaded.pop().expect("the tree needed was loaded")
     }
 
-    /// Adds to `ids`, up to [`BATCH`], the trees ahead in the open directories
-    /// that the walk will load: not held, and not reached before unless the root
-    /// is still being recomputed.
+    /// Adds to `ids`, up to [`BATCH`], the trees the walk will load next: it
+    /// follows the walk ahead through the open directories and the trees at hand
+    /// (loaded ahead or kept), collecting those not at hand that it would enter.
     fn upcoming(&self, stack: &[Open], listing: bool, ids: &mut Vec<Id>) {
-        let entries = stack.iter().rev().flat_map(|o| o.listing.entries[..o.next].iter().rev());
-        for e in entries.take(SCAN_LIMIT) {
-            if ids.len() >= BATCH {
-                break;
+        let mut cursors: Vec<Box<dyn Iterator<Item = Id> + '_>> = stack
+            .iter()
+            .map(|o| -> Box<dyn Iterator<Item = Id> + '_> { Box::new(subdirs(&o.listing.entries[..o.next])) })
+            .collect();
+        let mut scanned = 0;
+        while ids.len() < BATCH && scanned < SCAN_LIMIT {
+            let Some(cursor) = cursors.last_mut() else { break };
+            let Some(sub) = cursor.next() else {
+                cursors.pop();
+                continue;
+            };
+            scanned += 1;
+            if !listing && self.seen_trees.contains(&sub) {
+                continue;
             }
-            let Kind::Dir(sub) = e.kind else { continue };
-            let needed =
-                if self.seen_trees.contains(&sub) { listing && !self.listings.contains_key(&sub) } else { true };
-            if needed && !self.ahead.contains_key(&sub) && !ids.contains(&sub) {
-                ids.push(sub);
+            match self.held_subdirs(&sub) {
+                Some(below) => cursors.push(Box::new(below.into_iter())),
+                None if !ids.contains(&sub) => ids.push(sub),
+                None => {}
             }
+        }
+    }
+
+    /// The subdirectories of tree `id`, in the order the walk enters them, if the
+    /// tree is at hand.
+    fn held_subdirs(&self, id: &Id) -> Option<Vec<Id>> {
+        if let Some(l) = self.listings.get(id) {
+            return Some(subdirs(&l.entries).collect());
+        }
+        match self.ahead.get(id)? {
+            (Ok(tree), _) => Some(
+                tree.nodes
+                    .iter()
+                    .rev()
+                    .filter_map(|n| match (n.kind, n.subtree) {
+                        (NodeKind::Dir, Some(sub)) => Some(sub),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            (Err(_), _) => Some(Vec::new()),
+        }
+    }
+}
+
+/// The subtrees of `entries`, in the order the walk enters them (last first).
+fn subdirs(entries: &[Entry]) -> impl Iterator<Item = Id> + '_ {
+    entries.iter().rev().filter_map(Entry::subdir)
+}
+
+impl Entry {
+    fn subdir(&self) -> Option<Id> {
+        match self.kind {
+            Kind::Dir(sub) => Some(sub),
+            _ => None,
         }
     }
 }
@@ -409,15 +451,13 @@ mod tests {
         broken: HashSet<Id>,
         indexed: HashSet<Id>,
         loads: Mutex<HashMap<Id, usize>>,
+        batches: Mutex<Vec<usize>>,
     }
 
     impl Store for Mem {
-        fn tree(&self, id: &Id) -> Result<Tree> {
-            *self.loads.lock().unwrap().entry(*id).or_default() += 1;
-            if self.broken.contains(id) {
-                return Err(BackendError::new(ErrorKind::Transient, format!("tree {}", id.short()), "timed out").into());
-            }
-            self.trees.get(id).cloned().ok_or_else(|| Error::corrupt(format!("tree {}", id.short()), "missing"))
+        fn trees(&self, ids: &[Id]) -> Vec<Result<Tree>> {
+            self.batches.lock().unwrap().push(ids.len());
+            ids.iter().map(|id| self.tree(id)).collect()
         }
 
         fn has_data(&self, id: &Id) -> bool {
@@ -430,6 +470,14 @@ mod tests {
     }
 
     impl Mem {
+        fn tree(&self, id: &Id) -> Result<Tree> {
+            *self.loads.lock().unwrap().entry(*id).or_default() += 1;
+            if self.broken.contains(id) {
+                return Err(BackendError::new(ErrorKind::Transient, format!("tree {}", id.short()), "timed out").into());
+            }
+            self.trees.get(id).cloned().ok_or_else(|| Error::corrupt(format!("tree {}", id.short()), "missing"))
+        }
+
         fn add(&mut self, mut nodes: Vec<Node>) -> Id {
             nodes.sort_by(|a, b| a.name.cmp(&b.name));
             nodes.dedup_by(|a, b| a.name == b.name);
@@ -716,6 +764,28 @@ mod tests {
         let (r0, roots0) = walk(&mem, &snaps, 0);
         assert_eq!((r0.errors.len(), r0.trees, roots0), (0, 4, roots));
         assert_eq!(mem.loads()[&shared], 100 + 101 + 100);
+    }
+
+    #[test]
+    fn trees_are_loaded_in_batches_that_reach_below_the_trees_loaded_ahead() {
+        // Three levels of ten directories (111 distinct trees), each leaf with a file.
+        let mut mem = Mem::default();
+        let mut level: Vec<Id> = (0..100u8).map(|i| mem.add(vec![file(b"f", vec![], i)])).collect();
+        for _ in 0..2 {
+            level = level
+                .chunks(10)
+                .map(|c| mem.add(c.iter().zip(0u8..).map(|(t, i)| dir(&[b'd', i], *t)).collect()))
+                .collect();
+        }
+        let mut snap = snapshot(level[0], 1);
+        assert!(seal(&mem, &mut snap));
+        let (r, roots) = walk(&mem, &[(Id([1; 32]), snap)], usize::MAX);
+        assert_eq!((r.trees, roots[&Id([1; 32])]), (111, RootCheck::Matches));
+        let batches = mem.batches.lock().unwrap().clone();
+        assert_eq!(batches.iter().sum::<usize>(), 111);
+        assert!(batches.iter().all(|n| *n <= BATCH), "{batches:?}");
+        // The root alone, then its ten children, then full batches.
+        assert!(batches.len() <= 2 + 100usize.div_ceil(BATCH) + 1, "{batches:?}");
     }
 
     #[test]

@@ -123,13 +123,24 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         (None, false) => None,
     };
     let plan = scope.map(|s| subset::plan(s, &packs, opts.state.as_ref())).transpose()?;
-    let roots = check_snapshots(repo, &mut r)?;
-    let history = crate::history::check(repo, opts.state.as_ref(), &roots)?;
-    r.errors.extend(history.errors);
-    r.warnings.extend(history.warnings);
-    r.forgotten = history.forgotten as u64;
-    if let Some(plan) = plan {
-        let good = read_data(repo, &plan.read, &mut r, progress);
+    // The packs are read while the trees are walked, which waits on storage more
+    // than it computes; the data findings follow the others.
+    let (walked, data) = std::thread::scope(|s| {
+        let reading = plan.as_ref().map(|plan| {
+            s.spawn(|| {
+                let mut d = CheckReport::default();
+                let good = read_data(repo, &plan.read, &mut d, progress);
+                (d, good)
+            })
+        });
+        let walked = check_trees_and_history(repo, opts, &mut r);
+        (walked, reading.map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))))
+    });
+    walked?;
+    if let (Some(plan), Some((d, good))) = (plan, data) {
+        r.errors.extend(d.errors);
+        r.damaged_blobs.extend(d.damaged_blobs);
+        (r.packs_read, r.packs_read_ids) = (d.packs_read, d.packs_read_ids);
         r.new_round = plan.new_round;
         match plan.record(&good, packs.len(), opts.state.as_ref()) {
             Ok(left) => r.packs_unverified = opts.state.as_ref().map(|_| left),
@@ -171,6 +182,16 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     if let Err(e) = repo.index_mut().add_packs(&good) {
         r.errors.push(format!("index: {e}"));
     }
+    Ok(())
+}
+
+/// The structure of every snapshot and the history, Merkle roots included, into `r`.
+fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut CheckReport) -> Result<()> {
+    let roots = check_snapshots(repo, r)?;
+    let history = crate::history::check(repo, opts.state.as_ref(), &roots)?;
+    r.errors.extend(history.errors);
+    r.warnings.extend(history.warnings);
+    r.forgotten = history.forgotten as u64;
     Ok(())
 }
 

@@ -15,11 +15,12 @@
 //! tree) are kept for that, the first ones met, up to a budget of bytes; a tree
 //! beyond the budget is loaded again when listed again. Memory therefore does not
 //! grow with the repository: it is the budget, the trees being walked (one per
-//! directory level) and the trees loaded ahead.
+//! directory level) and the trees loaded ahead (about [`AHEAD_BUDGET`]).
 //!
 //! Loading ahead: when the walk needs a tree it does not hold, it loads together
-//! up to [`BATCH`] trees it will enter next (the subdirectories still ahead in the
-//! open directories, nearest first): neighbouring tree blobs are read in one
+//! up to [`BATCH`] trees it will enter next, found by following the walk ahead
+//! through the open directories and the trees at hand, so that a batch reaches
+//! below the trees loaded ahead before. Neighbouring tree blobs are read in one
 //! request and all are decoded in parallel ([`super::trees`]).
 //!
 //! The walk reaches trees in the order of the check as it always was (a

@@ -3,7 +3,8 @@
 //!
 //! Structure (always): every key file and index file decodes and matches its name;
 //! every indexed pack exists; every snapshot loads; every tree of every snapshot
-//! loads and verifies; every data blob a tree references is indexed.
+//! loads and verifies; every data blob a tree references is indexed. The same walk
+//! of the trees recomputes each snapshot's Merkle root ([`snapshots`]).
 //! Data (`read_data`): every pack is read whole, its hash checked against its
 //! name, its header decrypted and compared with the index, and every blob
 //! decrypted, decompressed and checked against its id. `read_data_subset` reads
@@ -14,23 +15,25 @@
 //! also collected by id and traced to the files they affect ([`locate`]).
 
 mod locate;
+mod snapshots;
 mod subset;
+mod trees;
 
 pub use locate::{AffectedFile, AffectedKind, DamagedBlob, TreeSource, locate_damage};
 pub use subset::{DataSubset, VERIFIED_PACKS};
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 
 use rayon::prelude::*;
 
+use crate::backend::BackendError;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::keyfile::KeyFile;
-use crate::format::pack::{self, BlobType, PackEntry, TRAILER_LEN};
-use crate::format::tree::NodeKind;
+use crate::format::pack::{self, PackEntry, TRAILER_LEN};
 use crate::id::Id;
 use crate::progress::Progress;
+use crate::proof::RootCheck;
 use crate::repo::Repository;
 use crate::state::LocalState;
 
@@ -120,13 +123,24 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         (None, false) => None,
     };
     let plan = scope.map(|s| subset::plan(s, &packs, opts.state.as_ref())).transpose()?;
-    check_snapshots(repo, &mut r)?;
-    let history = crate::history::check(repo, opts.state.as_ref())?;
-    r.errors.extend(history.errors);
-    r.warnings.extend(history.warnings);
-    r.forgotten = history.forgotten as u64;
-    if let Some(plan) = plan {
-        let good = read_data(repo, &plan.read, &mut r, progress);
+    // The packs are read while the trees are walked, which waits on storage more
+    // than it computes; the data findings follow the others.
+    let (walked, data) = std::thread::scope(|s| {
+        let reading = plan.as_ref().map(|plan| {
+            s.spawn(|| {
+                let mut d = CheckReport::default();
+                let good = read_data(repo, &plan.read, &mut d, progress);
+                (d, good)
+            })
+        });
+        let walked = check_trees_and_history(repo, opts, &mut r);
+        (walked, reading.map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))))
+    });
+    walked?;
+    if let (Some(plan), Some((d, good))) = (plan, data) {
+        r.errors.extend(d.errors);
+        r.damaged_blobs.extend(d.damaged_blobs);
+        (r.packs_read, r.packs_read_ids) = (d.packs_read, d.packs_read_ids);
         r.new_round = plan.new_round;
         match plan.record(&good, packs.len(), opts.state.as_ref()) {
             Ok(left) => r.packs_unverified = opts.state.as_ref().map(|_| left),
@@ -171,62 +185,27 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     Ok(())
 }
 
-fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<()> {
-    let mut seen_trees: HashSet<Id> = HashSet::new();
-    let mut seen_blobs: HashSet<Id> = HashSet::new();
-    for sid in repo.list_ids(ObjectKind::Snapshot)? {
-        let snap = match repo.load_snapshot(&sid) {
-            Ok(s) => s,
-            Err(e) => {
-                r.errors.push(e.to_string());
-                continue;
-            }
-        };
-        r.snapshots += 1;
-        let mut stack = vec![(snap.tree, "/".to_string())];
-        while let Some((tid, path)) = stack.pop() {
-            if !seen_trees.insert(tid) {
-                continue;
-            }
-            let tree = match repo.load_tree(&tid) {
-                Ok(t) => t,
-                Err(e) => {
-                    if let Error::Corrupt { .. } = e {
-                        r.damaged_blobs.push(damaged_blob(repo, tid, BlobType::Tree));
-                    }
-                    r.errors.push(format!("snapshot {}, directory {path}: {e}", sid.short()));
-                    continue;
-                }
-            };
-            r.trees += 1;
-            let idx = repo.index();
-            for node in &tree.nodes {
-                let child = Path::new(&path).join(node.name.display()).to_string_lossy().into_owned();
-                match (node.kind, node.subtree) {
-                    (NodeKind::Dir, Some(sub)) => stack.push((sub, child)),
-                    _ => {
-                        for b in &node.content {
-                            if seen_blobs.insert(*b) && !idx.contains(b, BlobType::Data) {
-                                r.damaged_blobs.push(DamagedBlob { id: *b, blob_type: BlobType::Data, pack: None });
-                                r.errors.push(format!(
-                                    "snapshot {}, file {child}: data blob {} is not in any index",
-                                    sid.short(),
-                                    b.short()
-                                ));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    r.data_blobs = seen_blobs.len() as u64;
+/// The structure of every snapshot and the history, Merkle roots included, into `r`.
+fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut CheckReport) -> Result<()> {
+    let roots = check_snapshots(repo, r)?;
+    let history = crate::history::check(repo, opts.state.as_ref(), &roots)?;
+    r.errors.extend(history.errors);
+    r.warnings.extend(history.warnings);
+    r.forgotten = history.forgotten as u64;
     Ok(())
 }
 
-/// The damaged-blob record of blob `id`, with the pack the index serves it from.
-fn damaged_blob(repo: &Repository, id: Id, blob_type: BlobType) -> DamagedBlob {
-    DamagedBlob { id, blob_type, pack: repo.index().get(&id).map(|(_, p)| p.id) }
+/// Walks every snapshot's trees once ([`snapshots`]): checks their structure into
+/// `r` and returns, by snapshot, whether its Merkle root matches its files.
+fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
+    let mut walker = snapshots::Walker::new(repo, snapshots::LISTING_BUDGET);
+    for sid in repo.list_ids(ObjectKind::Snapshot)? {
+        match repo.load_snapshot(&sid) {
+            Ok(snap) => walker.snapshot(sid, &snap, r),
+            Err(e) => r.errors.push(e.to_string()),
+        }
+    }
+    Ok(walker.finish(r))
 }
 
 /// What reading one pack whole found.
@@ -238,14 +217,34 @@ pub struct PackVerdict {
     pub damaged: Vec<PackEntry>,
 }
 
+/// Packs read ahead of the one being verified, so that reading overlaps verifying.
+/// The reader holds the last one until the verifier takes it.
+const PACKS_AHEAD: usize = 1;
+
 /// Verifies one pack completely. `indexed` lists the blobs the index serves from
 /// it; each is judged as a restore would read it, so that even a pack whose hash,
 /// trailer or header is damaged names exactly the blobs that are lost.
 pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVerdict {
+    verify_read_pack(repo, id, indexed, read_pack(repo, id))
+}
+
+/// Reads a whole pack.
+fn read_pack(repo: &Repository, id: &Id) -> std::result::Result<Vec<u8>, BackendError> {
+    repo.backend().read(&ObjectKind::Pack.path(id))
+}
+
+/// [`verify_pack`] on the outcome of reading the pack. Its hash and its blobs are
+/// verified in parallel.
+fn verify_read_pack(
+    repo: &Repository,
+    id: &Id,
+    indexed: &[PackEntry],
+    read: std::result::Result<Vec<u8>, BackendError>,
+) -> PackVerdict {
     let name = ObjectKind::Pack.describe(id);
     let mut v = PackVerdict::default();
     let info = indexed.first().and_then(|e| repo.index().get(&e.id).map(|(_, p)| p.clone()));
-    let bytes = match repo.backend().read(&ObjectKind::Pack.path(id)) {
+    let bytes = match read {
         Ok(b) => b,
         Err(e) => {
             if e.kind == crate::backend::ErrorKind::NotFound {
@@ -255,26 +254,30 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
             return v;
         }
     };
-    if Id::hash_of(&bytes) != *id {
+    // The pack's hash is computed while its blobs are verified.
+    let (hash, opened) = rayon::join(
+        || Id::hash_of(&bytes),
+        || {
+            open_pack(repo, &bytes).map(|(trailer, key, entries)| {
+                let problems = verify_blobs(repo, &key, &entries, &bytes);
+                (trailer, entries, problems)
+            })
+        },
+    );
+    if hash != *id {
         v.problems.push(format!("{name}: content does not match its name (altered or truncated)"));
     }
     // Header entries whose blob verified in place, by (id, offset).
     let mut intact: HashMap<(Id, u64), PackEntry> = HashMap::new();
-    match open_pack(repo, &bytes) {
+    match opened {
         Err(e) => v.problems.push(format!("{name}: {e}")),
-        Ok((trailer, key, entries)) => {
-            for e in &entries {
-                let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
-                match pack::open_blob(&key, e, sealed) {
-                    Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => {
+        Ok((trailer, entries, problems)) => {
+            for (e, problem) in entries.iter().zip(problems) {
+                match problem {
+                    None => {
                         intact.insert((e.id, e.offset), *e);
                     }
-                    Ok(_) => v.problems.push(format!(
-                        "{name}: {} {} does not match its id",
-                        e.blob_type.noun(),
-                        e.id.short()
-                    )),
-                    Err(err) => v.problems.push(format!("{name}: {} {}: {err}", e.blob_type.noun(), e.id.short())),
+                    Some(p) => v.problems.push(format!("{name}: {p}")),
                 }
             }
             let in_header: HashSet<(Id, u64)> = entries.iter().map(|e| (e.id, e.offset)).collect();
@@ -297,20 +300,40 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
     }
     // Blobs the header vouched for need no second look; the rest are opened with
     // the index's own placement and key material.
-    for e in indexed {
-        if intact.get(&(e.id, e.offset)) == Some(e) {
-            continue;
-        }
-        let end = e.offset.checked_add(e.length as u64).map(|end| end as usize);
-        let readable = match (&info, end.and_then(|end| bytes.get(e.offset as usize..end))) {
-            (Some(info), Some(sealed)) => repo.decode_blob(info, e, sealed).is_ok(),
-            _ => false,
-        };
-        if !readable {
-            v.damaged.push(*e);
-        }
-    }
+    v.damaged = indexed
+        .par_iter()
+        .filter(|e| intact.get(&(e.id, e.offset)) != Some(*e))
+        .filter(|e| {
+            let end = e.offset.checked_add(e.length as u64).map(|end| end as usize);
+            match (&info, end.and_then(|end| bytes.get(e.offset as usize..end))) {
+                (Some(info), Some(sealed)) => repo.decode_blob(info, e, sealed).is_err(),
+                _ => true,
+            }
+        })
+        .copied()
+        .collect();
     v
+}
+
+/// Opens every blob the pack header lists, in parallel: for each, `None` if it
+/// decrypts, decompresses and matches its id, else what is wrong.
+fn verify_blobs(
+    repo: &Repository,
+    key: &crate::crypto::AeadKey,
+    entries: &[PackEntry],
+    bytes: &[u8],
+) -> Vec<Option<String>> {
+    entries
+        .par_iter()
+        .map(|e| {
+            let sealed = &bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
+            match pack::open_blob(key, e, sealed) {
+                Ok(data) if repo.blob_id(e.blob_type, &data) == e.id => None,
+                Ok(_) => Some(format!("{} {} does not match its id", e.blob_type.noun(), e.id.short())),
+                Err(err) => Some(format!("{} {}: {err}", e.blob_type.noun(), e.id.short())),
+            }
+        })
+        .collect()
 }
 
 /// Decodes a whole pack's trailer and header.
@@ -328,7 +351,9 @@ fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<OpenedPack,
     Ok((trailer, key, entries))
 }
 
-/// Reads and verifies `packs` (id, size); returns the packs found intact.
+/// Reads and verifies `packs` (id, size); returns the packs found intact. One
+/// thread reads the packs in order, at most [`PACKS_AHEAD`] ahead, while each
+/// read pack is verified using every core.
 fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progress: &dyn Progress) -> HashSet<Id> {
     let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
     {
@@ -338,14 +363,25 @@ fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progre
         }
     }
     progress.set_total(packs.iter().map(|(_, s)| s).sum(), packs.len() as u64);
-    let verdicts: Vec<(Id, PackVerdict)> = packs
-        .par_iter()
-        .map(|(id, size)| {
-            let v = verify_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]));
-            progress.add_bytes(*size);
-            (*id, v)
-        })
-        .collect();
+    let verdicts: Vec<(Id, PackVerdict)> = std::thread::scope(|s| {
+        let (tx, rx) = crossbeam_channel::bounded(PACKS_AHEAD - 1);
+        s.spawn(move || {
+            for (id, _) in packs {
+                if tx.send(read_pack(repo, id)).is_err() {
+                    break;
+                }
+            }
+        });
+        packs
+            .iter()
+            .zip(rx)
+            .map(|((id, size), read)| {
+                let v = verify_read_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]), read);
+                progress.add_bytes(*size);
+                (*id, v)
+            })
+            .collect()
+    });
     r.packs_read = packs.len() as u64;
     r.packs_read_ids = packs.iter().map(|(id, _)| *id).collect();
     let mut good = HashSet::new();
@@ -364,4 +400,191 @@ fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progre
     problems.sort();
     r.errors.extend(problems);
     good
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{Backend, OpendalBackend};
+    use crate::backup::{BackupOptions, backup};
+    use crate::crypto::ScryptParams;
+    use crate::format::pack::BlobType;
+    use crate::progress::NoProgress;
+    use crate::repo::InitOptions;
+    use crate::sign::SigningKey;
+    use crate::testutil::noise;
+
+    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+
+    /// A repository in `dir` with one backup of twelve incompressible files of
+    /// one blob each, in packs of about 1 MiB. Returns its backend, the writer's
+    /// key, the snapshot id and the source directory.
+    fn backed_up(dir: &Path) -> (Arc<dyn Backend>, SigningKey, Id, PathBuf) {
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
+        let opts = InitOptions { kdf: FAST, pack_size: 1 << 20, ..InitOptions::default() };
+        let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
+        let src = dir.join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        for i in 0..12u64 {
+            let parent = if i % 2 == 0 { src.join("sub") } else { src.clone() };
+            std::fs::write(parent.join(format!("f{i}")), noise(200_000, i + 1)).unwrap();
+        }
+        let key = SigningKey::generate();
+        repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+        let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
+        let id = backup(&repo, &opts, &key, &NoProgress).unwrap().id.unwrap();
+        (be, key, id, src)
+    }
+
+    fn run(be: &Arc<dyn Backend>, read_data: bool) -> CheckReport {
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        check(&repo, &CheckOptions { read_data, ..CheckOptions::default() }, &NoProgress).unwrap()
+    }
+
+    fn merkle_errors(r: &CheckReport) -> Vec<&String> {
+        r.errors.iter().filter(|e| e.contains("Merkle root")).collect()
+    }
+
+    /// Asserts that loading `ids` together gives what loading each alone gives;
+    /// returns how many loaded.
+    fn same_as_one_by_one(repo: &Repository, ids: &[Id]) -> usize {
+        let together = trees::load_trees(repo, ids);
+        assert_eq!(together.len(), ids.len());
+        let mut ok = 0;
+        for (id, got) in ids.iter().zip(together) {
+            match (got, repo.load_tree(id)) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a, b);
+                    ok += 1;
+                }
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => panic!("tree {}: {a:?} together, {b:?} alone", id.short()),
+            }
+        }
+        ok
+    }
+
+    #[test]
+    fn trees_loaded_together_are_those_loaded_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.path().join("repo")).unwrap());
+        let opts = InitOptions { kdf: FAST, ..InitOptions::default() };
+        let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
+        let src = dir.path().join("src");
+        for i in 0..60 {
+            std::fs::create_dir_all(src.join(format!("d{i}/e"))).unwrap();
+            std::fs::write(src.join(format!("d{i}/e/f")), format!("file {i}\n")).unwrap();
+        }
+        let key = SigningKey::generate();
+        backup(&repo, &BackupOptions { paths: vec![src], ..BackupOptions::default() }, &key, &NoProgress).unwrap();
+
+        let repo = Repository::open(be, b"pw").unwrap();
+        repo.load_index().unwrap();
+        let mut trees: Vec<(Id, PackEntry, Id)> = {
+            let idx = repo.index();
+            idx.iter()
+                .filter(|e| e.entry.blob_type == BlobType::Tree)
+                .map(|e| (e.entry.id, e.entry, idx.packs()[e.pack as usize].id))
+                .collect()
+        };
+        assert!(trees.len() > 120, "{}", trees.len());
+        trees.sort_by_key(|(_, e, p)| (*p, e.offset));
+        // Unknown ids, and ids twice, in any order.
+        let mut ids: Vec<Id> = trees.iter().rev().map(|t| t.0).collect();
+        ids.extend([Id([7; 32]), trees[3].0, trees[0].0]);
+        assert_eq!(same_as_one_by_one(&repo, &ids), ids.len() - 1);
+        // Neighbouring tree blobs are read together.
+        let (runs, placed) = trees::plan(&repo, &ids);
+        assert_eq!(placed.iter().filter(|p| p.is_some()).count(), ids.len() - 1);
+        assert!(runs.len() * 10 < ids.len(), "{} requests for {} trees", runs.len(), ids.len());
+
+        // One tree blob altered, then its pack cut short, then gone.
+        let (_, altered, pack) = trees[trees.len() / 2];
+        let path = dir.path().join("repo").join(ObjectKind::Pack.path(&pack));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(altered.offset + altered.length as u64 / 2) as usize] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(same_as_one_by_one(&repo, &ids), ids.len() - 2);
+        let cut = trees[trees.len() * 3 / 4].1.offset as usize + 5;
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let loaded = same_as_one_by_one(&repo, &ids);
+        assert!(loaded > 2 && loaded < ids.len() - 2, "{loaded}");
+        std::fs::remove_file(&path).unwrap();
+        let in_pack = ids.iter().filter(|id| trees.iter().any(|t| t.0 == **id && t.2 == pack)).count();
+        assert_eq!(same_as_one_by_one(&repo, &ids), ids.len() - 1 - in_pack);
+    }
+
+    #[test]
+    fn read_data_names_every_damaged_blob_of_a_pack() {
+        let dir = tempfile::tempdir().unwrap();
+        let (be, _, _, src) = backed_up(dir.path());
+        let clean = run(&be, true);
+        assert!(clean.is_ok(), "{:?}", clean.errors);
+        assert!(clean.packs > 2 && clean.packs_read == clean.packs, "{clean:?}");
+
+        // Two blobs of one data pack altered in place.
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        repo.load_index().unwrap();
+        let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
+        for e in repo.index().iter().filter(|e| e.entry.blob_type == BlobType::Data) {
+            by_pack.entry(repo.index().packs()[e.pack as usize].id).or_default().push(e.entry);
+        }
+        let (pack, entries) = by_pack.into_iter().find(|(_, e)| e.len() >= 2).expect("a pack of two blobs");
+        let path = dir.path().join("repo").join(ObjectKind::Pack.path(&pack));
+        let mut bytes = std::fs::read(&path).unwrap();
+        for e in &entries[..2] {
+            bytes[(e.offset + e.length as u64 / 2) as usize] ^= 1;
+        }
+        std::fs::write(&path, bytes).unwrap();
+
+        let r = run(&be, true);
+        assert_eq!(r.packs_read, clean.packs);
+        let mut damaged: Vec<Id> = r.damaged_blobs.iter().map(|b| b.id).collect();
+        damaged.sort();
+        let mut expected: Vec<Id> = entries[..2].iter().map(|e| e.id).collect();
+        expected.sort();
+        assert_eq!(damaged, expected);
+        assert!(r.damaged_blobs.iter().all(|b| b.pack == Some(pack)));
+        let name = ObjectKind::Pack.describe(&pack);
+        assert!(r.errors.contains(&format!("{name}: content does not match its name (altered or truncated)")));
+        for e in &entries[..2] {
+            assert!(r.errors.iter().any(|x| x.starts_with(&format!("{name}: data blob {}: ", e.id.short()))), "{r:?}");
+        }
+        assert_eq!(r.errors.len(), 3, "{:?}", r.errors);
+        // Each damaged blob is one file of the snapshot.
+        assert_eq!(r.affected.len(), 2);
+        assert!(r.affected.iter().all(|f| f.path.starts_with(&src)), "{:?}", r.affected);
+        // Without reading data, nothing is wrong.
+        assert!(run(&be, false).is_ok());
+    }
+
+    #[test]
+    fn a_snapshot_signed_with_a_wrong_merkle_root_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (be, key, id, _) = backed_up(dir.path());
+        let r = run(&be, false);
+        assert!(r.is_ok(), "{:?}", r.errors);
+        assert_eq!((r.snapshots, r.data_blobs), (1, 12));
+
+        // A key holder signs the same trees with another root, then another count.
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        let snap = repo.load_snapshot(&id).unwrap();
+        let mut wrong_root = snap.clone();
+        wrong_root.merkle_root.0[0] ^= 1;
+        let mut wrong_count = snap.clone();
+        wrong_count.merkle_leaves -= 1;
+        let forged = [repo.save_snapshot(&wrong_root, &key).unwrap(), repo.save_snapshot(&wrong_count, &key).unwrap()];
+
+        let r = run(&be, false);
+        assert_eq!(r.snapshots, 3);
+        let mut named: Vec<String> =
+            merkle_errors(&r).iter().map(|e| e.split(':').next().unwrap().to_string()).collect();
+        named.sort();
+        let mut expected: Vec<String> = forged.iter().map(|f| format!("snapshot {}", f.short())).collect();
+        expected.sort();
+        assert_eq!(named, expected, "{:?}", r.errors);
+    }
 }

@@ -19,6 +19,7 @@ use crate::format::ObjectKind;
 use crate::format::snapshot::Snapshot;
 use crate::format::tombstone::{Forgotten, Tombstone};
 use crate::id::Id;
+use crate::proof::RootCheck;
 use crate::repo::Repository;
 use crate::state::LocalState;
 
@@ -240,9 +241,10 @@ impl History {
 
 /// The history part of `coffer check`: signatures, links, rollback against the
 /// heads this client remembers (when `state` is given), writer records, and every
-/// snapshot's Merkle root recomputed from its trees. Damaged snapshots are left to
-/// the caller, which reports them already.
-pub fn check(repo: &Repository, state: Option<&LocalState>) -> Result<Findings> {
+/// snapshot's Merkle root recomputed from its trees. `roots` holds the roots the
+/// caller compared already, by snapshot id; the others are recomputed here.
+/// Damaged snapshots are left to the caller, which reports them already.
+pub fn check(repo: &Repository, state: Option<&LocalState>, roots: &HashMap<Id, RootCheck>) -> Result<Findings> {
     let history = History::load(repo)?;
     let mut f = match state {
         Some(st) => history.sync_remembered(st)?,
@@ -250,20 +252,19 @@ pub fn check(repo: &Repository, state: Option<&LocalState>) -> Result<Findings> 
     };
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
     f.errors.extend(repo.writer_records()?.1.iter().map(|e| e.to_string()));
-    let roots: Vec<Option<String>> = history
+    let differs: Vec<Option<String>> = history
         .snapshots
         .par_iter()
-        .map(|(id, s)| match crate::proof::compute_root(repo, s) {
-            Ok((root, n)) if root == s.merkle_root.0 && n == s.merkle_leaves => None,
-            Ok(_) => Some(format!(
+        .map(|(id, s)| match roots.get(id).copied().unwrap_or_else(|| crate::proof::check_root(repo, s)) {
+            RootCheck::Differs => Some(format!(
                 "snapshot {}: its Merkle root does not match its files (the snapshot or a tree was forged by a key \
                  holder)",
                 id.short()
             )),
             // Trees that do not load are reported by the structure check.
-            Err(_) => None,
+            RootCheck::Matches | RootCheck::Unknown => None,
         })
         .collect();
-    f.errors.extend(roots.into_iter().flatten());
+    f.errors.extend(differs.into_iter().flatten());
     Ok(f)
 }

@@ -116,6 +116,64 @@ impl Builder {
     }
 }
 
+/// Computes the root of a known number of leaves given last to first, keeping only
+/// one hash per level; `check` uses it to recompute a snapshot's root while walking
+/// each directory's entries from the last.
+///
+/// The tree of `n` leaves is a run of perfect subtrees, one per set bit of `n`,
+/// largest first, nested to the right: `node(P1, node(P2, ... Pk))`. Leaves arriving
+/// from the right fill the smallest subtree first; each one finished is joined to
+/// the right part built so far.
+#[derive(Clone, Debug)]
+pub struct ReverseBuilder {
+    expected: u64,
+    pushed: u64,
+    /// The leaf count at which the perfect subtree being filled is complete.
+    part_end: u64,
+    /// Roots of complete subtrees of that part, smallest on top, with their height.
+    stack: Vec<(u32, Hash)>,
+    /// The root of the parts finished so far (the right end of the tree).
+    right: Option<Hash>,
+}
+
+impl ReverseBuilder {
+    /// A tree that should get `leaves` leaves.
+    pub fn new(leaves: u64) -> ReverseBuilder {
+        ReverseBuilder { expected: leaves, pushed: 0, part_end: 0, stack: Vec::new(), right: None }
+    }
+
+    /// Prepends a leaf hash. Leaves beyond the expected count only spoil the root.
+    pub fn push(&mut self, leaf: Hash) {
+        if self.pushed >= self.expected {
+            self.pushed = self.pushed.saturating_add(1);
+            return;
+        }
+        if self.stack.is_empty() {
+            let left = self.expected - self.pushed;
+            self.part_end = self.pushed + (left & left.wrapping_neg());
+        }
+        self.pushed += 1;
+        let mut node = (0u32, leaf);
+        while let Some(&(height, right)) = self.stack.last() {
+            if height != node.0 {
+                break;
+            }
+            self.stack.pop();
+            node = (height + 1, node_hash(&node.1, &right));
+        }
+        self.stack.push(node);
+        if self.pushed == self.part_end {
+            let (_, part) = self.stack.pop().expect("a part just completed");
+            self.right = Some(self.right.map_or(part, |right| node_hash(&part, &right)));
+        }
+    }
+
+    /// The root, if exactly the expected number of leaves was pushed.
+    pub fn root(&self) -> Option<Hash> {
+        (self.pushed == self.expected).then(|| self.right.unwrap_or_else(|| leaf_hash(&[])))
+    }
+}
+
 /// The root of `leaves`.
 pub fn root(leaves: &[Hash]) -> Hash {
     let mut b = Builder::new();
@@ -219,6 +277,36 @@ mod tests {
             let l = leaves(n);
             assert_eq!(root(&l), level_by_level(&l), "n = {n}");
         }
+    }
+
+    #[test]
+    fn reverse_builder_matches_the_forward_root() {
+        for n in 0..200u64 {
+            let l = leaves(n as usize);
+            let mut b = ReverseBuilder::new(n);
+            l.iter().rev().for_each(|x| b.push(*x));
+            assert_eq!(b.root(), Some(root(&l)), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn reverse_builder_needs_the_exact_count() {
+        for n in 0..40u64 {
+            let l = leaves(n as usize);
+            for expected in [n + 1, n.saturating_sub(1), n + 7] {
+                if expected == n {
+                    continue;
+                }
+                let mut b = ReverseBuilder::new(expected);
+                l.iter().rev().for_each(|x| b.push(*x));
+                assert_eq!(b.root(), None, "n = {n}, expected {expected}");
+            }
+        }
+        // Order matters: the same leaves forwards give another root.
+        let l = leaves(5);
+        let mut b = ReverseBuilder::new(5);
+        l.iter().for_each(|x| b.push(*x));
+        assert_ne!(b.root(), Some(root(&l)));
     }
 
     #[test]

@@ -52,6 +52,26 @@ pub fn compute_root(repo: &Repository, snap: &Snapshot) -> Result<(Hash, u64)> {
     Ok((b.root(), b.count()))
 }
 
+/// Whether a snapshot's signed Merkle root and leaf count agree with its trees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootCheck {
+    /// Recomputed from the trees, they match.
+    Matches,
+    /// Recomputed from the trees, they differ: the snapshot or a tree was forged.
+    Differs,
+    /// Not every tree loaded (damage the structure check reports).
+    Unknown,
+}
+
+/// Recomputes the snapshot's root from its trees and compares it with the signed one.
+pub fn check_root(repo: &Repository, snap: &Snapshot) -> RootCheck {
+    match compute_root(repo, snap) {
+        Ok((root, n)) if root == snap.merkle_root.0 && n == snap.merkle_leaves => RootCheck::Matches,
+        Ok(_) => RootCheck::Differs,
+        Err(_) => RootCheck::Unknown,
+    }
+}
+
 /// A self-contained inclusion proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proof {

@@ -1,0 +1,79 @@
+//! Loading many trees at once. Tree blobs are small (hundreds of bytes) and a
+//! backup stores those of neighbouring directories close together, so the tree
+//! blobs of a batch that lie near each other in a pack are read in one request;
+//! then every blob is decrypted and decoded in parallel. A tree whose request fails
+//! is loaded alone, so that its error is exactly the one a single load gives.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::format::pack::{BlobType, PackEntry};
+use crate::format::tree::Tree;
+use crate::id::Id;
+use crate::repo::{PackInfo, Repository};
+
+/// Bytes between two blobs of a pack up to which they are read in one request.
+const MAX_GAP: u64 = 64 << 10;
+/// Bytes read in one request at most.
+const MAX_READ: u64 = 8 << 20;
+
+/// Neighbouring blobs of one pack, read in one request.
+pub(super) struct Run {
+    pack: PackInfo,
+    start: u64,
+    end: u64,
+}
+
+/// Where a tree's sealed bytes were read: its index entry and pack, and its run.
+pub(super) type Placed = Option<(PackEntry, PackInfo, usize)>;
+
+/// Loads trees `ids`; each result is what [`Repository::load_tree`] gives for it.
+pub(super) fn load_trees(repo: &Repository, ids: &[Id]) -> Vec<Result<Tree>> {
+    let (runs, placed) = plan(repo, ids);
+    let read: Vec<Option<Vec<u8>>> =
+        runs.par_iter().map(|r| repo.read_pack_range(&r.pack, r.start, r.end - r.start).ok()).collect();
+    ids.par_iter()
+        .zip(placed)
+        .map(|(id, place)| match place {
+            Some((entry, pack, run)) if read[run].is_some() => {
+                let bytes = read[run].as_deref().expect("checked");
+                let from = (entry.offset - runs[run].start) as usize;
+                decode_tree(repo, id, &pack, &entry, &bytes[from..from + entry.length as usize])
+            }
+            _ => repo.load_tree(id),
+        })
+        .collect()
+}
+
+/// Groups the indexed trees among `ids` into runs of neighbouring blobs.
+pub(super) fn plan(repo: &Repository, ids: &[Id]) -> (Vec<Run>, Vec<Placed>) {
+    let mut located: Vec<(usize, PackEntry, PackInfo)> = ids
+        .iter()
+        .enumerate()
+        .filter_map(|(i, id)| repo.locate_blob(BlobType::Tree, id).ok().map(|(e, p)| (i, e, p)))
+        .collect();
+    located.sort_by_key(|(_, e, p)| (p.id, e.offset));
+    let mut runs: Vec<Run> = Vec::new();
+    let mut placed: Vec<Placed> = vec![None; ids.len()];
+    for (i, entry, pack) in located {
+        let end = entry.offset + entry.length as u64;
+        match runs.last_mut() {
+            Some(run)
+                if run.pack.id == pack.id
+                    && entry.offset <= run.end + MAX_GAP
+                    && end.max(run.end) - run.start <= MAX_READ =>
+            {
+                run.end = run.end.max(end)
+            }
+            _ => runs.push(Run { pack: pack.clone(), start: entry.offset, end }),
+        }
+        placed[i] = Some((entry, pack, runs.len() - 1));
+    }
+    (runs, placed)
+}
+
+/// Decrypts and decodes the sealed bytes of tree `id`, as [`Repository::load_tree`] does.
+fn decode_tree(repo: &Repository, id: &Id, pack: &PackInfo, entry: &PackEntry, sealed: &[u8]) -> Result<Tree> {
+    let data = repo.decode_blob(pack, entry, sealed)?;
+    Tree::decode(&data).map_err(|e| Error::corrupt(format!("tree {}", id.short()), e))
+}

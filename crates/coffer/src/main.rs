@@ -73,7 +73,22 @@ pub fn lean_allocator() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn lean_allocator() {}
 
+/// Restores the default action of SIGPIPE (Rust ignores it), so that output piped
+/// into a reader that stops early, as `coffer snapshots | head` does, ends the
+/// program quietly like other command-line tools instead of with a panic.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: sets a signal disposition to its default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn default_sigpipe() {}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = Cli::parse();
     let json = cli.global.json;
     let result = match &cli.command {

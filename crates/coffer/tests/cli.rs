@@ -239,3 +239,26 @@ fn password_file_is_read() {
     let err = assert_code(&out, 1);
     assert!(err.contains("no passphrase"), "{err}");
 }
+
+#[test]
+fn output_into_a_reader_that_stops_early_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let env = Env::new();
+    let src = env.path("src");
+    for i in 0..3000 {
+        let d = src.join(format!("d{}", i % 30));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(format!("a-rather-long-file-name-to-fill-the-pipe-{i}")), b"x").unwrap();
+    }
+    env.backup(&[&src]);
+    let mut child = env.cmd().args(["ls", "latest"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    // The reader is gone: the rest of the listing cannot be written.
+    let out = child.wait_with_output().unwrap();
+    assert!(!first.is_empty());
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.code().is_none_or(|c| c != 101), "{:?}: {err}", out.status);
+}

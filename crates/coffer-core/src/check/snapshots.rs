@@ -442,7 +442,7 @@ mod tests {
     use super::*;
     use crate::backend::{BackendError, ErrorKind};
     use crate::format::bytes::Bytes;
-    use crate::format::tree::{Node, Timestamp};
+    use crate::format::tree::Node;
     use crate::sign::PublicKey;
 
     /// Trees in memory, counting loads; `broken` trees fail with a storage error.
@@ -493,30 +493,7 @@ mod tests {
         }
     }
 
-    fn node(name: &[u8], kind: NodeKind) -> Node {
-        Node {
-            name: Bytes(name.to_vec()),
-            kind,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            user: None,
-            group: None,
-            mtime: Timestamp(0, 0),
-            ctime: Timestamp(0, 0),
-            size: 0,
-            inode: 0,
-            device: 0,
-            links: 1,
-            rdev: 0,
-            target: None,
-            xattrs: vec![],
-            content: vec![],
-            digest: None,
-            sparse: false,
-            subtree: None,
-        }
-    }
+    use crate::format::tree::tests::node;
 
     fn file(name: &[u8], content: Vec<Id>, digest: u8) -> Node {
         Node { content, digest: Some(Id([digest; 32])), ..node(name, NodeKind::File) }

@@ -148,7 +148,7 @@ impl Tree {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn node(name: &[u8], kind: NodeKind) -> Node {

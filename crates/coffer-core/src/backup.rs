@@ -37,9 +37,9 @@ use crate::session::{self, Session};
 use crate::sign::SigningKey;
 use crate::state::LocalState;
 
-/// Bytes read from a file at a time (plus less than one maximum chunk left from
-/// the previous read); the chunks cut in them are stored in parallel.
-const BLOCK_BYTES: usize = 4 << 20;
+/// Bytes read from a file at a time (plus the part of a chunk left from the
+/// previous read); the chunks cut in them are stored in parallel.
+const BLOCK_BYTES: usize = 2 << 20;
 /// Blocks that may be read ahead at once, across all files (see [`ReadAhead`]).
 const READ_AHEAD_SLOTS: usize = 1;
 

@@ -206,8 +206,15 @@ impl Drop for Block<'_> {
 
 /// Reads a stream in blocks of whole chunks. A block holds about `block_len`
 /// bytes read plus what the previous block left after its last cut (less than the
-/// maximum chunk size), so a block is at most `max_size + block_len` bytes, and
-/// the chunks are slices of it: nothing is copied but that remainder.
+/// maximum chunk size, and usually less than one average chunk), so a block is at
+/// most `max_size + block_len` bytes, and the chunks are slices of it: nothing is
+/// copied but that remainder.
+///
+/// A cut is taken as soon as it is certain: when the chunker finds a boundary
+/// before the end of the bytes at hand, more bytes could not move it, because
+/// the rolling hash looks only at bytes before the boundary. Only a chunk that
+/// runs to the end of the block without a boundary waits for the next block.
+/// The boundaries are therefore those of chunking the whole stream at once.
 pub struct BlockReader<'p, R> {
     reader: R,
     chunker: Chunker,
@@ -231,9 +238,10 @@ impl<'p, R: Read> BlockReader<'p, R> {
     /// The next block; an empty one at the end of the stream.
     pub fn next_block(&mut self) -> io::Result<Block<'p>> {
         let max = self.chunker.params.max_size as usize;
-        let want = (max + self.block_len).saturating_sub(self.rest.len());
+        // Enough for a maximum-size chunk, so that every block makes progress.
+        let want = self.block_len.max(max.saturating_sub(self.rest.len()));
         let fits = self.rest.len().saturating_add(self.expected.try_into().unwrap_or(usize::MAX)).saturating_add(1);
-        let mut data = self.pool.take((max + self.block_len).min(fits));
+        let mut data = self.pool.take((self.rest.len() + want).min(fits));
         data.extend_from_slice(&self.rest);
         self.rest.clear();
         if !self.eof {
@@ -245,9 +253,15 @@ impl<'p, R: Read> BlockReader<'p, R> {
         }
         let mut ends = Vec::new();
         let mut pos = 0;
-        // A cut needs `max_size` bytes ahead of it, or the end of the stream.
-        while pos < data.len() && (self.eof || data.len() - pos >= max) {
-            pos += self.chunker.cut(&data[pos..]);
+        while pos < data.len() {
+            let at_hand = data.len() - pos;
+            let n = self.chunker.cut(&data[pos..]);
+            // Cut at the end of the bytes at hand, short of the maximum: with more
+            // bytes the chunk could be longer.
+            if n == at_hand && n < max && !self.eof {
+                break;
+            }
+            pos += n;
             ends.push(pos);
         }
         // Sized exactly: grown by doubling, it could reach twice the maximum chunk size.
@@ -315,7 +329,10 @@ mod tests {
     #[test]
     fn reader_matches_in_memory_chunking() {
         let c = Chunker::new(&Key([4; 32]), small());
-        let data = pseudo_random(300_001, 4);
+        // A run of zeros has no boundary: it is cut at the maximum chunk size.
+        let mut data = pseudo_random(300_001, 4);
+        data.extend_from_slice(&[0; 100_000]);
+        data.extend_from_slice(&pseudo_random(50_000, 5));
         // A reader that returns short reads.
         struct Trickle<'a>(&'a [u8]);
         impl Read for Trickle<'_> {

@@ -59,13 +59,40 @@ fn with_compressor<T>(
     })
 }
 
-/// Compresses `data` at `level` if that is enabled, promising and smaller;
-/// `None` means store it as is.
-pub fn compress(data: &[u8], level: i32) -> Option<Vec<u8>> {
+thread_local! {
+    /// Each thread's output buffer, reused from chunk to chunk: a fresh buffer of
+    /// a megabyte or more per chunk would be mapped, faulted in and zeroed by the
+    /// kernel every time.
+    static OUTPUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Output buffers larger than this (for a chunk well above the average size)
+/// are not kept for the next chunk.
+const OUTPUT_KEEP: usize = 2 << 20;
+
+/// Calls `f` with `data` compressed at `level` if that is enabled, promising and
+/// smaller, or with `None` to store it as is. The compressed bytes are in a buffer
+/// this thread reuses.
+pub fn with_compressed<T>(data: &[u8], level: i32, f: impl FnOnce(Option<&[u8]>) -> T) -> T {
     if level <= 0 || !worth_compressing(data) {
-        return None;
+        return f(None);
     }
-    with_compressor(level, |c| c.compress(data)).ok().filter(|c| c.len() < data.len())
+    let mut out = OUTPUT.take();
+    out.clear();
+    // Output that does not fit in fewer bytes than the input is not kept, so the
+    // buffer needs no more room than that: zstd stops with an error when it is full.
+    out.reserve(data.len());
+    let smaller = with_compressor(level, |c| c.compress_to_buffer(data, &mut out)).is_ok_and(|n| n < data.len());
+    let r = f(smaller.then_some(out.as_slice()));
+    if out.capacity() <= OUTPUT_KEEP {
+        OUTPUT.set(out);
+    }
+    r
+}
+
+/// Compresses `data` like [`with_compressed`], into a new buffer.
+pub fn compress(data: &[u8], level: i32) -> Option<Vec<u8>> {
+    with_compressed(data, level, |c| c.map(<[u8]>::to_vec))
 }
 
 #[cfg(test)]
@@ -87,5 +114,13 @@ mod tests {
         // Small inputs are not probed: they are compressed when that helps.
         assert!(compress(&[0u8; 1000], 3).is_some());
         assert!(compress(&noise(1000), 3).is_none());
+        // The reused output buffer gives the same bytes as a fresh compression.
+        let z = with_compressed(text.as_bytes(), 3, |c| c.unwrap().to_vec());
+        assert_eq!(zstd::bulk::decompress(&z, text.len()).unwrap(), text.as_bytes());
+        assert_eq!(compress(text.as_bytes(), 3).unwrap(), z);
+        // A chunk that would only just not shrink is stored as is.
+        let mut nearly = noise(3000);
+        nearly.extend_from_slice(&[0; 8]);
+        assert!(with_compressed(&nearly, 3, |c| c.is_none_or(|c| c.len() < nearly.len())));
     }
 }

@@ -141,17 +141,23 @@ impl<'r> BlobSaver<'r> {
             self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
             return Ok(true);
         }
-        let compressed = crate::compress::compress(data, self.repo.config().compression_level);
-        let (compression, payload) = match &compressed {
-            Some(c) => (COMPRESSION_ZSTD, c.as_slice()),
-            None => (COMPRESSION_NONE, data),
-        };
-        let pack_size = u64::from(self.repo.config().pack_size);
-        let mut builder = self.take_pack()?;
-        if let Err(e) = builder.add(blob_type, id, compression, payload, raw_length) {
+        // The pack is taken once the blob is compressed, so that it is held only
+        // while the blob is sealed into it.
+        let (builder, added) =
+            crate::compress::with_compressed(data, self.repo.config().compression_level, |compressed| {
+                let (compression, payload) = match compressed {
+                    Some(c) => (COMPRESSION_ZSTD, c),
+                    None => (COMPRESSION_NONE, data),
+                };
+                let mut builder = self.take_pack()?;
+                let added = builder.add(blob_type, id, compression, payload, raw_length);
+                Ok::<_, Error>((builder, added))
+            })?;
+        if let Err(e) = added {
             self.close_slot();
             return Err(spool_error(&self.repo.spool_dir(), e));
         }
+        let pack_size = u64::from(self.repo.config().pack_size);
         self.blobs.fetch_add(1, Ordering::Relaxed);
         self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
         if builder.len() >= pack_size {

@@ -29,7 +29,8 @@ use crate::format::tree::{Node, NodeKind, Tree};
 use crate::fsmeta::{self, NameCache};
 use crate::history::{HEADS_FILE, History};
 use crate::id::Id;
-use crate::merkle::{self, Hash};
+use crate::leaves::{self, Leaves, Spill};
+use crate::merkle;
 use crate::progress::Progress;
 use crate::prune;
 use crate::repo::{BlobSaver, Repository, SnapshotFilter};
@@ -73,7 +74,7 @@ pub struct BackupOptions {
 }
 
 /// A saved entry and the Merkle leaves below it, in tree order.
-type Saved = (Node, Vec<Hash>);
+type Saved = (Node, Leaves);
 
 /// A file's blob ids and content digest.
 type FileContent = (Vec<Id>, Id);
@@ -176,6 +177,8 @@ struct Archiver<'a> {
     /// Content and digest of files with several links, by (device, inode).
     hardlinks: Mutex<HashMap<(u64, u64), FileContent>>,
     merkle_key: [u8; 32],
+    /// Where the Merkle leaves of directories already saved are kept.
+    spill: Spill,
     read_ahead: ReadAhead,
     blocks: BlockBuffers,
     skipped: Mutex<Vec<Skipped>>,
@@ -306,6 +309,7 @@ pub fn backup(
         names: NameCache::default(),
         hardlinks: Mutex::new(HashMap::new()),
         merkle_key: crate::crypto::random_array(),
+        spill: Spill::new(repo.spool_dir(), leaves::Limits::default()),
         read_ahead: ReadAhead::new(READ_AHEAD_SLOTS),
         blocks: BlockBuffers::new(pool.current_num_threads() + READ_AHEAD_SLOTS),
         skipped: Mutex::new(Vec::new()),
@@ -334,6 +338,7 @@ pub fn backup(
         })
     })?;
     let mut stats = arch.saver.finish()?;
+    let (merkle_root, merkle_leaves) = leaves.root(&arch.spill)?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
     // The final check against a concurrent prune must be recent when the snapshot
     // is written; if the rest took too long, it is made again.
@@ -388,8 +393,8 @@ pub fn backup(
         program: format!("coffer {}", env!("CARGO_PKG_VERSION")),
         writer: key.public(),
         history: history.heads(),
-        merkle_root: Id(merkle::root(&leaves)),
-        merkle_leaves: leaves.len() as u64,
+        merkle_root: Id(merkle_root),
+        merkle_leaves,
         merkle_key: Id(arch.merkle_key),
         signature: Default::default(),
     };
@@ -528,7 +533,7 @@ impl Archiver<'_> {
         id.and_then(|id| Some((id, self.repo.load_tree(&id).ok()?)))
     }
 
-    fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<(Id, Vec<Hash>)> {
+    fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<(Id, Leaves)> {
         let parent = self.parent_tree(parent);
         let results: Vec<Result<Option<Saved>>> = children
             .par_iter()
@@ -566,7 +571,7 @@ impl Archiver<'_> {
     /// Saves a directory's tree, or reuses the parent snapshot's tree when every
     /// entry is unchanged (no encoding or hashing needed then).
     /// Returns the tree id and the Merkle leaves of the files below, in tree order.
-    fn save_tree(&self, results: Vec<Result<Option<Saved>>>, parent: Option<&(Id, Tree)>) -> Result<(Id, Vec<Hash>)> {
+    fn save_tree(&self, results: Vec<Result<Option<Saved>>>, parent: Option<&(Id, Tree)>) -> Result<(Id, Leaves)> {
         let mut saved = Vec::with_capacity(results.len());
         for r in results {
             if let Some(n) = r? {
@@ -574,8 +579,13 @@ impl Archiver<'_> {
             }
         }
         saved.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        let (nodes, leaf_lists): (Vec<Node>, Vec<Vec<Hash>>) = saved.into_iter().unzip();
-        let leaves = leaf_lists.concat();
+        let mut nodes = Vec::with_capacity(saved.len());
+        let mut leaves = Leaves::default();
+        for (node, below) in saved {
+            nodes.push(node);
+            leaves.append(below, &self.spill)?;
+        }
+        let leaves = leaves.seal(&self.spill)?;
         // The parent's tree was loaded through the index, so it is stored.
         if let Some((id, _)) = parent.filter(|(_, t)| t.nodes == nodes) {
             return Ok((*id, leaves));
@@ -604,7 +614,7 @@ impl Archiver<'_> {
             // The entry is kept; only its extended attributes are missing.
             self.progress.warn(path, &w);
         }
-        let mut leaves = Vec::new();
+        let mut leaves = Leaves::default();
         match node.kind {
             NodeKind::Dir => {
                 self.dirs.fetch_add(1, Ordering::Relaxed);
@@ -625,7 +635,7 @@ impl Archiver<'_> {
                         node.content = content;
                         node.digest = Some(digest);
                         let p = path.as_os_str().as_bytes();
-                        leaves.push(merkle::file_leaf(&merkle::leaf_salt(&self.merkle_key, p), &digest.0, p));
+                        leaves = Leaves::one(merkle::file_leaf(&merkle::leaf_salt(&self.merkle_key, p), &digest.0, p));
                     }
                     None => return Ok(None),
                 }
@@ -637,7 +647,7 @@ impl Archiver<'_> {
         Ok(Some((node, leaves)))
     }
 
-    fn save_dir(&self, path: &Path, dev: u64, parent: Option<Id>) -> Result<(Id, Vec<Hash>)> {
+    fn save_dir(&self, path: &Path, dev: u64, parent: Option<Id>) -> Result<(Id, Leaves)> {
         let rd = match std::fs::read_dir(path) {
             Ok(rd) => rd,
             Err(e) => {

@@ -31,6 +31,7 @@ pub mod fsmeta;
 pub mod history;
 pub mod id;
 pub mod keys;
+mod leaves;
 pub mod merkle;
 pub mod progress;
 pub mod proof;

@@ -238,31 +238,37 @@ impl<'p, R: Read> BlockReader<'p, R> {
     /// The next block; an empty one at the end of the stream.
     pub fn next_block(&mut self) -> io::Result<Block<'p>> {
         let max = self.chunker.params.max_size as usize;
-        // Enough for a maximum-size chunk, so that every block makes progress.
-        let want = self.block_len.max(max.saturating_sub(self.rest.len()));
+        let want = self.block_len.max(1);
         let fits = self.rest.len().saturating_add(self.expected.try_into().unwrap_or(usize::MAX)).saturating_add(1);
         let mut data = self.pool.take((self.rest.len() + want).min(fits));
         data.extend_from_slice(&self.rest);
         self.rest.clear();
-        if !self.eof {
-            // `read_to_end` on a `Take` reads into spare capacity without zero-filling
-            // it first (for readers such as `File`), which matters for small files.
-            let n = (&mut self.reader).take(want as u64).read_to_end(&mut data)?;
-            self.expected = self.expected.saturating_sub(n as u64);
-            self.eof = n < want;
-        }
         let mut ends = Vec::new();
         let mut pos = 0;
-        while pos < data.len() {
-            let at_hand = data.len() - pos;
-            let n = self.chunker.cut(&data[pos..]);
-            // Cut at the end of the bytes at hand, short of the maximum: with more
-            // bytes the chunk could be longer.
-            if n == at_hand && n < max && !self.eof {
-                break;
+        // A chunk with no boundary in the bytes at hand waits for more, read in
+        // growing steps (so it is cut again only a few times), until it reaches
+        // `max_size` and is cut there; a block never passes `max_size + want`.
+        let mut step = want;
+        while ends.is_empty() && !(self.eof && pos == data.len()) {
+            if !self.eof {
+                // `read_to_end` on a `Take` reads into spare capacity without zero-filling
+                // it first (for readers such as `File`), which matters for small files.
+                let n = (&mut self.reader).take(step as u64).read_to_end(&mut data)?;
+                self.expected = self.expected.saturating_sub(n as u64);
+                self.eof = n < step;
+                step = want.max(data.len().min(max.saturating_sub(data.len())));
             }
-            pos += n;
-            ends.push(pos);
+            while pos < data.len() {
+                let at_hand = data.len() - pos;
+                let n = self.chunker.cut(&data[pos..]);
+                // Cut at the end of the bytes at hand, short of the maximum: with more
+                // bytes the chunk could be longer.
+                if n == at_hand && n < max && !self.eof {
+                    break;
+                }
+                pos += n;
+                ends.push(pos);
+            }
         }
         // Sized exactly: grown by doubling, it could reach twice the maximum chunk size.
         self.rest.reserve_exact(data.len() - pos);

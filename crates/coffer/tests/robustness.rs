@@ -135,12 +135,11 @@ fn no_plaintext_reaches_the_repository() {
     assert_eq!(std::fs::read(target.join(dir_marker).join(name_marker)).unwrap(), data);
 }
 
-#[test]
-fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
-    let (env, src, id) = backed_up();
-    // Flip a byte inside the largest blob: the random file's first chunk.
+/// Flips a byte inside the largest blob (the random file's first chunk) and
+/// returns the pack that holds it.
+fn damage_largest_blob(env: &Env) -> PathBuf {
     let index: serde_json::Value = {
-        let idx = objects(&env, "index");
+        let idx = objects(env, "index");
         let name = idx[0].file_name().unwrap().to_str().unwrap().to_string();
         serde_json::from_slice(&env.run(&["cat", "index", &name]).stdout).unwrap()
     };
@@ -151,8 +150,15 @@ fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
         .flat_map(|p| p["blobs"].as_array().unwrap().iter().map(move |b| (p["pack"].as_str().unwrap(), b)))
         .max_by_key(|(_, b)| b["raw_length"].as_u64().unwrap())
         .unwrap();
-    let pack = objects(&env, "data").into_iter().find(|p| p.ends_with(pack_id)).unwrap();
+    let pack = objects(env, "data").into_iter().find(|p| p.ends_with(pack_id)).unwrap();
     flip_byte(&pack, big["offset"].as_u64().unwrap() + 100);
+    pack
+}
+
+#[test]
+fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
+    let (env, src, id) = backed_up();
+    let pack = damage_largest_blob(&env);
     let target = env.path("out");
     let out = env.run(&["restore", &format!("{id}:{}", src.display()), "--target", target.to_str().unwrap()]);
     let err = assert_code(&out, 12);
@@ -165,6 +171,43 @@ fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
     let out = env.run(&["check", "--read-data"]);
     let err = assert_code(&out, 12);
     assert!(err.contains(&format!("pack {}", short(&pack))), "{err}");
+}
+
+/// A file that cannot be restored takes its other names with it, whether they
+/// are planned in the same batch or, with `COFFER_TEST_RESTORE_BATCH=1`, in later
+/// ones: each is reported, none is linked to a removed file.
+#[test]
+fn other_names_of_a_damaged_file_are_reported_not_linked() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    std::fs::create_dir(src.join("zz")).unwrap();
+    std::fs::hard_link(src.join("random.bin"), src.join("zz/again")).unwrap();
+    std::fs::hard_link(src.join("random.bin"), src.join("sub/once_more")).unwrap();
+    let id = env.backup(&[&src]);
+    damage_largest_blob(&env);
+    for batch in ["", "1"] {
+        let target = env.path(&format!("out{batch}"));
+        let spec = format!("{id}:{}", src.display());
+        let out = env
+            .cmd()
+            .env("COFFER_TEST_RESTORE_BATCH", batch)
+            .args(["restore", &spec, "--target", target.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = assert_code(&out, 12);
+        assert!(err.contains("3 entries could not be restored"), "{err}");
+        for name in ["zz/again", "sub/once_more"] {
+            assert!(err.contains(&format!("{name}: hard link to")), "{err}");
+            assert!(!target.join(name).exists(), "{name} restored");
+        }
+        assert!(!target.join("random.bin").exists());
+        assert_eq!(std::fs::read(target.join("small")).unwrap(), b"tiny");
+        assert_eq!(
+            std::fs::read(target.join("sub/text.txt")).unwrap(),
+            std::fs::read(src.join("sub/text.txt")).unwrap()
+        );
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! restoring into a non-empty target, and three narrower cases: --overwrite with
 //! --include must not write through symlinks in the target, file capabilities
 //! must survive a restore as root, and a subpath that is not UTF-8 can be restored.
+//! Restores in tiny batches (many plan-and-write rounds) must be just as exact.
 
 mod common;
 
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Instant;
 
-use common::{Env, assert_code, assert_success, random_bytes, text};
+use common::{Env, assert_code, assert_same_tree, assert_success, random_bytes, text};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -655,9 +656,17 @@ fn differences(
 /// Runs `coffer --json restore ARGS`, requires success without warnings or failures,
 /// and returns the summary.
 fn restore(env: &Env, args: &[&str]) -> serde_json::Value {
-    let mut a = vec!["--json", "restore"];
-    a.extend_from_slice(args);
-    let out = env.run(&a);
+    restore_in_batches(env, None, args)
+}
+
+/// Like [`restore`]; with `Some(n)`, the restore closes a batch (plans no more
+/// before writing) at `n` entries or `n` chunks, through `COFFER_TEST_RESTORE_BATCH`.
+fn restore_in_batches(env: &Env, batch: Option<usize>, args: &[&str]) -> serde_json::Value {
+    let mut cmd = env.cmd();
+    if let Some(n) = batch {
+        cmd.env("COFFER_TEST_RESTORE_BATCH", n.to_string());
+    }
+    let out = cmd.arg("--json").arg("restore").args(args).output().expect("run coffer");
     assert_success(&out);
     let stderr = text(&out.stderr);
     assert!(stderr.trim().is_empty(), "restore {args:?} printed warnings:\n{stderr}");
@@ -847,6 +856,55 @@ fn roundtrip_of_a_subpath_lands_directly_in_the_target() {
     let mut got = scan(&sub);
     got.remove(Path::new(""));
     compare(&src.join("a"), &want, &sub, &got, CompareOpts { links: true });
+}
+
+/// Restore plans and writes a bounded batch at a time. With tiny batches (one
+/// entry or chunk each, then three), the tree with every kind of entry plus many
+/// small files in nested directories, with hard links between directories, must
+/// come back exactly: contents bit for bit, every directory's metadata (applied
+/// once its last batch is written), further names linked to files written in
+/// earlier batches, and the same summary as a restore in one batch.
+#[test]
+fn restore_in_tiny_batches_is_exact() {
+    let env = Env::new();
+    let src = env.path("src");
+    let built = build_tree(&src, false);
+    for d in 0..4u64 {
+        for e in 0..3u64 {
+            let dir = src.join(format!("many/d{d}/e{e}"));
+            mkdir(&dir);
+            for f in 0..15u64 {
+                let seed = 100 + d * 100 + e * 20 + f;
+                write(dir.join(format!("f{f:02}")), random_bytes(50 + seed as usize * 13, seed));
+            }
+        }
+    }
+    fs::hard_link(src.join("many/d0/e0/f00"), src.join("many/d3/e2/link_a")).unwrap();
+    fs::hard_link(src.join("many/d1/e1/f07"), src.join("many/d2/e0/link_b")).unwrap();
+    fs::hard_link(src.join("many/d1/e1/f07"), src.join("many/link_b2")).unwrap();
+    let many: Vec<PathBuf> = scan(&src.join("many")).into_keys().collect();
+    for (i, rel) in many.iter().enumerate() {
+        set_mtime(&src.join("many").join(rel), 1_400_000_000 + i as i64 * 3_600, (i as u32 * 7_919) % 1_000_000_000);
+    }
+    let id = env.backup(&[&src]);
+    let mut before = scan(&src);
+    before.remove(Path::new(""));
+    if let Some(sock) = &built.socket {
+        before.remove(sock);
+    }
+
+    let whole = restore(&env, &[&at(&id, &src), "--target", s(&env.path("whole"))]);
+    for n in [1, 3] {
+        let target = env.path(&format!("batches_of_{n}"));
+        let summary = restore_in_batches(&env, Some(n), &[&at(&id, &src), "--target", s(&target)]);
+        let mut after = scan(&target);
+        after.remove(Path::new(""));
+        compare(&src, &before, &target, &after, CompareOpts { links: true });
+        assert_same_tree(&src, &target);
+        for key in ["files", "dirs", "others", "bytes"] {
+            assert_eq!(summary[key], whole[key], "{key} with batches of {n}: {summary} vs {whole}");
+        }
+    }
 }
 
 #[test]

@@ -1,12 +1,15 @@
-//! Writing file contents pack by pack. See docs/design.md#restore.
+//! Writing the contents of one batch of files, pack by pack.
+//! See docs/design.md#restore.
 //!
-//! Every chunk reference of every file is planned first and grouped by the pack
-//! that holds the blob; packs are then processed in parallel, each read in few
-//! large ranges (neighbouring blobs are fetched together, so the storage does
-//! not see individual blob lengths), each blob decrypted and verified once and
-//! written with positioned writes to every place that needs it. Files are created
-//! at their full length first, so the chunks of zeros skipped in sparse files
-//! stay holes.
+//! Every chunk reference of the batch's files is planned first and grouped by
+//! the pack that holds the blob; each pack's references are cut into few large
+//! ranges (neighbouring blobs are fetched together, so the storage does not see
+//! individual blob lengths). The ranges are fetched in waves of at most
+//! [`WAVE_BYTES`], the ranges of a wave concurrently; the blobs of the wave are
+//! then decrypted, verified (each once) and written in parallel, with positioned
+//! writes, to every place that needs them. One wave is in memory at a time.
+//! Files are created at their full length first, so the chunks of zeros skipped
+//! in sparse files stay holes.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -27,6 +30,8 @@ use crate::repo::{PackInfo, Repository};
 const MAX_GAP: u64 = 1 << 20;
 /// The longest single read.
 const MAX_RANGE: u64 = 32 << 20;
+/// The most bytes one wave fetches (unless a single range is longer).
+const WAVE_BYTES: u64 = 16 << 20;
 
 /// One place a blob goes: a file and an offset in it.
 #[derive(Clone, Copy)]
@@ -36,128 +41,238 @@ struct Target {
     offset: u64,
 }
 
+/// One read: `targets`, sorted by their place in the pack, lie in
+/// `start..end` of `pack`.
+struct Range<'a> {
+    pack: &'a PackInfo,
+    start: u64,
+    end: u64,
+    targets: &'a [Target],
+}
+
+/// The first error of each file of the batch.
+struct Errors(Vec<Mutex<Option<Error>>>);
+
+impl Errors {
+    fn new(n: usize) -> Errors {
+        Errors((0..n).map(|_| Mutex::new(None)).collect())
+    }
+
+    /// Records that file `i` failed, unless it already had.
+    fn fail(&self, i: usize, e: Error) {
+        let mut slot = self.0[i].lock().expect("poisoned");
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    fn failed(&self, i: usize) -> bool {
+        self.0[i].lock().expect("poisoned").is_some()
+    }
+
+    /// Fails every file `targets` write to with damage to `pack`.
+    fn fail_all(&self, targets: &[Target], pack: &PackInfo, msg: &str) {
+        for t in targets {
+            self.fail(t.file, Error::corrupt(format!("pack {}", pack.id.short()), msg.to_string()));
+        }
+    }
+
+    /// Per file: its length, or why it failed.
+    fn into_results(self, sizes: Vec<u64>) -> Vec<Result<u64>> {
+        self.0
+            .into_iter()
+            .zip(sizes)
+            .map(|(e, size)| match e.into_inner().expect("poisoned") {
+                Some(err) => Err(err),
+                None => Ok(size),
+            })
+            .collect()
+    }
+}
+
 /// Writes the contents of `files`; returns, per file, its length or why it failed.
 pub(super) fn write_contents(
     repo: &Repository,
     files: &[(PathBuf, Node)],
     progress: &dyn Progress,
 ) -> Vec<Result<u64>> {
-    let errors: Vec<Mutex<Option<Error>>> = files.iter().map(|_| Mutex::new(None)).collect();
-    let fail = |i: usize, e: Error| {
-        let mut slot = errors[i].lock().expect("poisoned");
-        if slot.is_none() {
-            *slot = Some(e);
-        }
-    };
-    let failed = |i: usize| errors[i].lock().expect("poisoned").is_some();
+    let errors = Errors::new(files.len());
+    let (sizes, packs) = locate_chunks(repo, files, &errors);
+    create_files(files, &sizes, &errors);
+    let ranges: Vec<Range> = packs.iter().flat_map(|(pack, targets)| split_ranges(pack, targets)).collect();
+    for wave in waves(&ranges) {
+        let fetched = fetch_wave(repo, wave, &errors);
+        write_wave(repo, files, &fetched, &errors, progress);
+    }
+    errors.into_results(sizes)
+}
 
-    // Plan: where every chunk of every file comes from.
+/// Where every chunk of every file comes from, grouped by pack and sorted by
+/// place in the pack; and the length of every file.
+fn locate_chunks(
+    repo: &Repository,
+    files: &[(PathBuf, Node)],
+    errors: &Errors,
+) -> (Vec<u64>, Vec<(PackInfo, Vec<Target>)>) {
     let mut sizes = vec![0u64; files.len()];
     let mut by_pack: HashMap<u32, (PackInfo, Vec<Target>)> = HashMap::new();
-    {
-        let idx = repo.index();
-        for (i, (_, node)) in files.iter().enumerate() {
-            let mut offset = 0;
-            for id in &node.content {
-                match idx.get(id) {
-                    Some((e, p)) if e.entry.blob_type == BlobType::Data => {
-                        by_pack.entry(e.pack).or_insert_with(|| (p.clone(), Vec::new())).1.push(Target {
-                            entry: e.entry,
-                            file: i,
-                            offset,
-                        });
-                        offset += e.entry.raw_length as u64;
-                    }
-                    _ => {
-                        fail(i, Error::corrupt(format!("data blob {}", id.short()), "not in any index"));
-                        break;
-                    }
+    let idx = repo.index();
+    for (i, (_, node)) in files.iter().enumerate() {
+        let mut offset = 0;
+        for id in &node.content {
+            match idx.get(id) {
+                Some((e, p)) if e.entry.blob_type == BlobType::Data => {
+                    let target = Target { entry: e.entry, file: i, offset };
+                    by_pack.entry(e.pack).or_insert_with(|| (p.clone(), Vec::new())).1.push(target);
+                    offset += e.entry.raw_length as u64;
                 }
-            }
-            sizes[i] = offset;
-        }
-    }
-
-    // Create every file at its full length.
-    files.par_iter().enumerate().for_each(|(i, (path, _))| {
-        let r = File::create(path).and_then(|f| f.set_len(sizes[i]));
-        if let Err(e) = r {
-            fail(i, Error::io(path, e));
-        }
-    });
-
-    // Fill them, pack by pack.
-    let mut packs: Vec<(PackInfo, Vec<Target>)> = by_pack.into_values().collect();
-    packs.sort_by_key(|a| a.0.id);
-    packs.par_iter_mut().for_each(|(pack, targets)| {
-        targets.sort_by_key(|t| (t.entry.offset, t.file, t.offset));
-        let mut start = 0;
-        while start < targets.len() {
-            let first = targets[start].entry.offset;
-            let mut end = first + targets[start].entry.length as u64;
-            let mut stop = start + 1;
-            while stop < targets.len() {
-                let e = &targets[stop].entry;
-                let e_end = e.offset + e.length as u64;
-                if e.offset > end + MAX_GAP || e_end - first > MAX_RANGE {
+                _ => {
+                    errors.fail(i, Error::corrupt(format!("data blob {}", id.short()), "not in any index"));
                     break;
                 }
-                end = end.max(e_end);
-                stop += 1;
-            }
-            let group = &targets[start..stop];
-            start = stop;
-            if group.iter().all(|t| failed(t.file)) {
-                continue;
-            }
-            let bytes = match repo.read_pack_range(pack, first, end - first) {
-                Ok(b) => b,
-                Err(e) => {
-                    let msg = e.to_string();
-                    group
-                        .iter()
-                        .for_each(|t| fail(t.file, Error::corrupt(format!("pack {}", pack.id.short()), msg.clone())));
-                    continue;
-                }
-            };
-            for blob in group.chunk_by(|a, b| a.entry.offset == b.entry.offset) {
-                let e = &blob[0].entry;
-                let at = (e.offset - first) as usize;
-                let data = match repo.decode_blob(pack, e, &bytes[at..at + e.length as usize]) {
-                    Ok(d) => d,
-                    Err(err) => {
-                        let msg = err.to_string();
-                        blob.iter().for_each(|t| {
-                            fail(t.file, Error::corrupt(format!("pack {}", pack.id.short()), msg.clone()))
-                        });
-                        continue;
-                    }
-                };
-                let zeros = data.iter().all(|&b| b == 0);
-                for t in blob {
-                    let (path, node) = &files[t.file];
-                    if failed(t.file) {
-                        continue;
-                    }
-                    if !(zeros && node.sparse) {
-                        let r = OpenOptions::new().write(true).open(path).and_then(|f| f.write_all_at(&data, t.offset));
-                        if let Err(err) = r {
-                            fail(t.file, Error::io(path, err));
-                            continue;
-                        }
-                    }
-                    progress.add_bytes(data.len() as u64);
-                }
             }
         }
-    });
+        sizes[i] = offset;
+    }
+    let mut packs: Vec<(PackInfo, Vec<Target>)> = by_pack.into_values().collect();
+    packs.sort_by_key(|(pack, _)| pack.id);
+    for (_, targets) in &mut packs {
+        targets.sort_by_key(|t| (t.entry.offset, t.file, t.offset));
+    }
+    (sizes, packs)
+}
 
-    errors
-        .into_iter()
-        .zip(sizes)
-        .map(|(e, size)| match e.into_inner().expect("poisoned") {
-            Some(err) => Err(err),
-            None => Ok(size),
+/// Creates every file at its full length.
+fn create_files(files: &[(PathBuf, Node)], sizes: &[u64], errors: &Errors) {
+    files.par_iter().enumerate().for_each(|(i, (path, _))| {
+        if errors.failed(i) {
+            return;
+        }
+        if let Err(e) = File::create(path).and_then(|f| f.set_len(sizes[i])) {
+            errors.fail(i, Error::io(path, e));
+        }
+    });
+}
+
+/// Cuts a pack's sorted targets into ranges: blobs less than [`MAX_GAP`] apart
+/// share a range, up to [`MAX_RANGE`] bytes.
+fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target]) -> Vec<Range<'a>> {
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    while start < targets.len() {
+        let first = targets[start].entry.offset;
+        let mut end = first + targets[start].entry.length as u64;
+        let mut stop = start + 1;
+        while stop < targets.len() {
+            let e = &targets[stop].entry;
+            let e_end = e.offset + e.length as u64;
+            if e.offset > end + MAX_GAP || e_end - first > MAX_RANGE {
+                break;
+            }
+            end = end.max(e_end);
+            stop += 1;
+        }
+        ranges.push(Range { pack, start: first, end, targets: &targets[start..stop] });
+        start = stop;
+    }
+    ranges
+}
+
+/// Consecutive runs of ranges of at most [`WAVE_BYTES`] together (or a single
+/// longer range).
+fn waves<'r, 'a>(ranges: &'r [Range<'a>]) -> impl Iterator<Item = &'r [Range<'a>]> {
+    let mut rest = ranges;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let n = rest
+            .iter()
+            .take_while(|r| {
+                bytes += r.end - r.start;
+                bytes <= WAVE_BYTES
+            })
+            .count()
+            .max(1);
+        let (wave, tail) = rest.split_at(n);
+        rest = tail;
+        Some(wave)
+    })
+}
+
+/// A range and its bytes.
+type Fetched<'r, 'a> = (&'r Range<'a>, Vec<u8>);
+
+/// Fetches the ranges of a wave concurrently.
+fn fetch_wave<'r, 'a>(repo: &Repository, wave: &'r [Range<'a>], errors: &Errors) -> Vec<Fetched<'r, 'a>> {
+    wave.par_iter().filter_map(|r| fetch(repo, r, errors).map(|bytes| (r, bytes))).collect()
+}
+
+/// Writes the blobs of a fetched wave in parallel.
+fn write_wave(
+    repo: &Repository,
+    files: &[(PathBuf, Node)],
+    fetched: &[Fetched],
+    errors: &Errors,
+    progress: &dyn Progress,
+) {
+    let blobs: Vec<(&Range, &[u8], &[Target])> = fetched
+        .iter()
+        .flat_map(|(r, bytes)| {
+            r.targets.chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (*r, bytes.as_slice(), blob))
         })
-        .collect()
+        .collect();
+    blobs.par_iter().for_each(|(r, bytes, blob)| write_blob(repo, files, r, bytes, blob, errors, progress));
+}
+
+/// Reads a range, unless every file it serves has already failed.
+fn fetch(repo: &Repository, r: &Range, errors: &Errors) -> Option<Vec<u8>> {
+    if r.targets.iter().all(|t| errors.failed(t.file)) {
+        return None;
+    }
+    match repo.read_pack_range(r.pack, r.start, r.end - r.start) {
+        Ok(bytes) => Some(bytes),
+        Err(e) => {
+            errors.fail_all(r.targets, r.pack, &e.to_string());
+            None
+        }
+    }
+}
+
+/// Decrypts and verifies one blob read as part of `r` (`bytes`), and writes it
+/// to every target in `blob` (all of which name that blob).
+fn write_blob(
+    repo: &Repository,
+    files: &[(PathBuf, Node)],
+    r: &Range,
+    bytes: &[u8],
+    blob: &[Target],
+    errors: &Errors,
+    progress: &dyn Progress,
+) {
+    if blob.iter().all(|t| errors.failed(t.file)) {
+        return;
+    }
+    let e = &blob[0].entry;
+    let at = (e.offset - r.start) as usize;
+    let data = match repo.decode_blob(r.pack, e, &bytes[at..at + e.length as usize]) {
+        Ok(d) => d,
+        Err(err) => return errors.fail_all(blob, r.pack, &err.to_string()),
+    };
+    let zeros = data.iter().all(|&b| b == 0);
+    for t in blob {
+        let (path, node) = &files[t.file];
+        if errors.failed(t.file) {
+            continue;
+        }
+        if !(zeros && node.sparse) {
+            let w = OpenOptions::new().write(true).open(path).and_then(|f| f.write_all_at(&data, t.offset));
+            if let Err(err) = w {
+                errors.fail(t.file, Error::io(path, err));
+                continue;
+            }
+        }
+        progress.add_bytes(data.len() as u64);
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
 use coffer_core::repo::SnapshotFilter;
-use coffer_core::restore::{RestoreOptions, restore};
+use coffer_core::restore::{BatchLimits, RestoreOptions, restore};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, RestoreArgs};
@@ -29,6 +29,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         includes: a.includes.clone(),
         excludes: a.excludes.clone(),
         overwrite: a.overwrite,
+        batch: batch_limits()?,
     };
     let display = Display::new(global.json, global.quiet, "restore");
     let summary = restore(&repo, &snap, &opts, &display);
@@ -63,4 +64,17 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         return Err(anyhow!(err).context(format!("{n} entries could not be restored (first: {})", path.display())));
     }
     Ok(exit::OK)
+}
+
+/// The batch limits of the restore: the default, or for tests
+/// `COFFER_TEST_RESTORE_BATCH=N`, which closes a batch at N entries or N chunks
+/// so that small trees are restored in many batches.
+fn batch_limits() -> Result<BatchLimits> {
+    match std::env::var("COFFER_TEST_RESTORE_BATCH") {
+        Ok(v) if !v.is_empty() => {
+            let n: usize = v.parse().map_err(|_| anyhow!("COFFER_TEST_RESTORE_BATCH: {v:?} is not a count"))?;
+            Ok(BatchLimits { entries: n, chunks: n })
+        }
+        _ => Ok(BatchLimits::default()),
+    }
 }

@@ -1,0 +1,311 @@
+//! Restores in bounded batches: with tiny limits, a tree with nested directories,
+//! hard links whose names fall in different batches, files sharing chunks, a
+//! sparse file, symlinks and empty directories must come back exactly as with
+//! one large batch, and no batch may exceed the limits.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::backend::{Backend, OpendalBackend};
+use crate::backup::{BackupOptions, backup};
+use crate::chunker::ChunkerParams;
+use crate::crypto::ScryptParams;
+use crate::progress::NoProgress;
+use crate::repo::InitOptions;
+use crate::sign::SigningKey;
+use crate::testutil::noise;
+
+const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+
+/// Small chunks, so that files of a few tens of KiB have several.
+const SMALL_CHUNKS: ChunkerParams = ChunkerParams { min_size: 1 << 10, avg_size: 4 << 10, max_size: 16 << 10 };
+
+fn write(path: impl AsRef<Path>, data: &[u8]) {
+    std::fs::write(path, data).unwrap();
+}
+
+fn set_mtime(path: &Path, secs: i64, nanos: u32) {
+    let t = rustix::fs::Timespec { tv_sec: secs, tv_nsec: nanos as _ };
+    let times = rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        last_modification: t,
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, path, &times, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).unwrap();
+}
+
+/// Every entry below `root` (relative paths, sorted), children before parents
+/// when reversed.
+fn entries(root: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut names: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        for p in names {
+            out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Builds the source tree.
+fn build_source(src: &Path) {
+    for d in 0..4u64 {
+        for e in 0..3u64 {
+            let dir = src.join(format!("d{d}/e{e}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..6u64 {
+                let seed = 1 + d * 100 + e * 10 + f;
+                write(dir.join(format!("f{f}")), &noise(100 + (seed as usize * 997) % 30_000, seed));
+            }
+        }
+    }
+    // Files sharing chunks: a copy, and a file that starts with another's content.
+    let big = noise(200_000, 7);
+    write(src.join("d0/big"), &big);
+    write(src.join("d2/e1/big_copy"), &big);
+    let mut longer = big.clone();
+    longer.extend_from_slice(&noise(50_000, 8));
+    write(src.join("d3/longer"), &longer);
+    // A sparse file: a hole, then data, then a hole.
+    let sparse = std::fs::File::create(src.join("d1/sparse")).unwrap();
+    sparse.set_len(3 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, &noise(10_000, 9), 1 << 20).unwrap();
+    drop(sparse);
+    // Hard links between directories, walked far apart.
+    std::fs::hard_link(src.join("d0/e0/f0"), src.join("d3/e2/link_a")).unwrap();
+    std::fs::hard_link(src.join("d1/e1/f3"), src.join("d2/e0/link_b")).unwrap();
+    std::fs::hard_link(src.join("d1/e1/f3"), src.join("link_b2")).unwrap();
+    std::fs::hard_link(src.join("d0/big"), src.join("d0/e2/big_again")).unwrap();
+    // Symlinks, an empty directory, and a directory that only its mode sets apart.
+    std::os::unix::fs::symlink("e0/f1", src.join("d1/to_f1")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", src.join("d2/dangling")).unwrap();
+    std::fs::create_dir_all(src.join("d3/empty/deeper")).unwrap();
+    std::fs::set_permissions(src.join("d2/e2"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    // Distinct times everywhere, directories last (deepest first).
+    let all = entries(src);
+    for (i, rel) in all.iter().enumerate().rev() {
+        set_mtime(&src.join(rel), 1_400_000_000 + i as i64 * 3_600, (i as u32 * 7_919) % 1_000_000_000);
+    }
+    set_mtime(src, 1_300_000_000, 5);
+}
+
+/// Asserts that `got` holds what `want` holds: the same entries, kinds,
+/// contents, symlink targets, modes, mtimes (directories included), the same
+/// grouping of names into inodes, and holes where `want` has them.
+fn assert_same(want: &Path, got: &Path) {
+    let names = entries(want);
+    assert_eq!(names, entries(got), "entries differ");
+    let mut inodes: HashMap<u64, u64> = HashMap::new();
+    for rel in &names {
+        let (w, g) = (want.join(rel), got.join(rel));
+        let (wm, gm) = (std::fs::symlink_metadata(&w).unwrap(), std::fs::symlink_metadata(&g).unwrap());
+        assert_eq!(wm.file_type(), gm.file_type(), "{rel:?}: kind");
+        assert_eq!((wm.mtime(), wm.mtime_nsec()), (gm.mtime(), gm.mtime_nsec()), "{rel:?}: mtime");
+        if wm.file_type().is_symlink() {
+            assert_eq!(std::fs::read_link(&w).unwrap(), std::fs::read_link(&g).unwrap(), "{rel:?}: target");
+            continue;
+        }
+        assert_eq!(wm.mode(), gm.mode(), "{rel:?}: mode");
+        if wm.is_file() {
+            assert!(std::fs::read(&w).unwrap() == std::fs::read(&g).unwrap(), "{rel:?}: content");
+            assert_eq!(wm.nlink(), gm.nlink(), "{rel:?}: names");
+            let same = *inodes.entry(wm.ino()).or_insert(gm.ino());
+            assert_eq!(same, gm.ino(), "{rel:?}: not a name of the same file as before");
+            if wm.blocks() * 512 < wm.size() {
+                assert!(gm.blocks() * 512 < gm.size(), "{rel:?}: holes filled");
+            }
+        }
+    }
+    let distinct: std::collections::HashSet<u64> = inodes.values().copied().collect();
+    assert_eq!(distinct.len(), inodes.len(), "different files restored as one");
+}
+
+/// A repository in `dir` holding one backup of `src`, opened afresh with its
+/// index loaded, and the snapshot.
+fn backed_up(dir: &Path, src: &Path) -> (Repository, Snapshot) {
+    let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
+    let opts = InitOptions { kdf: FAST, chunker: SMALL_CHUNKS, pack_size: 1 << 20, ..InitOptions::default() };
+    let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
+    let key = SigningKey::generate();
+    repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+    let opts = BackupOptions { paths: vec![src.to_path_buf()], ..BackupOptions::default() };
+    let snapshot = backup(&repo, &opts, &key, &NoProgress).unwrap().snapshot;
+    let repo = Repository::open(be, b"pw").unwrap();
+    repo.load_index().unwrap();
+    (repo, snapshot)
+}
+
+/// What one batch held: entries, chunk references, and those of its last file.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    entries: usize,
+    chunks: usize,
+    last_file_chunks: usize,
+}
+
+/// A progress display that wants totals and records what it is told.
+#[derive(Default)]
+struct Recorder {
+    totals: Mutex<Option<(u64, u64)>>,
+    bytes: AtomicU64,
+    items: AtomicU64,
+}
+
+impl Progress for Recorder {
+    fn wants_totals(&self) -> bool {
+        true
+    }
+    fn set_total(&self, bytes: u64, items: u64) {
+        *self.totals.lock().unwrap() = Some((bytes, items));
+    }
+    fn add_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    fn add_item(&self, _path: &Path) {
+        self.items.fetch_add(1, Ordering::Relaxed);
+    }
+    fn warn(&self, path: &Path, message: &str) {
+        panic!("warning: {}: {message}", path.display());
+    }
+}
+
+/// Restores `src` from the snapshot into `target` with `limits`; returns the
+/// summary and what each batch held. The progress display was told the totals
+/// before, and every byte and file as it was written.
+fn restore_with(
+    repo: &Repository,
+    snapshot: &Snapshot,
+    src: &Path,
+    target: &Path,
+    limits: BatchLimits,
+    includes: &[&str],
+) -> (RestoreSummary, Vec<Seen>) {
+    let opts = RestoreOptions {
+        target: target.to_path_buf(),
+        subpath: Some(src.to_path_buf()),
+        includes: includes.iter().map(|s| s.to_string()).collect(),
+        batch: limits,
+        ..RestoreOptions::default()
+    };
+    let seen = Mutex::new(Vec::new());
+    let observe = |b: &plan::Batch| {
+        let chunks = b.files.iter().map(|(_, n)| n.content.len()).sum();
+        let last_file_chunks = b.files.last().map_or(0, |(_, n)| n.content.len());
+        let entries = b.files.len() + b.links.len() + b.dirs.len();
+        seen.lock().unwrap().push(Seen { entries, chunks, last_file_chunks });
+    };
+    let progress = Recorder::default();
+    let summary = restore_observed(repo, snapshot, &opts, &progress, &observe).unwrap();
+    assert!(summary.failures.is_empty(), "{:?}", summary.failures);
+    assert_eq!(summary.warnings, 0);
+    assert_eq!(*progress.totals.lock().unwrap(), Some((summary.bytes, summary.files)), "totals");
+    assert_eq!(progress.bytes.into_inner(), summary.bytes, "bytes reported");
+    assert_eq!(progress.items.into_inner(), summary.files, "files reported");
+    (summary, seen.into_inner().unwrap())
+}
+
+/// Every batch stays within `limits`: at most `entries` entries, and below
+/// `chunks` chunk references before its last file was added.
+fn assert_bounded(seen: &[Seen], limits: BatchLimits) {
+    for s in seen {
+        assert!(s.entries >= 1, "empty batch");
+        assert!(s.entries <= limits.entries, "{s:?} over {limits:?}");
+        assert!(s.chunks - s.last_file_chunks < limits.chunks, "{s:?} over {limits:?}");
+    }
+}
+
+#[test]
+fn tiny_batches_restore_exactly_what_one_batch_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    build_source(&src);
+    let (repo, snapshot) = backed_up(dir.path(), &src);
+
+    let whole = dir.path().join("whole");
+    let huge = BatchLimits { entries: usize::MAX, chunks: usize::MAX };
+    let (want, seen) = restore_with(&repo, &snapshot, &src, &whole, huge, &[]);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_same(&src, &whole);
+    // 4 * 3 * 6 files, big, big_copy, longer, sparse; 4 + 12 + 2 directories;
+    // 4 further names and 2 symlinks.
+    assert_eq!((want.files, want.dirs, want.others), (76, 18, 4 + 2));
+    let total_entries = seen[0].entries;
+    assert_eq!(total_entries as u64, want.files + 4 + want.dirs);
+
+    for limits in [
+        BatchLimits { entries: 1, chunks: 1 },
+        BatchLimits { entries: 3, chunks: 2 },
+        BatchLimits { entries: 1000, chunks: 5 },
+        BatchLimits { entries: 7, chunks: 1000 },
+        BatchLimits::DEFAULT,
+    ] {
+        let target = dir.path().join(format!("out_{}_{}", limits.entries, limits.chunks));
+        let (got, seen) = restore_with(&repo, &snapshot, &src, &target, limits, &[]);
+        assert_same(&src, &target);
+        assert_bounded(&seen, limits);
+        assert_eq!(seen.iter().map(|s| s.entries).sum::<usize>(), total_entries, "{limits:?}");
+        if limits.entries == 1 {
+            assert_eq!(seen.len(), total_entries);
+        }
+        assert_eq!(
+            (got.files, got.dirs, got.others, got.bytes),
+            (want.files, want.dirs, want.others, want.bytes),
+            "{limits:?}"
+        );
+    }
+}
+
+#[test]
+fn tiny_batches_with_includes_restore_only_what_is_selected() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    build_source(&src);
+    let (repo, snapshot) = backed_up(dir.path(), &src);
+    let sel = &["**/e1/f2", "d2/"];
+    let (want, _) = restore_with(&repo, &snapshot, &src, &dir.path().join("whole"), BatchLimits::DEFAULT, sel);
+    let target = dir.path().join("tiny");
+    let limits = BatchLimits { entries: 1, chunks: 1 };
+    let (got, seen) = restore_with(&repo, &snapshot, &src, &target, limits, sel);
+    assert_bounded(&seen, limits);
+    assert_eq!(entries(&dir.path().join("whole")), entries(&target));
+    assert_eq!((got.files, got.dirs, got.others), (want.files, want.dirs, want.others));
+    // Only d2 in full, and f2 of every e1 with the directories above it.
+    let files: Vec<PathBuf> =
+        entries(&target).into_iter().filter(|p| std::fs::symlink_metadata(target.join(p)).unwrap().is_file()).collect();
+    assert!(files.iter().all(|p| p.starts_with("d2") || p.ends_with("e1/f2")), "{files:?}");
+    assert!(files.contains(&PathBuf::from("d0/e1/f2")) && files.contains(&PathBuf::from("d2/e0/link_b")));
+    for rel in ["d2", "d2/e2", "d2/e1/big_copy", "d3/e1/f2", "d2/dangling"] {
+        let (w, g) =
+            (std::fs::symlink_metadata(src.join(rel)).unwrap(), std::fs::symlink_metadata(target.join(rel)).unwrap());
+        assert_eq!((w.mtime(), w.mtime_nsec(), w.mode()), (g.mtime(), g.mtime_nsec(), g.mode()), "{rel}");
+    }
+}
+
+#[test]
+fn a_file_with_more_chunks_than_the_limit_closes_the_batch_it_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    write(src.join("a"), &noise(300, 1));
+    write(src.join("b"), &noise(400_000, 2));
+    write(src.join("c"), &noise(300, 3));
+    let (repo, snapshot) = backed_up(dir.path(), &src);
+    let limits = BatchLimits { entries: 100, chunks: 4 };
+    let target = dir.path().join("out");
+    let (_, seen) = restore_with(&repo, &snapshot, &src, &target, limits, &[]);
+    assert_bounded(&seen, limits);
+    let sizes: Vec<(usize, usize)> = seen.iter().map(|s| (s.entries, s.chunks)).collect();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert_eq!(sizes[0].0, 2, "a and b close the first batch: {sizes:?}");
+    assert!(sizes[0].1 > 20, "{sizes:?}");
+    assert_eq!(sizes[1], (1, 1), "c alone: {sizes:?}");
+    assert_same(&src, &target);
+}

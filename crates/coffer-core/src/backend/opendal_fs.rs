@@ -90,6 +90,39 @@ fn local_read(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Gives an unnamed spool file the name of the object it holds, instead of copying
+/// it: for the local service, whose spool directory is on the repository's file
+/// system. The file is synced first (a name is given only to complete content) and
+/// gets the permissions of the repository's `config`, like objects written by
+/// OpenDAL. `Ok(false)` when it cannot be linked (it holds more than the object, it
+/// has a name, `/proc` is missing, or the object exists already, as after a retry):
+/// the caller copies it then.
+fn link_spool(root: &Path, name: &str, file: &std::fs::File, len: u64) -> std::io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::io::AsRawFd;
+    if file.metadata()?.len() != len {
+        return Ok(false);
+    }
+    let target = root.join(name);
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    file.sync_all()?;
+    if let Ok(config) = std::fs::metadata(root.join("config")) {
+        file.set_permissions(std::fs::Permissions::from_mode(config.permissions().mode() & 0o777))?;
+    }
+    let fd_path = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
+    let Ok(target_c) = std::ffi::CString::new(target.as_os_str().as_bytes()) else {
+        return Ok(false);
+    };
+    // SAFETY: both paths are NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::linkat(libc::AT_FDCWD, fd_path.as_ptr(), libc::AT_FDCWD, target_c.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+    };
+    Ok(r == 0)
+}
+
 /// [`Backend::write_file`] hands a file to OpenDAL in pieces of this size.
 const UPLOAD_PIECE: u64 = 1 << 20;
 
@@ -157,6 +190,11 @@ impl Backend for OpendalBackend {
     }
 
     fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {
+        if let Some(root) = &self.local_root
+            && link_spool(root, name, file, len).map_err(|e| io_err(name, e))?
+        {
+            return self.sync_dirs(name);
+        }
         let mut w = self.op.writer(name).map_err(|e| err(name, e))?;
         let mut offset = 0;
         while offset < len {
@@ -227,6 +265,32 @@ mod tests {
         be.write("data/ab/empty", Vec::new()).unwrap();
         assert!(be.read("data/ab/empty").unwrap().is_empty());
         assert!(be.read_range("data/ab/empty", 0, 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn write_file_links_an_unnamed_spool_file_into_place() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let be = OpendalBackend::local(dir.path()).unwrap();
+        be.write("config", b"c".to_vec()).unwrap();
+        let config_mode = std::fs::metadata(dir.path().join("config")).unwrap().permissions().mode() & 0o777;
+        let spool = be.spool_dir().unwrap();
+        std::fs::create_dir_all(&spool).unwrap();
+        let mut file = tempfile::tempfile_in(&spool).unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        file.write_all(&data).unwrap();
+        be.write_file("data/ef/obj", &file, data.len() as u64).unwrap();
+        assert_eq!(be.read("data/ef/obj").unwrap(), data);
+        let object = std::fs::metadata(dir.path().join("data/ef/obj")).unwrap();
+        // The same inode: linked, not copied; with the repository's permissions.
+        assert_eq!(object.ino(), file.metadata().unwrap().ino());
+        assert_eq!(object.permissions().mode() & 0o777, config_mode);
+        // Again, as a retry would: the object exists, so it is written over by a copy.
+        be.write_file("data/ef/obj", &file, data.len() as u64).unwrap();
+        assert_eq!(be.read("data/ef/obj").unwrap(), data);
+        drop(file);
+        assert_eq!(be.read("data/ef/obj").unwrap(), data);
+        assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0);
     }
 
     #[test]

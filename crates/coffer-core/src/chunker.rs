@@ -253,6 +253,10 @@ impl<'p, R: Read> BlockReader<'p, R> {
             if !self.eof {
                 // `read_to_end` on a `Take` reads into spare capacity without zero-filling
                 // it first (for readers such as `File`), which matters for small files.
+                // Exactly (grown by doubling, a block could pass `max_size + want`), and
+                // no more than the file is expected to hold.
+                let expected = usize::try_from(self.expected).unwrap_or(usize::MAX).saturating_add(1);
+                data.reserve_exact(step.min(expected));
                 let n = (&mut self.reader).take(step as u64).read_to_end(&mut data)?;
                 self.expected = self.expected.saturating_sub(n as u64);
                 self.eof = n < step;

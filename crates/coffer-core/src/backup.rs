@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, Metadata};
+use std::io::{Read, Take};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -35,6 +36,7 @@ use crate::progress::Progress;
 use crate::prune;
 use crate::repo::{BlobSaver, Repository, SnapshotFilter};
 use crate::session::{self, Session};
+use crate::source;
 use crate::sign::SigningKey;
 use crate::state::LocalState;
 
@@ -78,6 +80,9 @@ type Saved = (Node, Leaves);
 
 /// A file's blob ids and content digest.
 type FileContent = (Vec<Id>, Id);
+
+/// A file's content as read, and the size and times recorded with it.
+type ReadFile = (FileContent, source::Stamp);
 
 /// The outcome of a backup.
 #[derive(Debug)]
@@ -175,7 +180,7 @@ struct Archiver<'a> {
     progress: &'a dyn Progress,
     names: NameCache,
     /// Content and digest of files with several links, by (device, inode).
-    hardlinks: Mutex<HashMap<(u64, u64), FileContent>>,
+    hardlinks: Mutex<HashMap<(u64, u64), ReadFile>>,
     merkle_key: [u8; 32],
     /// Where the Merkle leaves of directories already saved are kept.
     spill: Spill,
@@ -331,7 +336,7 @@ pub fn backup(
             if paths.iter().any(|p| p.parent().is_none()) {
                 // The whole file system: "/" itself is the root tree.
                 let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
-                arch.save_dir(Path::new("/"), md.dev(), parent_tree)
+                arch.save_dir(Path::new("/"), &md, parent_tree)
             } else {
                 arch.save_virtual(&vroot, parent_tree)
             }
@@ -623,14 +628,14 @@ impl Archiver<'_> {
                 let (sub, below) = if crosses {
                     self.save_tree(Vec::new(), None)?
                 } else {
-                    self.save_dir(path, md.dev(), parent_sub)?
+                    self.save_dir(path, md, parent_sub)?
                 };
                 node.subtree = Some(sub);
                 leaves = below;
             }
             NodeKind::File => {
                 let parent = parent.filter(|p| p.kind == NodeKind::File);
-                match self.save_file(path, &node, parent)? {
+                match self.save_file(path, &mut node, parent)? {
                     Some((content, digest)) => {
                         node.content = content;
                         node.digest = Some(digest);
@@ -647,34 +652,46 @@ impl Archiver<'_> {
         Ok(Some((node, leaves)))
     }
 
-    fn save_dir(&self, path: &Path, dev: u64, parent: Option<Id>) -> Result<(Id, Leaves)> {
-        let rd = match std::fs::read_dir(path) {
-            Ok(rd) => rd,
+    /// Saves the directory at `path`, listed with metadata `md`: it is opened
+    /// without following a symlink and checked against `md`, and its entries are
+    /// examined in the directory so opened ([`source`]), never through its path.
+    fn save_dir(&self, path: &Path, md: &Metadata, parent: Option<Id>) -> Result<(Id, Leaves)> {
+        let dev = md.dev();
+        let listing = source::Dir::open(path, source::Listed::of(md))
+            .and_then(|d| Ok((d.names().map_err(source::Refused::Io)?, d)));
+        let (names, dir) = match listing {
+            Ok(l) => l,
             Err(e) => {
                 self.skip(path, format!("cannot list directory: {e}"));
                 return self.save_tree(Vec::new(), None);
             }
         };
         let mut entries = Vec::new();
-        for e in rd {
+        for e in names {
             match e {
-                Ok(e) => entries.push(e.file_name()),
+                Ok(name) => entries.push(name),
                 Err(e) => self.skip(path, format!("cannot list directory: {e}")),
             }
         }
         entries.sort();
+        // Examined while the directory is open, then closed before descending, so
+        // open directories do not pile up with depth.
+        let entries: Vec<_> = entries
+            .into_par_iter()
+            .filter_map(|name| match dir.metadata(&name) {
+                Ok(md) => Some((name, md)),
+                Err(e) => {
+                    self.skip(&path.join(&name), e.to_string());
+                    None
+                }
+            })
+            .collect();
+        drop(dir);
         let parent = self.parent_tree(parent);
         let results: Vec<Result<Option<Saved>>> = entries
-            .par_iter()
-            .map(|name| {
-                let child = path.join(name);
-                let md = match std::fs::symlink_metadata(&child) {
-                    Ok(md) => md,
-                    Err(e) => {
-                        self.skip(&child, e.to_string());
-                        return Ok(None);
-                    }
-                };
+            .into_par_iter()
+            .map(|(name, md)| {
+                let child = path.join(&name);
                 if self.excludes.matched(&child, md.is_dir()).is_ignore() {
                     return Ok(None);
                 }
@@ -706,8 +723,10 @@ impl Archiver<'_> {
     }
 
     /// Stores a file's content; returns its blob ids and digest, or `Ok(None)` when
-    /// it could not be read.
-    fn save_file(&self, path: &Path, node: &Node, parent: Option<&Node>) -> Result<Option<FileContent>> {
+    /// it could not be read. A file that is read gets the size and times it was
+    /// read with in `node` ([`source::read_stable`]), so its size is always its
+    /// content's.
+    fn save_file(&self, path: &Path, node: &mut Node, parent: Option<&Node>) -> Result<Option<FileContent>> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
         let unchanged = parent.filter(|p| self.unchanged(node, p));
         match unchanged {
@@ -728,25 +747,50 @@ impl Archiver<'_> {
         }
         let link_key = (node.links > 1).then_some((node.device, node.inode));
         if let Some(k) = link_key
-            && let Some(content) = self.hardlinks.lock().expect("poisoned").get(&k)
+            && let Some((content, stamp)) = self.hardlinks.lock().expect("poisoned").get(&k)
         {
             if unchanged.is_some() {
                 self.files_unchanged.fetch_add(1, Ordering::Relaxed);
             }
+            set_stamp(node, stamp);
             self.progress.add_bytes(node.size);
             self.progress.add_item(path);
             return Ok(Some(content.clone()));
         }
-        let (content, digest) = match self.read_content(path, node.size) {
-            Ok(c) => c,
+        let file = match source::open_file(path, source::Listed { dev: node.device, ino: node.inode }) {
+            Ok(f) => f,
+            Err(e) => {
+                self.skip(path, format!("cannot read file: {e}"));
+                return Ok(None);
+            }
+        };
+        let (reading, stamp) = match source::read_stable(&file, path, |r| self.read_content(r, path)) {
+            Ok(r) => r,
             Err(Error::Io { source, .. }) => {
                 self.skip(path, format!("cannot read file: {source}"));
                 return Ok(None);
             }
             Err(e) => return Err(e),
         };
+        let (content, digest) = match reading {
+            source::Reading::Stable(c) => c,
+            source::Reading::Changed(c) => {
+                // Kept, but the snapshot is marked incomplete: this content may
+                // never have been the file's as a whole.
+                self.skip(
+                    path,
+                    format!(
+                        "the file changed while it was read, twice; stored as read the second time ({} bytes), \
+                         which may mix old and new content: back it up again when it is not being written",
+                        stamp.size
+                    ),
+                );
+                c
+            }
+        };
+        set_stamp(node, &stamp);
         if let Some(k) = link_key {
-            self.hardlinks.lock().expect("poisoned").insert(k, (content.clone(), digest));
+            self.hardlinks.lock().expect("poisoned").insert(k, ((content.clone(), digest), stamp));
         }
         if let Some(p) = unchanged {
             if p.content == content && p.digest == Some(digest) {
@@ -771,8 +815,8 @@ impl Archiver<'_> {
     /// if a read-ahead slot is free (`rayon::join` lets an idle worker take the
     /// read, so I/O overlaps with CPU work without extra threads); the slots bound
     /// the blocks in memory to one per worker plus [`READ_AHEAD_SLOTS`].
-    fn read_content(&self, path: &Path, size: u64) -> Result<(Vec<Id>, Id)> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    fn read_content(&self, file: &mut Take<&File>, path: &Path) -> Result<FileContent> {
+        let size = file.limit();
         let mut reader = BlockReader::new(file, self.repo.chunker().clone(), BLOCK_BYTES, size, &self.blocks);
         let mut digest = blake3::Hasher::new();
         let mut ids = Vec::new();
@@ -814,6 +858,13 @@ impl Archiver<'_> {
     }
 }
 
-fn read_block<'p>(reader: &mut BlockReader<'p, File>, path: &Path) -> Result<Block<'p>> {
+fn read_block<'p>(reader: &mut BlockReader<'p, impl Read>, path: &Path) -> Result<Block<'p>> {
     reader.next_block().map_err(|e| Error::io(path, e))
+}
+
+/// Records in `node` the size and times its content was read with.
+fn set_stamp(node: &mut Node, stamp: &source::Stamp) {
+    node.size = stamp.size;
+    node.mtime = stamp.mtime;
+    node.ctime = stamp.ctime;
 }

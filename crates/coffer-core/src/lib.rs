@@ -40,6 +40,7 @@ pub mod repo;
 pub mod restore;
 pub mod retention;
 pub mod session;
+pub mod source;
 pub mod sign;
 pub mod state;
 pub mod walk;

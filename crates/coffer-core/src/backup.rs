@@ -25,6 +25,7 @@ use crate::chunker::{Block, BlockBuffers, BlockReader};
 use crate::error::{Error, Result};
 use crate::format::FORMAT_VERSION;
 use crate::format::pack::BlobType;
+use crate::format::signed::SignatureStatus;
 use crate::format::snapshot::{MAX_SKIPPED_LISTED, Skipped, Snapshot, Summary};
 use crate::format::tree::{Node, NodeKind, Tree};
 use crate::fsmeta::{self, NameCache};
@@ -267,12 +268,15 @@ pub fn backup(
         Some(id) => Some(id),
         None => {
             let filter = SnapshotFilter { host: Some(hostname.clone()), tags: vec![], paths: vec![] };
-            // A damaged snapshot cannot be a parent; `check` reports it.
+            // A damaged snapshot cannot be a parent; `check` reports it. Nor can
+            // one this client did not sign: change detection reuses a parent's
+            // content unread, and anyone holding the passphrase can store a
+            // snapshot naming this host and these paths.
             history
                 .live_snapshots()
                 .into_iter()
                 .rev()
-                .find(|(_, s)| filter.matches(s) && s.paths == path_strings)
+                .find(|(_, s)| filter.matches(s) && s.paths == path_strings && signed_by(s, key))
                 .map(|(id, _)| id)
         }
     };
@@ -284,11 +288,20 @@ pub fn backup(
     };
     let parent_tree = match &parent {
         Some((id, p)) => {
-            if !p.signature.is_valid() {
-                // Its content is authenticated all the same; only its author is unconfirmed.
+            if !signed_by(p, key) {
+                // Named with --parent: trusted as the user asked, but said.
+                let by = if p.signature.is_valid() {
+                    format!("signed by another writer, {}", p.signature.describe())
+                } else {
+                    p.signature.describe()
+                };
                 progress.warn(
                     Path::new("parent snapshot"),
-                    &format!("snapshot {}: {}; used for change detection anyway", id.short(), p.signature.describe()),
+                    &format!(
+                        "snapshot {} is {by}: the content it records for files that look unchanged is stored \
+                         without reading them, as --parent asked; use --force to read every file",
+                        id.short()
+                    ),
                 );
             }
             Some(p.tree)
@@ -418,6 +431,11 @@ pub fn backup(
         state.write_ids(HEADS_FILE, &[id])?;
     }
     Ok(BackupResult { id, snapshot })
+}
+
+/// Whether `snapshot` carries a valid signature by `key`, this client's writer key.
+fn signed_by(snapshot: &Snapshot, key: &SigningKey) -> bool {
+    matches!(&snapshot.signature, SignatureStatus::Valid { key: k, .. } if *k == key.public())
 }
 
 /// Copies into new packs every blob of the tree `root` (trees and file content)

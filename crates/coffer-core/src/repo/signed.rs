@@ -172,6 +172,20 @@ impl Repository {
         Ok(id)
     }
 
+    /// This client's signing key for the repository if its local state holds one;
+    /// nothing is created or registered (for a dry run).
+    pub fn existing_writer_key(&self, state: &LocalState) -> Result<Option<SigningKey>> {
+        let Some(bytes) = state.read(WRITER_KEY_FILE)? else {
+            return Ok(None);
+        };
+        parse_writer_key(&bytes).map(Some).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "the signing key file {} is damaged; move it away to create a new writer key",
+                state.path(WRITER_KEY_FILE).display()
+            ))
+        })
+    }
+
     /// This client's signing key for the repository, from the local state; created
     /// and registered on first use, and registered again if its record is gone.
     pub fn writer_key(&self, state: &LocalState) -> Result<SigningKey> {

@@ -1,8 +1,8 @@
 //! `coffer backup`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use coffer_core::backup::{BackupOptions, backup};
 use coffer_core::format::ObjectKind;
 use coffer_core::repo::InitOptions;
@@ -23,10 +23,27 @@ fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
     Ok(patterns)
 }
 
-/// Adds the repository itself to the excludes (when it lies inside a backed-up
-/// path, backing it up would store every earlier backup again).
-fn with_repository_excluded(mut patterns: Vec<String>, repo: &Path) -> Vec<String> {
-    if let Ok(abs) = std::fs::canonicalize(repo) {
+/// coffer's own files, always left out of a backup: the repository (backing it up
+/// would store every earlier backup again) and the local state directories, the
+/// one in use and the default one, which hold this client's signing keys. Each is
+/// given as written and with symlinks resolved, as the walk may meet either.
+fn own_files(repo: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![repo.to_path_buf()];
+    dirs.extend(repo_open::state_base().ok());
+    dirs.extend(dirs::home_dir().map(|h| h.join(".local/state/coffer")));
+    let mut out = Vec::new();
+    for d in dirs {
+        out.extend(std::fs::canonicalize(&d).ok());
+        out.extend(coffer_core::backup::clean_absolute(&d).ok());
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Adds `own` to the excludes, as patterns matching exactly those paths.
+fn with_own_files_excluded(mut patterns: Vec<String>, own: &[PathBuf]) -> Vec<String> {
+    for abs in own {
         let mut p = String::from("/");
         for c in abs.to_string_lossy().trim_start_matches('/').chars() {
             if matches!(c, '*' | '?' | '[' | ']' | '!' | '#' | '\\' | ' ') {
@@ -37,6 +54,22 @@ fn with_repository_excluded(mut patterns: Vec<String>, repo: &Path) -> Vec<Strin
         patterns.push(p);
     }
     patterns
+}
+
+/// Refuses a path to back up that lies inside coffer's own files.
+fn refuse_own_files(paths: &[PathBuf], own: &[PathBuf]) -> Result<()> {
+    for p in paths {
+        let resolved = coffer_core::backup::resolve_path(p)?;
+        if let Some(o) = own.iter().find(|o| resolved.starts_with(o)) {
+            bail!(
+                "{} is inside {}, which holds coffer's repository or local state (signing keys): it is never \
+                 backed up; give another path",
+                p.display(),
+                o.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
@@ -57,9 +90,20 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         Some(p) => Some(repo.resolve_prefix(ObjectKind::Snapshot, p)?),
         None => None,
     };
+    let state = repo_open::local_state(&repo)?;
+    let key = if a.dry_run {
+        // A dry run writes nothing, not even a writer registration; this client's
+        // key, if it has one, still finds the parent it signed.
+        repo.existing_writer_key(&state)?.unwrap_or_else(coffer_core::sign::SigningKey::generate)
+    } else {
+        repo.writer_key(&state)?
+    };
+    // Found once the state directory exists, so that its real path is known.
+    let own = own_files(&path);
+    refuse_own_files(&a.paths, &own)?;
     let opts = BackupOptions {
         paths: a.paths.clone(),
-        excludes: with_repository_excluded(read_exclude_files(a)?, &path),
+        excludes: with_own_files_excluded(read_exclude_files(a)?, &own),
         one_file_system: a.one_file_system,
         dry_run: a.dry_run,
         tags: a.tags.iter().filter(|t| !t.is_empty()).cloned().collect(),
@@ -67,13 +111,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         parent,
         force: a.force,
         reread_share: a.reread_share,
-        state: Some(repo_open::local_state(&repo)?),
-    };
-    let key = if a.dry_run {
-        // A dry run writes nothing, not even a writer registration.
-        coffer_core::sign::SigningKey::generate()
-    } else {
-        repo.writer_key(opts.state.as_ref().expect("set above"))?
+        state: Some(state),
     };
     let display = Display::new(global.json, global.quiet, "backup");
     let result = backup(&repo, &opts, &key, &display);

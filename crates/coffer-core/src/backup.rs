@@ -37,8 +37,8 @@ use crate::progress::Progress;
 use crate::prune;
 use crate::repo::{BlobSaver, Repository, SnapshotFilter};
 use crate::session::{self, Session};
-use crate::source;
 use crate::sign::SigningKey;
+use crate::source;
 use crate::state::LocalState;
 
 /// Bytes read from a file at a time (plus the part of a chunk left from the
@@ -643,11 +643,8 @@ impl Archiver<'_> {
                 self.dirs.fetch_add(1, Ordering::Relaxed);
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
                 let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
-                let (sub, below) = if crosses {
-                    self.save_tree(Vec::new(), None)?
-                } else {
-                    self.save_dir(path, md, parent_sub)?
-                };
+                let (sub, below) =
+                    if crosses { self.save_tree(Vec::new(), None)? } else { self.save_dir(path, md, parent_sub)? };
                 node.subtree = Some(sub);
                 leaves = below;
             }

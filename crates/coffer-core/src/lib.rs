@@ -40,8 +40,8 @@ pub mod repo;
 pub mod restore;
 pub mod retention;
 pub mod session;
-pub mod source;
 pub mod sign;
+pub mod source;
 pub mod state;
 pub mod walk;
 

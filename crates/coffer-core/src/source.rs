@@ -93,7 +93,11 @@ impl Listed {
             return Err(Refused::Replaced(describe(ft)));
         }
         if st.st_dev as u64 != self.dev || st.st_ino as u64 != self.ino {
-            return Err(Refused::Replaced(if want == FileType::Directory { "another directory" } else { "another file" }));
+            return Err(Refused::Replaced(if want == FileType::Directory {
+                "another directory"
+            } else {
+                "another file"
+            }));
         }
         Ok(())
     }
@@ -143,7 +147,7 @@ fn open_file_fd(path: &Path, listed: Listed) -> std::result::Result<OwnedFd, Ref
         Err(rustix::io::Errno::NOENT) => {} // no /proc: open by path, checked after
         r => return Ok(r?),
     }
-    Ok(open_noatime(CWD, path, read_flags() | OFlags::NOFOLLOW).map_err(no_follow_error)?)
+    open_noatime(CWD, path, read_flags() | OFlags::NOFOLLOW).map_err(no_follow_error)
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -626,7 +626,20 @@ impl Archiver<'_> {
         parent: Option<&Node>,
         dev: Option<u64>,
     ) -> Result<Option<Saved>> {
-        let (mut node, warning) = match fsmeta::read_node(name, path, md, &self.names) {
+        self.save_node(path, md, fsmeta::read_node(name, path, md, &self.names), parent, dev)
+    }
+
+    /// Saves one entry from its node as read (or why it could not be); `Ok(None)`
+    /// when it was skipped.
+    fn save_node(
+        &self,
+        path: &Path,
+        md: &Metadata,
+        read: std::result::Result<(Node, Option<String>), String>,
+        parent: Option<&Node>,
+        dev: Option<u64>,
+    ) -> Result<Option<Saved>> {
+        let (mut node, warning) = match read {
             Ok(r) => r,
             Err(e) => {
                 self.skip(path, e);
@@ -689,29 +702,34 @@ impl Archiver<'_> {
             }
         }
         entries.sort();
-        // Examined while the directory is open, then closed before descending, so
-        // open directories do not pile up with depth.
+        // Examined (metadata, symlink target, extended attributes) in the directory
+        // while it is open, then closed before descending, so open directories do
+        // not pile up with depth.
         let entries: Vec<_> = entries
             .into_par_iter()
-            .filter_map(|name| match dir.metadata(&name) {
-                Ok(md) => Some((name, md)),
-                Err(e) => {
-                    self.skip(&path.join(&name), e.to_string());
-                    None
+            .filter_map(|name| {
+                let child = path.join(&name);
+                let md = match dir.metadata(&name) {
+                    Ok(md) => md,
+                    Err(e) => {
+                        self.skip(&child, e.to_string());
+                        return None;
+                    }
+                };
+                if self.excludes.matched(&child, md.is_dir()).is_ignore() {
+                    return None;
                 }
+                let read = fsmeta::read_node(name.as_bytes(), &dir.entry_path(&name, &child), &md, &self.names);
+                Some((name, child, md, read))
             })
             .collect();
         drop(dir);
         let parent = self.parent_tree(parent);
         let results: Vec<Result<Option<Saved>>> = entries
             .into_par_iter()
-            .map(|(name, md)| {
-                let child = path.join(&name);
-                if self.excludes.matched(&child, md.is_dir()).is_ignore() {
-                    return Ok(None);
-                }
+            .map(|(name, child, md, read)| {
                 let pnode = parent.as_ref().and_then(|(_, t)| t.find(name.as_bytes()));
-                self.save_entry(&child, name.as_bytes(), &md, pnode, Some(dev))
+                self.save_node(&child, &md, read, pnode, Some(dev))
             })
             .collect();
         self.save_tree(results, parent.as_ref())

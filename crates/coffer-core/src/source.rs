@@ -163,6 +163,9 @@ fn no_follow_error(e: rustix::io::Errno) -> Refused {
 /// An opened directory that was checked against its listing.
 pub struct Dir {
     fd: OwnedFd,
+    /// `/proc/self/fd/N` for its descriptor, when that names it: a path through
+    /// which its entries are reached in this very directory.
+    by_fd: Option<std::path::PathBuf>,
 }
 
 impl Dir {
@@ -179,7 +182,29 @@ impl Dir {
         #[cfg(not(target_os = "linux"))]
         let fd = rustix::fs::openat(CWD, path, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(no_follow_error)?;
         listed.check(&fd, FileType::Directory)?;
-        Ok(Dir { fd })
+        let by_fd = Self::path_by_fd(&fd, listed);
+        Ok(Dir { fd, by_fd })
+    }
+
+    /// `/proc/self/fd/N` for `fd` if it leads to the directory `listed` (there may
+    /// be no `/proc`).
+    fn path_by_fd(fd: &OwnedFd, listed: Listed) -> Option<std::path::PathBuf> {
+        use std::os::fd::AsRawFd;
+        let p = std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        let st = rustix::fs::stat(&p).ok()?;
+        (st.st_dev as u64 == listed.dev && st.st_ino as u64 == listed.ino).then_some(p)
+    }
+
+    /// A path that reaches its entry `name` in this very directory, whatever
+    /// happens to the directory's own path (`/proc/self/fd/N/name`), for reads
+    /// that take a path, such as a symlink's target or extended attributes
+    /// (neither follows a symlink in the last component); `fallback` if there
+    /// is none.
+    pub fn entry_path(&self, name: &OsStr, fallback: &Path) -> std::path::PathBuf {
+        match &self.by_fd {
+            Some(p) => p.join(name),
+            None => fallback.to_path_buf(),
+        }
     }
 
     /// The names of its entries (without `.` and `..`), in the order read; an
@@ -407,6 +432,21 @@ mod tests {
         assert_eq!(md.len(), 4, "looked up through the symlink");
         // And what stands at the path now is not that file.
         assert_eq!(replaced(open_file(&d.join("f"), Listed::of(&md))), "another file");
+    }
+
+    #[test]
+    fn entry_paths_read_in_the_directory_that_was_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d, elsewhere) = (dir.path().join("d"), dir.path().join("elsewhere"));
+        std::fs::create_dir(&d).unwrap();
+        symlink("mine", d.join("l")).unwrap();
+        std::fs::create_dir(&elsewhere).unwrap();
+        symlink("root's", elsewhere.join("l")).unwrap();
+        let opened = Dir::open(&d, listed(&d)).unwrap();
+        std::fs::rename(&d, dir.path().join("moved")).unwrap();
+        symlink(&elsewhere, &d).unwrap();
+        let p = opened.entry_path(OsStr::new("l"), &d.join("l"));
+        assert_eq!(std::fs::read_link(p).unwrap(), Path::new("mine"));
     }
 
     /// Reads everything `read_stable` allows, calling `during` after each read.

@@ -48,8 +48,12 @@ fn excludes_from_options_and_files() {
         paths.iter().filter_map(|p| p.strip_prefix(src.to_str().unwrap()).map(String::from)).collect();
     assert_eq!(rel, vec!["", "/keep", "/keep/a.txt", "/keep/deep"], "{paths:?}");
     let snap = env.json(&["cat", "snapshot", &id]);
-    // The three given, and the repository itself.
-    assert_eq!(snap["snapshot"]["excludes"].as_array().unwrap().len(), 4);
+    // The three given, then the repository itself and coffer's local state.
+    let excludes: Vec<&str> =
+        snap["snapshot"]["excludes"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(excludes[..3], ["cache/", "*.tmp", "*.log"], "{excludes:?}");
+    assert!(excludes.iter().any(|e| e.ends_with("/repo")), "{excludes:?}");
+    assert!(excludes.iter().any(|e| e.ends_with("/.local/state/coffer")), "{excludes:?}");
 }
 
 #[test]

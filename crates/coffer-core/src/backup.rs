@@ -563,13 +563,23 @@ impl Archiver<'_> {
             .map(|(name, v)| {
                 let pnode = parent.as_ref().and_then(|(_, t)| t.find(name));
                 match v {
-                    VirtualNode::Real(path) => match std::fs::symlink_metadata(path) {
-                        Ok(md) => self.save_entry(path, name, &md, pnode, None),
-                        Err(e) => {
-                            self.skip(path, e.to_string());
-                            Ok(None)
+                    VirtualNode::Real(path) => {
+                        // Reached from `/` without following a symlink, and examined
+                        // in the directory so reached.
+                        let examined = source::Dir::open_parent_of(path).and_then(|dir| {
+                            let base = path.file_name().unwrap_or_default();
+                            let md = dir.metadata(base).map_err(source::Refused::Io)?;
+                            let read = fsmeta::read_node(name, &dir.entry_path(base, path), &md, &self.names);
+                            Ok((md, read))
+                        });
+                        match examined {
+                            Ok((md, read)) => self.save_entry(path, &md, read, pnode, None),
+                            Err(e) => {
+                                self.skip(path, e.to_string());
+                                Ok(None)
+                            }
                         }
-                    },
+                    }
                     VirtualNode::Dir(path, sub) => {
                         let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
                         let (mut node, warning) =
@@ -617,21 +627,9 @@ impl Archiver<'_> {
         Ok((self.saver.save(BlobType::Tree, &tree.encode())?.0, leaves))
     }
 
-    /// Saves one entry; `Ok(None)` when it was skipped.
+    /// Saves one entry from its node as read by [`fsmeta::read_node`] (or why it
+    /// could not be); `Ok(None)` when it was skipped.
     fn save_entry(
-        &self,
-        path: &Path,
-        name: &[u8],
-        md: &Metadata,
-        parent: Option<&Node>,
-        dev: Option<u64>,
-    ) -> Result<Option<Saved>> {
-        self.save_node(path, md, fsmeta::read_node(name, path, md, &self.names), parent, dev)
-    }
-
-    /// Saves one entry from its node as read (or why it could not be); `Ok(None)`
-    /// when it was skipped.
-    fn save_node(
         &self,
         path: &Path,
         md: &Metadata,
@@ -729,7 +727,7 @@ impl Archiver<'_> {
             .into_par_iter()
             .map(|(name, child, md, read)| {
                 let pnode = parent.as_ref().and_then(|(_, t)| t.find(name.as_bytes()));
-                self.save_node(&child, &md, read, pnode, Some(dev))
+                self.save_entry(&child, &md, read, pnode, Some(dev))
             })
             .collect();
         self.save_tree(results, parent.as_ref())

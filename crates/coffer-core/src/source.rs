@@ -186,6 +186,38 @@ impl Dir {
         Ok(Dir { fd, by_fd })
     }
 
+    /// Opens the directory holding `path` (absolute, its directories' symlinks
+    /// already resolved) one component at a time from `/`, following no symlink:
+    /// a directory on the way swapped for a symlink since the path was resolved
+    /// is refused. The directory is only for [`Dir::metadata`] and
+    /// [`Dir::entry_path`], not for listing.
+    pub fn open_parent_of(path: &Path) -> std::result::Result<Dir, Refused> {
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        // Only searched, not listed: on Linux a path handle, which needs no read
+        // permission (as `lstat` does not).
+        #[cfg(target_os = "linux")]
+        let access = OFlags::PATH;
+        #[cfg(not(target_os = "linux"))]
+        let access = OFlags::RDONLY;
+        let flags = access | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut handle = rustix::fs::openat(CWD, "/", flags, Mode::empty())?;
+        for c in parent.components() {
+            if let std::path::Component::Normal(name) = c {
+                let flags = flags | OFlags::NOFOLLOW;
+                handle = rustix::fs::openat(&handle, name, flags, Mode::empty()).map_err(|e| match e {
+                    rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
+                        Refused::Replaced("a symlink or other non-directory on the way to it")
+                    }
+                    e => e.into(),
+                })?;
+            }
+        }
+        let st = rustix::fs::fstat(&handle)?;
+        let listed = Listed { dev: st.st_dev as u64, ino: st.st_ino as u64 };
+        let by_fd = Self::path_by_fd(&handle, listed);
+        Ok(Dir { fd: handle, by_fd })
+    }
+
     /// `/proc/self/fd/N` for `fd` if it leads to the directory `listed` (there may
     /// be no `/proc`).
     fn path_by_fd(fd: &OwnedFd, listed: Listed) -> Option<std::path::PathBuf> {
@@ -447,6 +479,23 @@ mod tests {
         symlink(&elsewhere, &d).unwrap();
         let p = opened.entry_path(OsStr::new("l"), &d.join("l"));
         assert_eq!(std::fs::read_link(p).unwrap(), Path::new("mine"));
+    }
+
+    #[test]
+    fn a_given_path_is_reached_without_following_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (d, elsewhere) = (root.join("d"), root.join("elsewhere"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("f"), b"mine").unwrap();
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("f"), b"root only, longer").unwrap();
+        let parent = Dir::open_parent_of(&d.join("f")).unwrap();
+        assert_eq!(parent.metadata(OsStr::new("f")).unwrap().len(), 4);
+        // A directory on the way swapped for a symlink after the path was resolved.
+        std::fs::rename(&d, root.join("moved")).unwrap();
+        symlink(&elsewhere, &d).unwrap();
+        assert!(matches!(Dir::open_parent_of(&d.join("f")), Err(Refused::Replaced(_))));
     }
 
     /// Reads everything `read_stable` allows, calling `during` after each read.

@@ -154,7 +154,8 @@ pub struct BackupArgs {
     #[arg(long, short = 'n')]
     pub dry_run: bool,
     /// Snapshot to compare against for change detection (default: the latest with
-    /// the same host and paths).
+    /// the same host and paths that this client signed). Files that look unchanged
+    /// since it get its content without being read: name only a snapshot you trust.
     #[arg(long)]
     pub parent: Option<String>,
     /// Read every file, even those unchanged since the parent snapshot.

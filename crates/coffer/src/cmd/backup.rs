@@ -146,7 +146,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         );
         println!("Duration: {:.2}s", m.duration_ms as f64 / 1000.0);
         if s.is_incomplete() {
-            println!("{} entries could not be read: the snapshot is incomplete", s.skipped_count);
+            println!("{} entries could not be read or changed while read: the snapshot is incomplete", s.skipped_count);
         }
         match result.id {
             Some(id) => println!("snapshot {} saved", id.short()),

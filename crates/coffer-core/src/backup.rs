@@ -388,7 +388,9 @@ pub fn backup(
             bytes_new: stats.bytes_new,
             bytes_added: stats.bytes_stored,
             blobs_added: stats.blobs,
-            duration_ms: start.elapsed().as_millis() as u64,
+            // Rounded up, so that `time` plus the duration is never before the
+            // heads were taken (docs/design.md#history).
+            duration_ms: start.elapsed().as_micros().div_ceil(1000) as u64,
         },
         program: format!("coffer {}", env!("CARGO_PKG_VERSION")),
         writer: key.public(),

@@ -241,7 +241,9 @@ pub fn backup(
     // (docs/design.md#prune).
     let session = if opts.dry_run { None } else { Some(Session::start(repo, session::heartbeat())?) };
     let noticed_at_start = if opts.dry_run { HashSet::new() } else { prune::notices(repo)?.1 };
-    repo.load_index()?;
+    for e in repo.load_index()? {
+        progress.warn(Path::new("index"), &format!("{e}; {}", crate::repo::INDEX_FILE_SKIPPED));
+    }
     // Packs left by interrupted backups are reused. (Packs of backups still
     // running may be adopted too: harmless, as their session markers protect them.)
     if let Some(s) = &session
@@ -426,19 +428,17 @@ fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -
     let mut seen = HashSet::new();
     let mut stack = vec![root];
     let keep = |blob_type: BlobType, id: Id| -> Result<()> {
-        let (entry, pack) = repo.locate_blob(blob_type, &id)?;
+        let (_, pack) = repo.locate_blob(blob_type, &id)?;
         if !noticed.contains(&pack.id) {
             return Ok(());
         }
-        let data = repo
-            .read_pack_range(&pack, entry.offset, entry.length as u64)
-            .and_then(|sealed| repo.decode_blob(&pack, &entry, &sealed))
-            .map_err(|e| {
-                Error::InvalidInput(format!(
-                    "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
+        // Another copy serves if this one is gone already.
+        let data = repo.load_blob(blob_type, &id).map_err(|e| {
+            Error::InvalidInput(format!(
+                "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
                      written: run the backup again"
-                ))
-            })?;
+            ))
+        })?;
         saver.store_copy(blob_type, id, &data)?;
         Ok(())
     };

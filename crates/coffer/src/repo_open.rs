@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use coffer_core::backend::{Backend, Faults, FaultyBackend, OpendalBackend, RetryBackend, RetryPolicy};
-use coffer_core::repo::{InitOptions, Repository};
+use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository};
 
 use crate::args::GlobalArgs;
 use crate::password::{self, Purpose};
@@ -55,12 +55,37 @@ pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(RetryBackend::new(inner, policy)))
 }
 
-/// Opens the repository and loads its index.
+/// Opens the repository and loads its index. An index file that does not load is
+/// skipped with a warning on stderr.
 pub fn open(global: &GlobalArgs) -> Result<Repository> {
     let (path, _) = location(global)?;
     let repo = open_unindexed(global, &path)?;
-    repo.load_index()?;
+    load_index(global, &repo)?;
     Ok(repo)
+}
+
+/// Loads the index of `repo`, warning on stderr of each index file skipped.
+pub fn load_index(global: &GlobalArgs, repo: &Repository) -> Result<()> {
+    for e in repo.load_index()? {
+        warn(global, &format!("{e}; {INDEX_FILE_SKIPPED}"));
+    }
+    Ok(())
+}
+
+/// Warns on stderr of every bad copy of a blob that `repo` read past.
+pub fn report_bad_copies(global: &GlobalArgs, repo: &Repository) {
+    for line in repo.take_bad_copies() {
+        warn(global, &line);
+    }
+}
+
+/// One warning on stderr: a line of JSON with `--json`.
+fn warn(global: &GlobalArgs, message: &str) {
+    if global.json {
+        eprintln!("{}", serde_json::json!({"type": "warning", "message": message}));
+    } else {
+        eprintln!("warning: {message}");
+    }
 }
 
 /// Opens the repository without loading the index.

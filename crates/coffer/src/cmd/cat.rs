@@ -67,7 +67,7 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
             json!({"id": id, "packs": list})
         }
         "tree" => {
-            repo.load_index()?;
+            repo_open::load_index(global, &repo)?;
             let id = tree_id(&repo, need(a)?)?;
             json!({"id": id, "tree": repo.load_tree(&id)?})
         }

@@ -34,6 +34,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     let display = Display::new(global.json, global.quiet, "restore");
     let summary = restore(&repo, &snap, &opts, &display);
     display.finish();
+    repo_open::report_bad_copies(global, &repo);
     let summary = summary?;
     for (path, err) in &summary.failures {
         if global.json {

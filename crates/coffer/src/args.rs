@@ -92,6 +92,9 @@ pub enum Command {
     /// Manage key files (passphrases), and rotate the data key.
     #[command(after_help = EXIT_CODES)]
     Key(KeyArgs),
+    /// Rebuild damaged repository structures from what the packs hold.
+    #[command(after_help = EXIT_CODES)]
+    Repair(RepairArgs),
 }
 
 #[derive(Args, Debug)]
@@ -301,6 +304,27 @@ pub struct PruneArgs {
     /// backups can react (at least 2m unless COFFER_TEST_PRUNE_GRACE_MS is set).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub grace: Option<std::time::Duration>,
+}
+
+#[derive(Args, Debug)]
+pub struct RepairArgs {
+    #[command(subcommand)]
+    pub command: RepairCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RepairCommand {
+    /// Rebuild the index from the packs' own trailers and headers: new index files
+    /// for every pack that reads, then the old index files deleted. Safe to
+    /// interrupt, and while backups run.
+    Index(RepairIndexArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RepairIndexArgs {
+    /// Show what would be written and deleted; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug)]

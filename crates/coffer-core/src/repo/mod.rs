@@ -495,15 +495,31 @@ impl Repository {
     /// A pack's index record from its trailer and header; `None` if they do not
     /// read or verify.
     fn read_pack_record(&self, id: &Id, size: u64) -> Option<index_file::PackRecord> {
+        self.pack_record(id, size).ok()
+    }
+
+    /// A pack of `size` bytes' index record, from its own trailer and header
+    /// (authenticated with the keys). A trailer or header that does not read whole
+    /// or verify is damage naming the pack; a storage error is returned as such.
+    pub fn pack_record(&self, id: &Id, size: u64) -> Result<index_file::PackRecord> {
         let name = ObjectKind::Pack.path(id);
+        let damaged = |e: String| Error::corrupt(ObjectKind::Pack.describe(id), e);
+        let read = |offset: u64, len: u64| -> Result<Vec<u8>> {
+            let bytes = self.backend.read_range(&name, offset, len)?;
+            if bytes.len() as u64 != len {
+                return Err(damaged(format!("truncated: {} of the {len} bytes at offset {offset} read", bytes.len())));
+            }
+            Ok(bytes)
+        };
         let tlen = pack::TRAILER_LEN as u64;
-        let tail = self.backend.read_range(&name, size.checked_sub(tlen)?, tlen).ok()?;
-        let trailer = pack::decode_trailer(&tail, size).ok()?;
+        let start = size.checked_sub(tlen).ok_or_else(|| damaged(format!("{size} bytes: too short for a pack")))?;
+        let trailer = pack::decode_trailer(&read(start, tlen)?, size).map_err(damaged)?;
         let hlen = trailer.header_len as u64;
-        let sealed = self.backend.read_range(&name, size - tlen - hlen, hlen).ok()?;
-        let key = self.pack_key(trailer.epoch, trailer.cipher, &trailer.salt).ok()?;
-        let entries = pack::open_header(&key, &trailer, &sealed, size).ok()?;
-        Some(index_file::PackRecord {
+        let hstart = start.checked_sub(hlen).ok_or_else(|| damaged("its header would start before it".into()))?;
+        let sealed = read(hstart, hlen)?;
+        let key = self.pack_key(trailer.epoch, trailer.cipher, &trailer.salt).map_err(damaged)?;
+        let entries = pack::open_header(&key, &trailer, &sealed, size).map_err(damaged)?;
+        Ok(index_file::PackRecord {
             id: *id,
             salt: trailer.salt,
             cipher: trailer.cipher,

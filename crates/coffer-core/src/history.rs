@@ -153,6 +153,14 @@ impl History {
         self.tombstones.iter().find(|(i, _)| i == id).map(|(_, t)| (t.system_time(), "tombstone"))
     }
 
+    /// The heads in `remembered` (what this client saw last) that are gone with
+    /// nothing recording their removal: the storage serves an older state, or lost
+    /// them. Empty when no rollback shows.
+    pub fn missing_heads(&self, remembered: &[Id]) -> Vec<Id> {
+        let forgotten = self.forgotten();
+        remembered.iter().filter(|r| !self.present.contains(r) && !forgotten.contains_key(r)).copied().collect()
+    }
+
     /// Checks the links, the signatures, and that every head in `remembered` (what
     /// this client saw last time) is still accounted for.
     pub fn verify(&self, remembered: &[Id]) -> Findings {
@@ -212,8 +220,8 @@ impl History {
                 ));
             }
         }
-        for r in remembered {
-            if self.present.contains(r) || forgotten.contains_key(r) || reported.contains(r) {
+        for r in self.missing_heads(remembered) {
+            if reported.contains(&r) {
                 continue;
             }
             f.errors.push(format!(

@@ -4,8 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use coffer_core::Id;
 use coffer_core::backend::{Backend, Faults, FaultyBackend, OpendalBackend, RetryBackend, RetryPolicy};
-use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository};
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::history::{HEADS_FILE, History};
+use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository, SnapshotFilter};
 
 use crate::args::GlobalArgs;
 use crate::password::{self, Purpose};
@@ -129,4 +132,34 @@ pub fn state_base() -> Result<PathBuf> {
 /// The local state of an open repository.
 pub fn local_state(repo: &Repository) -> Result<coffer_core::state::LocalState> {
     Ok(coffer_core::state::LocalState::new(&state_base()?, &repo.config().id))
+}
+
+/// Finds a snapshot by `latest` (the newest passing `filter`) or by id prefix.
+/// `latest` is refused when this client saw history that is gone with nothing
+/// recording its removal (a rollback): it would silently name an older snapshot
+/// than the newest one. Naming the snapshot by id is the explicit way past it.
+pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> Result<(Id, Snapshot)> {
+    if name == "latest"
+        && let Ok(state) = local_state(repo)
+    {
+        let remembered = state.read_ids(HEADS_FILE)?;
+        let missing = if remembered.is_empty() { Vec::new() } else { History::load(repo)?.missing_heads(&remembered) };
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(|id| id.short()).collect();
+            return Err(coffer_core::Error::corrupt(
+                "latest",
+                format!(
+                    "the repository shows an older state than this client saw: history entries {} are gone and \
+                     nothing records their removal (the storage rolled back or lost them), so `latest` would name an \
+                     older snapshot than the newest one; name the snapshot by its id instead (`coffer snapshots` \
+                     lists them), or, if the repository was restored from an older copy on purpose, delete the \
+                     local file `{}` to accept it",
+                    ids.join(", "),
+                    state.path(HEADS_FILE).display()
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(repo.find_snapshot(name, filter)?)
 }

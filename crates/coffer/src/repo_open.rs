@@ -98,7 +98,7 @@ pub fn open_unindexed(global: &GlobalArgs, path: &Path) -> Result<Repository> {
 
 /// Opens the repository without loading the index, and returns the passphrase that
 /// opened it too (a key rotation wraps the new keys under it).
-pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Repository, String)> {
+pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Repository, password::Passphrase)> {
     if !path.exists() {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }

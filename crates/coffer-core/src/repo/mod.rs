@@ -143,6 +143,9 @@ impl Repository {
         if Self::exists(backend.as_ref())? {
             return Err(Error::RepoExists { location: backend.location() });
         }
+        if passphrase.is_empty() {
+            return Err(Error::InvalidInput(crate::keys::EMPTY_PASSPHRASE.into()));
+        }
         opts.chunker.validate().map_err(Error::InvalidInput)?;
         let config = Config {
             version: FORMAT_VERSION,

@@ -154,3 +154,33 @@ fn an_index_file_replayed_after_a_prune_does_not_shadow_the_good_copy() {
     assert!(err.contains("missing from the repository; dropped from the index"), "{err}");
     assert_success(&env.run(&["check", "--read-data"]));
 }
+
+#[test]
+fn a_prune_after_a_replayed_index_file_keeps_the_good_copy() {
+    let (env, src) = backed_up();
+    let first = env.json(&["snapshots"]).as_array().unwrap()[0]["id"].as_str().unwrap().to_string();
+    std::fs::remove_file(src.join("a")).unwrap();
+    std::fs::remove_file(src.join("c")).unwrap();
+    env.backup(&[&src]);
+    let saved: Vec<(PathBuf, Vec<u8>)> =
+        index_files(&env).into_iter().map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect();
+    assert_success(&env.run(&["forget", &first]));
+    let prune = || {
+        let out =
+            env.cmd().env("COFFER_TEST_PRUNE_GRACE_MS", "10").args(["prune", "--max-unused", "0"]).output().unwrap();
+        assert_success(&out);
+    };
+    prune();
+    for (p, b) in &saved {
+        if !p.exists() {
+            std::fs::write(p, b).unwrap();
+        }
+    }
+    // A second prune sees both copies of `d/b`: the one in the stored pack is the used one.
+    prune();
+    restores_whole(&env, &src, "after");
+    // The replayed files still list the packs that are gone: repair drops them.
+    assert_code(&env.run(&["repair", "index"]), 12);
+    assert_success(&env.run(&["check", "--read-data"]));
+    restores_whole(&env, &src, "repaired");
+}

@@ -175,7 +175,15 @@ impl MasterIndex {
         let pos = self.pack_number(rec)?;
         for e in &rec.entries {
             let r = Record::new(pos, e)?;
-            if let Some(first) = self.find_sorted(&e.id).or_else(|| self.recent.get(&e.id)).copied() {
+            if let Some(slot) = self.slot(&e.id) {
+                // A copy in a pack that is gone gives way to this one.
+                if self.is_absent(&self.sorted[slot]) {
+                    let old = std::mem::replace(&mut self.sorted[slot], r);
+                    Self::add_copy(&mut self.extra, &r, old);
+                } else {
+                    Self::add_copy(&mut self.extra, &self.sorted[slot], r);
+                }
+            } else if let Some(first) = self.recent.get(&e.id).copied() {
                 Self::add_copy(&mut self.extra, &first, r);
             } else {
                 self.recent.insert(e.id, r);
@@ -300,14 +308,15 @@ impl MasterIndex {
         self.extra.len()
     }
 
+    fn is_absent(&self, r: &Record) -> bool {
+        self.absent.get((r.pack & !TREE_BIT) as usize).copied().unwrap_or(false)
+    }
+
     /// Whether blob `id` of `blob_type` is stored, in a pack the storage holds (as
     /// far as [`set_stored_packs`](Self::set_stored_packs) was told). Compares the
     /// full id.
     pub fn contains(&self, id: &Id, blob_type: BlobType) -> bool {
-        self.find(id).is_some_and(|r| {
-            (r.pack & TREE_BIT != 0) == (blob_type == BlobType::Tree)
-                && !self.absent.get((r.pack & !TREE_BIT) as usize).copied().unwrap_or(false)
-        })
+        self.find(id).is_some_and(|r| (r.pack & TREE_BIT != 0) == (blob_type == BlobType::Tree) && !self.is_absent(r))
     }
 
     /// Tells the index which packs the storage holds: a blob served from a pack it
@@ -471,6 +480,11 @@ mod tests {
         let t = BlobType::Tree;
         assert!(!idx.contains(&only[0], t));
         assert_eq!(idx.get(&only[0]).unwrap().1.id, Id([1; 32]));
+        // Stored again during a run, it counts as stored, served from the new copy.
+        idx.add_pack(&record(3, &only[..1])).unwrap();
+        assert!(idx.contains(&only[0], t));
+        assert_eq!(idx.get(&only[0]).unwrap().1.id, Id([3; 32]));
+        assert_eq!(idx.copies(&only[0]).len(), 2);
     }
 
     #[test]

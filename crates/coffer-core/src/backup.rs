@@ -410,6 +410,11 @@ pub fn backup(
         ));
     }
     let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
+    // Copies read past while another served (the parent's trees, blobs rescued
+    // from a prune): damage in their packs.
+    for line in repo.take_bad_copies() {
+        progress.warn(Path::new("repository"), &line);
+    }
     if let Some(s) = session {
         s.finish()?;
     }

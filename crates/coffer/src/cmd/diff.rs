@@ -76,6 +76,7 @@ pub fn run(global: &GlobalArgs, a: &DiffArgs) -> Result<u8> {
     } else if !global.quiet {
         println!("{}", summary_text(&stats));
     }
+    repo_open::report_bad_copies(global, &repo);
     Ok(exit::OK)
 }
 

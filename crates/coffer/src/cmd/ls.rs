@@ -86,6 +86,7 @@ pub fn run(global: &GlobalArgs, a: &LsArgs) -> Result<u8> {
         print(global, a.long, p, n);
         Ok(())
     })?;
+    repo_open::report_bad_copies(global, &repo);
     Ok(exit::OK)
 }
 

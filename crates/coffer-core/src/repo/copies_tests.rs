@@ -140,3 +140,31 @@ fn a_bad_index_file_does_not_hide_the_others() {
     let repo = Repository::open(s.be.clone(), b"pw").unwrap();
     assert!(repo.load_index_files(&repo.list_ids(ObjectKind::Index).unwrap()).is_err());
 }
+
+/// `check` names a damaged copy as its pack's problem, but does not count the
+/// blob lost while another copy is good; with the good copy damaged too, it does.
+#[test]
+fn check_counts_a_blob_lost_only_when_no_copy_is_good() {
+    let s = setup();
+    let repo = Repository::open(s.be.clone(), b"pw").unwrap();
+    let good = s.be.read(&ObjectKind::Pack.path(&s.record.id)).unwrap();
+    let e = *s.record.entries.iter().find(|e| e.id == s.blob).unwrap();
+    let mut bytes = good.clone();
+    bytes[e.offset as usize + 20] ^= 0x40;
+    let mut damaged = s.record.clone();
+    damaged.id = Id::hash_of(&bytes);
+    s.be.write(&ObjectKind::Pack.path(&damaged.id), bytes.clone()).unwrap();
+    store_index_loading_first(&repo, &damaged, &s.index_file);
+
+    let opts = crate::check::CheckOptions { read_data: true, ..Default::default() };
+    let check = || crate::check::check(&Repository::open(s.be.clone(), b"pw").unwrap(), &opts, &NoProgress).unwrap();
+    let r = check();
+    assert!(r.errors.iter().any(|e| e.contains(&damaged.id.short())), "{:?}", r.errors);
+    assert!(r.damaged_blobs.iter().all(|d| d.id != s.blob), "{:?}", r.damaged_blobs);
+
+    // The good copy damaged too (in place): now the blob is lost.
+    s.be.delete(&ObjectKind::Pack.path(&s.record.id)).unwrap();
+    s.be.write(&ObjectKind::Pack.path(&s.record.id), bytes).unwrap();
+    let r = check();
+    assert!(r.damaged_blobs.iter().any(|d| d.id == s.blob), "{:?}", r.damaged_blobs);
+}

@@ -178,3 +178,86 @@ fn store(repo: &Repository, records: &[index_file::PackRecord], report: &mut Rep
     report.index_files_written.push(id);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::{Backend, OpendalBackend};
+    use crate::backup::{BackupOptions, backup};
+    use crate::crypto::ScryptParams;
+    use crate::progress::NoProgress;
+    use crate::repo::{InitOptions, SaverEvent};
+    use crate::sign::SigningKey;
+
+    /// A repository with one backup, and its backend.
+    fn backed_up(dir: &std::path::Path) -> Arc<dyn Backend> {
+        let src = dir.join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("f"), crate::testutil::noise(50_000, 3)).unwrap();
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
+        let opts = InitOptions { kdf: ScryptParams { log_n: 4, r: 8, p: 1 }, ..InitOptions::default() };
+        let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
+        let key = SigningKey::generate();
+        repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+        backup(&repo, &BackupOptions { paths: vec![src], ..BackupOptions::default() }, &key, &NoProgress).unwrap();
+        be
+    }
+
+    /// An index file a running backup's marker lists is kept: a prune spares that
+    /// backup's packs through it. A repair run later, the backup gone, removes it.
+    #[test]
+    fn index_files_of_a_running_backup_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = backed_up(dir.path());
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        let old = repo.list_ids(ObjectKind::Index).unwrap();
+        let session = session::Session::start(&repo, Duration::from_millis(10)).unwrap();
+        session.sink()(SaverEvent::IndexFile(old[0], Vec::new()));
+        std::thread::sleep(Duration::from_millis(100)); // a heartbeat records it
+        let r = repair_index(&repo, false, &NoProgress).unwrap();
+        assert_eq!((r.index_files_kept, r.index_files_deleted), (1, old.len() as u64 - 1), "{r:?}");
+        assert!(be.stat(&ObjectKind::Index.path(&old[0])).is_ok());
+        session.finish().unwrap();
+        let r = repair_index(&repo, false, &NoProgress).unwrap();
+        assert_eq!(r.index_files_kept, 0);
+        assert!(be.stat(&ObjectKind::Index.path(&old[0])).is_err());
+        // The repaired index covers every pack.
+        let repo = Repository::open(be, b"pw").unwrap();
+        assert!(repo.load_index().unwrap().is_empty());
+        assert_eq!(repo.index().packs().len() as u64, r.packs);
+    }
+
+    /// Interrupted after its new files are stored (the old ones still there), the
+    /// index is whole: every blob is found, in duplicate at worst.
+    #[test]
+    fn an_interrupted_repair_leaves_a_whole_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = backed_up(dir.path());
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        assert!(repo.load_index().unwrap().is_empty());
+        let before: Vec<Id> = repo.index().iter().map(|e| e.entry.id).collect();
+        let old = repo.list_ids(ObjectKind::Index).unwrap();
+        // The new files of a repair, without its deletions.
+        let saved: Vec<(Id, Vec<u8>)> =
+            old.iter().map(|id| (*id, be.read(&ObjectKind::Index.path(id)).unwrap())).collect();
+        repair_index(&repo, false, &NoProgress).unwrap();
+        for (id, bytes) in saved {
+            be.write(&ObjectKind::Index.path(&id), bytes).unwrap();
+        }
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        assert!(repo.load_index().unwrap().is_empty());
+        for id in &before {
+            assert!(repo.index().get(id).is_some());
+        }
+        assert_eq!(repo.index().len(), before.len());
+        // Repairing again leaves one copy of each.
+        repair_index(&repo, false, &NoProgress).unwrap();
+        let repo = Repository::open(be, b"pw").unwrap();
+        assert!(repo.load_index().unwrap().is_empty());
+        assert_eq!(repo.index().blobs_with_copies(), 0);
+        assert_eq!(repo.index().len(), before.len());
+    }
+}

@@ -199,6 +199,22 @@ mod tests {
         be
     }
 
+    /// No key file is ever made for an empty passphrase.
+    #[test]
+    fn an_empty_passphrase_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(dir.path()).unwrap());
+        let opts = InitOptions { kdf: FAST, ..InitOptions::default() };
+        let err = Repository::init(be.clone(), b"", &opts).err().expect("refused");
+        assert!(err.to_string().contains("empty passphrase"), "{err}");
+        assert!(!Repository::exists(be.as_ref()).unwrap());
+        let be = init(dir.path());
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        assert!(add(&repo, b"", FAST).unwrap_err().to_string().contains("empty passphrase"));
+        assert!(passwd(&repo, b"", FAST).unwrap_err().to_string().contains("empty passphrase"));
+        assert_eq!(repo.list_ids(ObjectKind::Key).unwrap().len(), 1);
+    }
+
     #[test]
     fn add_remove_passwd() {
         let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,8 @@ for round in 1 2 3; do
   for v in old new; do
     B=$OLD; [ $v = new ] && B=$NEW
     T=$(mktemp -d /tmp/ab.XXXX); export HOME=$T/home COFFER_REPOSITORY=$T/repo
-    $B init -q --kdf-log-n 10 >/dev/null
+    # Builds before --insecure-kdf existed refuse the flag.
+    $B init -q --kdf-log-n 10 --insecure-kdf >/dev/null 2>&1 || $B init -q --kdf-log-n 10 >/dev/null
     sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
     s=$(date +%s.%N); $B -q backup $D/v1 >/dev/null; e=$(date +%s.%N); first=$(echo "$e - $s" | bc)
     s=$(date +%s.%N); $B -q backup $D/v1 >/dev/null; e=$(date +%s.%N); unch=$(echo "$e - $s" | bc)

@@ -15,7 +15,7 @@ P=$PWD/target/release/examples/prefill_index
 export COFFER_PASSWORD=pw
 W=$(mktemp -d /tmp/index-scale.XXXX)
 for n in $SIZES; do
-  $B --repo $W/base-$n init -q --kdf-log-n 10 >/dev/null
+  $B --repo $W/base-$n init -q --kdf-log-n 10 --insecure-kdf >/dev/null
   $P $W/base-$n $n
 done
 for round in 1 2 3; do

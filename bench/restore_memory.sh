@@ -24,7 +24,7 @@ for i in range(n):
         f.write(rng.randbytes(rng.randint(100, 4000)))
 PY
 manifest() { (cd "$1" && find . -mindepth 1 \( -type d -printf '%p d %m %T@\n' \) -o -printf '%p %y %s %m %T@\n' | sort); }
-"$NEW" init -q --kdf-log-n 10 >/dev/null
+"$NEW" init -q --kdf-log-n 10 --insecure-kdf >/dev/null
 for n in 20000 200000; do
   python3 gen.py "$W/data-$n" $n
   "$NEW" -q backup "$W/data-$n"

@@ -247,7 +247,9 @@ pub fn backup(
     // (docs/design.md#prune).
     let session = if opts.dry_run { None } else { Some(Session::start(repo, session::heartbeat())?) };
     let noticed_at_start = if opts.dry_run { HashSet::new() } else { prune::notices(repo)?.1 };
-    repo.load_index()?;
+    for e in repo.load_index()? {
+        progress.warn(Path::new("index"), &format!("{e}; {}", crate::repo::INDEX_FILE_SKIPPED));
+    }
     // Packs left by interrupted backups are reused. (Packs of backups still
     // running may be adopted too: harmless, as their session markers protect them.)
     if let Some(s) = &session
@@ -406,7 +408,9 @@ pub fn backup(
             bytes_new: stats.bytes_new,
             bytes_added: stats.bytes_stored,
             blobs_added: stats.blobs,
-            duration_ms: start.elapsed().as_millis() as u64,
+            // Rounded up, so that `time` plus the duration is never before the
+            // heads were taken (docs/design.md#history).
+            duration_ms: start.elapsed().as_micros().div_ceil(1000) as u64,
         },
         program: format!("coffer {}", env!("CARGO_PKG_VERSION")),
         writer: key.public(),
@@ -424,6 +428,11 @@ pub fn backup(
         ));
     }
     let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
+    // Copies read past while another served (the parent's trees, blobs rescued
+    // from a prune): damage in their packs.
+    for line in repo.take_bad_copies() {
+        progress.warn(Path::new("repository"), &line);
+    }
     if let Some(s) = session {
         s.finish()?;
     }
@@ -447,19 +456,17 @@ fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -
     let mut seen = HashSet::new();
     let mut stack = vec![root];
     let keep = |blob_type: BlobType, id: Id| -> Result<()> {
-        let (entry, pack) = repo.locate_blob(blob_type, &id)?;
+        let (_, pack) = repo.locate_blob(blob_type, &id)?;
         if !noticed.contains(&pack.id) {
             return Ok(());
         }
-        let data = repo
-            .read_pack_range(&pack, entry.offset, entry.length as u64)
-            .and_then(|sealed| repo.decode_blob(&pack, &entry, &sealed))
-            .map_err(|e| {
-                Error::InvalidInput(format!(
-                    "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
+        // Another copy serves if this one is gone already.
+        let data = repo.load_blob(blob_type, &id).map_err(|e| {
+            Error::InvalidInput(format!(
+                "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
                      written: run the backup again"
-                ))
-            })?;
+            ))
+        })?;
         saver.store_copy(blob_type, id, &data)?;
         Ok(())
     };

@@ -34,6 +34,7 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
             Some((_, s)) => forgotten.push(Forgotten {
                 id: *id,
                 time: s.time.clone(),
+                end: humantime::format_rfc3339_nanos(s.end_time()).to_string(),
                 hostname: s.hostname.clone(),
                 paths: s.paths.clone(),
                 history: s.history.clone(),
@@ -42,6 +43,7 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
             None if history.present.contains(id) => forgotten.push(Forgotten {
                 id: *id,
                 time: String::new(),
+                end: String::new(),
                 hostname: String::new(),
                 paths: Vec::new(),
                 history: Vec::new(),

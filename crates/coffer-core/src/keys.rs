@@ -60,7 +60,13 @@ pub fn resolve(repo: &Repository, prefix: &str) -> Result<Id> {
     }
 }
 
+/// Why an empty passphrase is refused for a new key file.
+pub const EMPTY_PASSPHRASE: &str = "an empty passphrase is not allowed: anyone could open the repository";
+
 fn store(repo: &Repository, keys: &MasterKeys, passphrase: &[u8], kdf: ScryptParams) -> Result<Id> {
+    if passphrase.is_empty() {
+        return Err(Error::InvalidInput(EMPTY_PASSPHRASE.into()));
+    }
     let kf =
         KeyFile::create(keys, passphrase, kdf, repo.cipher(), crate::fsmeta::hostname(), crate::fsmeta::username())
             .map_err(Error::InvalidInput)?;
@@ -191,6 +197,22 @@ mod tests {
         let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(dir).unwrap());
         Repository::init(be.clone(), b"pw", &InitOptions { kdf: FAST, ..InitOptions::default() }).unwrap();
         be
+    }
+
+    /// No key file is ever made for an empty passphrase.
+    #[test]
+    fn an_empty_passphrase_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(dir.path()).unwrap());
+        let opts = InitOptions { kdf: FAST, ..InitOptions::default() };
+        let err = Repository::init(be.clone(), b"", &opts).err().expect("refused");
+        assert!(err.to_string().contains("empty passphrase"), "{err}");
+        assert!(!Repository::exists(be.as_ref()).unwrap());
+        let be = init(dir.path());
+        let repo = Repository::open(be.clone(), b"pw").unwrap();
+        assert!(add(&repo, b"", FAST).unwrap_err().to_string().contains("empty passphrase"));
+        assert!(passwd(&repo, b"", FAST).unwrap_err().to_string().contains("empty passphrase"));
+        assert_eq!(repo.list_ids(ObjectKind::Key).unwrap().len(), 1);
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod merkle;
 pub mod progress;
 pub mod proof;
 pub mod prune;
+pub mod repair;
 pub mod repo;
 pub mod restore;
 pub mod retention;

@@ -258,6 +258,9 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         .collect();
     report.packs = stored.len() as u64;
     report.bytes_before = stored.values().sum();
+    // A blob indexed in a pack that is gone (an index file the storage replayed)
+    // is served, and so counted used, from a copy in a stored pack.
+    repo.index_mut().set_stored_packs(&stored.keys().copied().collect());
     let mut usage: HashMap<Id, Usage> = HashMap::new();
     {
         let index = repo.index();

@@ -92,6 +92,9 @@ pub enum Command {
     /// Manage key files (passphrases), and rotate the data key.
     #[command(after_help = EXIT_CODES)]
     Key(KeyArgs),
+    /// Rebuild damaged repository structures from what the packs hold.
+    #[command(after_help = EXIT_CODES)]
+    Repair(RepairArgs),
 }
 
 #[derive(Args, Debug)]
@@ -111,9 +114,14 @@ pub struct InitArgs {
     /// Target pack size (e.g. 16M).
     #[arg(long, default_value = "16M", value_parser = parse_size)]
     pub pack_size: u64,
-    /// scrypt cost: log2(N). Lower is faster to open and weaker against guessing.
+    /// scrypt cost: log2(N). Lower is faster to open and weaker against guessing;
+    /// below 15 (the default) only with --insecure-kdf.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]
     pub kdf_log_n: u8,
+    /// Accept a --kdf-log-n below 15: a key file that is cheaper to guess (tests,
+    /// throwaway repositories).
+    #[arg(long)]
+    pub insecure_kdf: bool,
 }
 
 /// Which snapshots `latest` may pick.
@@ -305,6 +313,27 @@ pub struct PruneArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct RepairArgs {
+    #[command(subcommand)]
+    pub command: RepairCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RepairCommand {
+    /// Rebuild the index from the packs' own trailers and headers: new index files
+    /// for every pack that reads, then the old index files deleted. Safe to
+    /// interrupt, and while backups run.
+    Index(RepairIndexArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RepairIndexArgs {
+    /// Show what would be written and deleted; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct KeyArgs {
     #[command(subcommand)]
     pub command: KeyCommand,
@@ -331,9 +360,14 @@ pub struct NewKeyArgs {
     /// Read the new passphrase from this file (first line). COFFER_NEW_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_NEW_PASSWORD_FILE")]
     pub new_password_file: Option<PathBuf>,
-    /// scrypt cost of the new key file: log2(N). Lower is faster to open and weaker against guessing.
+    /// scrypt cost of the new key file: log2(N). Lower is faster to open and weaker against guessing;
+    /// below 15 (the default) only with --insecure-kdf.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]
     pub kdf_log_n: u8,
+    /// Accept a --kdf-log-n below 15: a key file that is cheaper to guess (tests,
+    /// throwaway repositories).
+    #[arg(long)]
+    pub insecure_kdf: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1,13 +1,24 @@
 //! Where passphrases come from: COFFER_PASSWORD, the password file, or a prompt on
 //! the terminal (asked twice when a repository is being created); for the passphrase
 //! of a new key file, COFFER_NEW_PASSWORD, the new password file, or a prompt asked twice.
+//!
+//! A passphrase is held in a [`Passphrase`], wiped from memory when dropped, and so
+//! is every buffer it passes through here (the password file's content, a prompt's
+//! answer). A passphrase for a new key file (or a new repository) may not be empty.
+//! (The copy in the process environment, when COFFER_PASSWORD is used, belongs to
+//! the environment and is not wiped.)
 
 use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use coffer_core::crypto::ScryptParams;
+use zeroize::Zeroizing;
 
 use crate::args::GlobalArgs;
+
+/// A passphrase, wiped from memory when dropped.
+pub type Passphrase = Zeroizing<String>;
 
 /// Whether the passphrase is for a new repository (then it is confirmed).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -16,27 +27,30 @@ pub enum Purpose {
     Create,
 }
 
-/// Reads the passphrase. Never logs or prints it.
-pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<String> {
-    if let Ok(p) = std::env::var("COFFER_PASSWORD") {
-        return Ok(p);
-    }
-    if let Some(file) = &global.password_file {
-        return first_line(file);
-    }
-    if !std::io::stdin().is_terminal() {
+/// Reads the passphrase. Never logs or prints it. One for a new repository may
+/// not be empty.
+pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<Passphrase> {
+    let pw = if let Some(p) = env("COFFER_PASSWORD") {
+        p
+    } else if let Some(file) = &global.password_file {
+        first_line(file)?
+    } else if !std::io::stdin().is_terminal() {
         bail!("no passphrase: set COFFER_PASSWORD or COFFER_PASSWORD_FILE, pass --password-file, or run on a terminal");
+    } else if purpose == Purpose::Create {
+        prompt_twice("enter passphrase for repository: ", "enter the passphrase again: ")?
+    } else {
+        Zeroizing::new(rpassword::prompt_password("enter passphrase for repository: ")?)
+    };
+    if purpose == Purpose::Create && pw.is_empty() {
+        bail!("{EMPTY}");
     }
-    if purpose == Purpose::Create {
-        return prompt_twice("enter passphrase for repository: ", "enter the passphrase again: ");
-    }
-    Ok(rpassword::prompt_password("enter passphrase for repository: ")?)
+    Ok(pw)
 }
 
 /// Reads the passphrase of a new key file: COFFER_NEW_PASSWORD, the new password
 /// file, or a prompt on the terminal (asked twice). An empty one is refused.
-pub fn read_new(new_password_file: Option<&Path>) -> Result<String> {
-    let pw = if let Ok(p) = std::env::var("COFFER_NEW_PASSWORD") {
+pub fn read_new(new_password_file: Option<&Path>) -> Result<Passphrase> {
+    let pw = if let Some(p) = env("COFFER_NEW_PASSWORD") {
         p
     } else if let Some(file) = new_password_file {
         first_line(file)?
@@ -49,23 +63,44 @@ pub fn read_new(new_password_file: Option<&Path>) -> Result<String> {
         );
     };
     if pw.is_empty() {
-        bail!("an empty passphrase is not allowed");
+        bail!("{EMPTY}");
     }
     Ok(pw)
 }
 
-fn first_line(file: &Path) -> Result<String> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read password file {}", file.display()))?;
-    Ok(text.lines().next().unwrap_or("").to_string())
+const EMPTY: &str = "an empty passphrase is not allowed: anyone could open the repository; choose a passphrase \
+                     (a long one: it is all that protects the data)";
+
+/// The scrypt cost for a new key file: `log_n` below the default needs `insecure`.
+pub fn kdf(log_n: u8, insecure: bool) -> Result<ScryptParams> {
+    let floor = ScryptParams::DEFAULT.log_n;
+    if log_n < floor && !insecure {
+        bail!(
+            "--kdf-log-n {log_n} is below {floor}, the least coffer uses by default: the key file would be \
+             {}x cheaper to guess; pass --insecure-kdf as well to accept that (for tests and throwaway repositories)",
+            1u64 << (floor - log_n)
+        );
+    }
+    Ok(ScryptParams { log_n, ..ScryptParams::DEFAULT })
 }
 
-fn prompt_twice(first_prompt: &str, again_prompt: &str) -> Result<String> {
-    let first = rpassword::prompt_password(first_prompt)?;
+fn env(name: &str) -> Option<Passphrase> {
+    std::env::var(name).ok().map(Zeroizing::new)
+}
+
+fn first_line(file: &Path) -> Result<Passphrase> {
+    let text = Zeroizing::new(
+        std::fs::read_to_string(file).with_context(|| format!("cannot read password file {}", file.display()))?,
+    );
+    Ok(Zeroizing::new(text.lines().next().unwrap_or("").to_string()))
+}
+
+fn prompt_twice(first_prompt: &str, again_prompt: &str) -> Result<Passphrase> {
+    let first = Zeroizing::new(rpassword::prompt_password(first_prompt)?);
     if first.is_empty() {
-        bail!("an empty passphrase is not allowed");
+        bail!("{EMPTY}");
     }
-    let again = rpassword::prompt_password(again_prompt)?;
+    let again = Zeroizing::new(rpassword::prompt_password(again_prompt)?);
     if again != first {
         bail!("the passphrases do not match");
     }

@@ -4,8 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use coffer_core::Id;
 use coffer_core::backend::{Backend, Faults, FaultyBackend, OpendalBackend, RetryBackend, RetryPolicy};
-use coffer_core::repo::{InitOptions, Repository};
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::history::{HEADS_FILE, History};
+use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository, SnapshotFilter};
 
 use crate::args::GlobalArgs;
 use crate::password::{self, Purpose};
@@ -55,12 +58,37 @@ pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(RetryBackend::new(inner, policy)))
 }
 
-/// Opens the repository and loads its index.
+/// Opens the repository and loads its index. An index file that does not load is
+/// skipped with a warning on stderr.
 pub fn open(global: &GlobalArgs) -> Result<Repository> {
     let (path, _) = location(global)?;
     let repo = open_unindexed(global, &path)?;
-    repo.load_index()?;
+    load_index(global, &repo)?;
     Ok(repo)
+}
+
+/// Loads the index of `repo`, warning on stderr of each index file skipped.
+pub fn load_index(global: &GlobalArgs, repo: &Repository) -> Result<()> {
+    for e in repo.load_index()? {
+        warn(global, &format!("{e}; {INDEX_FILE_SKIPPED}"));
+    }
+    Ok(())
+}
+
+/// Warns on stderr of every bad copy of a blob that `repo` read past.
+pub fn report_bad_copies(global: &GlobalArgs, repo: &Repository) {
+    for line in repo.take_bad_copies() {
+        warn(global, &line);
+    }
+}
+
+/// One warning on stderr: a line of JSON with `--json`.
+fn warn(global: &GlobalArgs, message: &str) {
+    if global.json {
+        eprintln!("{}", serde_json::json!({"type": "warning", "message": message}));
+    } else {
+        eprintln!("warning: {message}");
+    }
 }
 
 /// Opens the repository without loading the index.
@@ -70,7 +98,7 @@ pub fn open_unindexed(global: &GlobalArgs, path: &Path) -> Result<Repository> {
 
 /// Opens the repository without loading the index, and returns the passphrase that
 /// opened it too (a key rotation wraps the new keys under it).
-pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Repository, String)> {
+pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Repository, password::Passphrase)> {
     if !path.exists() {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
@@ -104,4 +132,34 @@ pub fn state_base() -> Result<PathBuf> {
 /// The local state of an open repository.
 pub fn local_state(repo: &Repository) -> Result<coffer_core::state::LocalState> {
     Ok(coffer_core::state::LocalState::new(&state_base()?, &repo.config().id))
+}
+
+/// Finds a snapshot by `latest` (the newest passing `filter`) or by id prefix.
+/// `latest` is refused when this client saw history that is gone with nothing
+/// recording its removal (a rollback): it would silently name an older snapshot
+/// than the newest one. Naming the snapshot by id is the explicit way past it.
+pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> Result<(Id, Snapshot)> {
+    if name == "latest"
+        && let Ok(state) = local_state(repo)
+    {
+        let remembered = state.read_ids(HEADS_FILE)?;
+        let missing = if remembered.is_empty() { Vec::new() } else { History::load(repo)?.missing_heads(&remembered) };
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(|id| id.short()).collect();
+            return Err(coffer_core::Error::corrupt(
+                "latest",
+                format!(
+                    "the repository shows an older state than this client saw: history entries {} are gone and \
+                     nothing records their removal (the storage rolled back or lost them), so `latest` would name an \
+                     older snapshot than the newest one; name the snapshot by its id instead (`coffer snapshots` \
+                     lists them), or, if the repository was restored from an older copy on purpose, delete the \
+                     local file `{}` to accept it",
+                    ids.join(", "),
+                    state.path(HEADS_FILE).display()
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(repo.find_snapshot(name, filter)?)
 }

@@ -32,7 +32,11 @@ fn key_list(env: &Env, passphrase: &str) -> Vec<Value> {
 /// Adds a key file for `new` (opening with `opener`) and returns its id.
 fn key_add(env: &Env, opener: &str, new: &str) -> String {
     let file = passphrase_file(env, new);
-    let out = run_as(env, opener, &["--json", "key", "add", "--new-password-file", &file, "--kdf-log-n", "10"]);
+    let out = run_as(
+        env,
+        opener,
+        &["--json", "key", "add", "--new-password-file", &file, "--kdf-log-n", "10", "--insecure-kdf"],
+    );
     assert_success(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["added"].as_str().unwrap().to_string()
@@ -66,7 +70,7 @@ fn add_list_and_remove() {
     assert!(list[0]["created"].as_str().unwrap().ends_with('Z'));
 
     let file = passphrase_file(&env, "second passphrase");
-    let out = env.run(&["--json", "key", "add", "--new-password-file", &file, "--kdf-log-n", "11"]);
+    let out = env.run(&["--json", "key", "add", "--new-password-file", &file, "--kdf-log-n", "11", "--insecure-kdf"]);
     assert_success(&out);
     let second = serde_json::from_slice::<Value>(&out.stdout).unwrap()["added"].as_str().unwrap().to_string();
     assert_eq!(key_files(&env), {
@@ -143,7 +147,8 @@ fn passwd_replaces_the_key_in_use() {
     assert!(err.contains("no new passphrase"), "{err}");
 
     let file = passphrase_file(&env, "new passphrase");
-    let out = env.run(&["--json", "key", "passwd", "--new-password-file", &file, "--kdf-log-n", "10"]);
+    let out =
+        env.run(&["--json", "key", "passwd", "--new-password-file", &file, "--kdf-log-n", "10", "--insecure-kdf"]);
     assert_success(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["removed"], old.as_str());

@@ -69,7 +69,7 @@ fn missing_repository_is_exit_10() {
 #[test]
 fn init_refuses_an_existing_repository() {
     let env = Env::new();
-    let out = env.run(&["init", "--kdf-log-n", "10"]);
+    let out = env.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]);
     let err = assert_code(&out, 1);
     assert!(err.contains("already exists"), "{err}");
 }

@@ -74,6 +74,8 @@ pub(super) fn plan(repo: &Repository, ids: &[Id]) -> (Vec<Run>, Vec<Placed>) {
 
 /// Decrypts and decodes the sealed bytes of tree `id`, as [`Repository::load_tree`] does.
 fn decode_tree(repo: &Repository, id: &Id, pack: &PackInfo, entry: &PackEntry, sealed: &[u8]) -> Result<Tree> {
-    let data = repo.decode_blob(pack, entry, sealed)?;
+    // A bad copy gives way to another copy the index knows.
+    let data =
+        repo.decode_blob(pack, entry, sealed).or_else(|e| repo.load_other_copy(BlobType::Tree, id, &pack.id, e))?;
     Tree::decode(&data).map_err(|e| Error::corrupt(format!("tree {}", id.short()), e))
 }

@@ -13,8 +13,12 @@ use crate::sign::PublicKey;
 pub struct Forgotten {
     /// The snapshot's id.
     pub id: Id,
-    /// Its time.
+    /// Its time (when its backup started).
     pub time: String,
+    /// When its backup finished (`time` plus its duration), RFC 3339; empty when
+    /// unknown (a damaged snapshot, or a tombstone written before this field existed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub end: String,
     /// Its host.
     pub hostname: String,
     /// Its paths.

@@ -10,6 +10,11 @@
 //! exists. A decision always compares the full id, never a prefix. Blobs added
 //! during a run go to a small hash map first and are merged into the array in
 //! bulk, so adding stays amortised O(1) per blob.
+//!
+//! Every location the index files give is kept: the array holds one per blob (the
+//! copy served first), and the rare further copies (concurrent writers,
+//! interrupted runs, an index file the storage replays after a prune) wait in a
+//! side table, so that a read can fall back to them when a copy is bad.
 
 use std::collections::HashMap;
 
@@ -105,6 +110,11 @@ impl Drop for BulkLoad<'_> {
     }
 }
 
+/// Whether two records place a blob at the same spot of the same pack.
+fn same_place(a: &Record, b: &Record) -> bool {
+    a.pack & !TREE_BIT == b.pack & !TREE_BIT && a.offset == b.offset
+}
+
 fn bucket(id: &Id) -> usize {
     (id.0[0] as usize) << 8 | id.0[1] as usize
 }
@@ -115,8 +125,13 @@ pub struct MasterIndex {
     /// `sorted[fanout[b]..fanout[b + 1]]` holds the ids whose first two bytes are `b`.
     fanout: Vec<u32>,
     recent: HashMap<Id, Record>,
+    /// Further copies of blobs, besides the one in `sorted` or `recent`.
+    extra: HashMap<Id, Vec<Record>>,
     packs: Vec<PackInfo>,
     pack_pos: HashMap<Id, u32>,
+    /// By pack number: whether the storage does not hold the pack (see
+    /// [`MasterIndex::set_stored_packs`]).
+    absent: Vec<bool>,
 }
 
 impl Default for MasterIndex {
@@ -125,8 +140,10 @@ impl Default for MasterIndex {
             sorted: Vec::new(),
             fanout: vec![0; FANOUT + 1],
             recent: HashMap::new(),
+            extra: HashMap::new(),
             packs: Vec::new(),
             pack_pos: HashMap::new(),
+            absent: Vec::new(),
         }
     }
 }
@@ -142,13 +159,34 @@ impl MasterIndex {
         Ok(pos)
     }
 
+    /// Records `r` as a further copy of its blob, unless it is known already.
+    fn add_copy(extra: &mut HashMap<Id, Vec<Record>>, first: &Record, r: Record) {
+        if same_place(first, &r) {
+            return;
+        }
+        let copies = extra.entry(r.id).or_default();
+        if !copies.iter().any(|c| same_place(c, &r)) {
+            copies.push(r);
+        }
+    }
+
     /// Adds the blobs of one pack written during this run.
     pub fn add_pack(&mut self, rec: &PackRecord) -> Result<(), String> {
         let pos = self.pack_number(rec)?;
         for e in &rec.entries {
             let r = Record::new(pos, e)?;
-            if self.find_sorted(&e.id).is_none() {
-                self.recent.entry(e.id).or_insert(r);
+            if let Some(slot) = self.slot(&e.id) {
+                // A copy in a pack that is gone gives way to this one.
+                if self.is_absent(&self.sorted[slot]) {
+                    let old = std::mem::replace(&mut self.sorted[slot], r);
+                    Self::add_copy(&mut self.extra, &r, old);
+                } else {
+                    Self::add_copy(&mut self.extra, &self.sorted[slot], r);
+                }
+            } else if let Some(first) = self.recent.get(&e.id).copied() {
+                Self::add_copy(&mut self.extra, &first, r);
+            } else {
+                self.recent.insert(e.id, r);
             }
         }
         if self.recent.len() > MERGE_THRESHOLD.max(self.sorted.len() / 8) {
@@ -194,9 +232,20 @@ impl MasterIndex {
 
     fn rebuild(&mut self) {
         // Several copies of a blob (concurrent writers, interrupted runs) hold the same
-        // plaintext; any one location serves.
-        self.sorted.par_sort_unstable_by_key(|a| a.id);
-        self.sorted.dedup_by(|a, b| a.id == b.id);
+        // plaintext: the one of the pack loaded first is served, the others are kept
+        // aside for reads to fall back to.
+        self.sorted.par_sort_unstable_by_key(|a| (a.id, a.pack & !TREE_BIT, a.offset));
+        let mut kept = 0;
+        for i in 0..self.sorted.len() {
+            let r = self.sorted[i];
+            if kept > 0 && self.sorted[kept - 1].id == r.id {
+                Self::add_copy(&mut self.extra, &self.sorted[kept - 1], r);
+            } else {
+                self.sorted[kept] = r;
+                kept += 1;
+            }
+        }
+        self.sorted.truncate(kept);
         self.sorted.shrink_to_fit();
         let mut b = 0;
         for (i, r) in self.sorted.iter().enumerate() {
@@ -235,15 +284,64 @@ impl MasterIndex {
         self.merge_recent();
     }
 
-    /// The location of blob `id`.
+    /// The location of blob `id`: the copy served first.
     pub fn get(&self, id: &Id) -> Option<(IndexEntry, &PackInfo)> {
         let e = self.find(id)?.entry();
         Some((e, &self.packs[e.pack as usize]))
     }
 
-    /// Whether blob `id` of `blob_type` is stored. Compares the full id.
+    /// Every location of blob `id` the index files give, the one [`get`](Self::get)
+    /// returns first.
+    pub fn copies(&self, id: &Id) -> Vec<(IndexEntry, &PackInfo)> {
+        let Some(first) = self.find(id) else { return Vec::new() };
+        std::iter::once(first)
+            .chain(self.extra.get(id).into_iter().flatten())
+            .map(|r| {
+                let e = r.entry();
+                (e, &self.packs[e.pack as usize])
+            })
+            .collect()
+    }
+
+    /// Number of blobs with more than one indexed copy.
+    pub fn blobs_with_copies(&self) -> usize {
+        self.extra.len()
+    }
+
+    fn is_absent(&self, r: &Record) -> bool {
+        self.absent.get((r.pack & !TREE_BIT) as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether blob `id` of `blob_type` is stored, in a pack the storage holds (as
+    /// far as [`set_stored_packs`](Self::set_stored_packs) was told). Compares the
+    /// full id.
     pub fn contains(&self, id: &Id, blob_type: BlobType) -> bool {
-        self.find(id).is_some_and(|r| (r.pack & TREE_BIT != 0) == (blob_type == BlobType::Tree))
+        self.find(id).is_some_and(|r| (r.pack & TREE_BIT != 0) == (blob_type == BlobType::Tree) && !self.is_absent(r))
+    }
+
+    /// Tells the index which packs the storage holds: a blob served from a pack it
+    /// does not hold is served from another copy if one lies in a stored pack, and
+    /// a blob with no such copy no longer counts as stored for
+    /// [`contains`](Self::contains) (so a backup stores it again rather than refer
+    /// to a pack that is gone, for example one an index file the storage replayed
+    /// still lists). [`get`](Self::get) still finds it, so a read names the missing pack.
+    pub fn set_stored_packs(&mut self, stored: &std::collections::HashSet<Id>) {
+        self.merge_recent();
+        self.absent = self.packs.iter().map(|p| !stored.contains(&p.id)).collect();
+        let absent = |r: &Record| self.absent[(r.pack & !TREE_BIT) as usize];
+        let mut swaps = Vec::new();
+        for (id, copies) in &self.extra {
+            let Some(slot) = self.slot(id) else { continue };
+            if absent(&self.sorted[slot])
+                && let Some(i) = copies.iter().position(|c| !absent(c))
+            {
+                swaps.push((*id, slot, i));
+            }
+        }
+        for (id, slot, i) in swaps {
+            let copies = self.extra.get_mut(&id).expect("listed above");
+            std::mem::swap(&mut self.sorted[slot], &mut copies[i]);
+        }
     }
 
     /// Number of indexed blobs.
@@ -270,6 +368,7 @@ impl MasterIndex {
     pub fn memory_bytes(&self) -> usize {
         self.sorted.capacity() * std::mem::size_of::<Record>()
             + self.fanout.capacity() * 4
+            + self.extra.values().map(|c| c.capacity() * std::mem::size_of::<Record>() + 64).sum::<usize>()
             + self.recent.capacity() * (std::mem::size_of::<Record>() + std::mem::size_of::<Id>() + 8)
     }
 }
@@ -337,6 +436,55 @@ mod tests {
         idx.add_pack(&record(3, &a)).unwrap();
         assert_eq!(idx.len(), 10);
         assert_eq!(idx.packs().len(), 3);
+    }
+
+    /// Every copy the index files give is kept, the first loaded served first; the
+    /// same pack listed twice is one copy.
+    #[test]
+    fn every_copy_is_kept() {
+        let a = ids(10, 3);
+        let mut idx = MasterIndex::default();
+        idx.add_packs([&record(1, &a), &record(2, &a), &record(1, &a)]).unwrap();
+        idx.add_pack(&record(3, &a)).unwrap();
+        idx.add_pack(&record(3, &a)).unwrap();
+        idx.merge();
+        for id in &a {
+            let packs: Vec<Id> = idx.copies(id).iter().map(|(_, p)| p.id).collect();
+            assert_eq!(packs, [Id([1; 32]), Id([2; 32]), Id([3; 32])]);
+            assert_eq!(idx.get(id).unwrap().1.id, Id([1; 32]));
+        }
+        assert_eq!(idx.blobs_with_copies(), 10);
+        assert!(idx.copies(&Id([9; 32])).is_empty());
+    }
+
+    /// A copy in a pack the storage lacks gives way to one it holds; a blob with
+    /// no copy left does not count as stored, but is still found.
+    #[test]
+    fn copies_in_absent_packs_give_way() {
+        let a = ids(4, 5);
+        let only = ids(2, 6);
+        let mut idx = MasterIndex::default();
+        let mut old = record(1, &a);
+        old.entries.extend(record(1, &only).entries.into_iter().map(|mut e| {
+            e.offset += 10_000;
+            e
+        }));
+        idx.add_packs([&old, &record(2, &a)]).unwrap();
+        assert_eq!(idx.get(&a[0]).unwrap().1.id, Id([1; 32]));
+        idx.set_stored_packs(&[Id([2; 32])].into_iter().collect());
+        for (i, id) in a.iter().enumerate() {
+            assert_eq!(idx.get(id).unwrap().1.id, Id([2; 32]));
+            let t = if i % 3 == 0 { BlobType::Tree } else { BlobType::Data };
+            assert!(idx.contains(id, t));
+        }
+        let t = BlobType::Tree;
+        assert!(!idx.contains(&only[0], t));
+        assert_eq!(idx.get(&only[0]).unwrap().1.id, Id([1; 32]));
+        // Stored again during a run, it counts as stored, served from the new copy.
+        idx.add_pack(&record(3, &only[..1])).unwrap();
+        assert!(idx.contains(&only[0], t));
+        assert_eq!(idx.get(&only[0]).unwrap().1.id, Id([3; 32]));
+        assert_eq!(idx.copies(&only[0]).len(), 2);
     }
 
     #[test]

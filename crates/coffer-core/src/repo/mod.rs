@@ -2,6 +2,8 @@
 //! saves blobs and sealed objects. The layers above (backup, restore, check) use it;
 //! it uses the backend, crypto and format layers. See docs/design.md.
 
+#[cfg(test)]
+mod copies_tests;
 mod index;
 mod saver;
 mod signed;
@@ -11,7 +13,7 @@ pub use index::{IndexEntry, MasterIndex, PackInfo};
 pub use saver::{BlobSaver, SaverEvent, SaverStats};
 pub use signed::{WRITER_KEY_FILE, Writers};
 
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use rayon::prelude::*;
 
@@ -33,6 +35,17 @@ use crate::id::Id;
 
 /// Snapshots that could not be loaded, each as the error naming it.
 pub type DamagedSnapshots = Vec<Error>;
+
+/// Index files that could not be loaded, each as the error naming it.
+pub type DamagedIndexFiles = Vec<Error>;
+
+/// What a command that skips a damaged index file tells the user.
+pub const INDEX_FILE_SKIPPED: &str =
+    "skipped, so the blobs only it lists are not found; run `coffer check`, then `coffer repair index`";
+
+/// At most this many bad copies of blobs are remembered for
+/// [`Repository::take_bad_copies`].
+const BAD_COPIES_KEPT: usize = 1000;
 
 /// Settings chosen when a repository is created.
 #[derive(Clone, Debug)]
@@ -69,6 +82,8 @@ pub struct Repository {
     key_id: Id,
     tree_id_key: Key,
     writers: RwLock<Option<Writers>>,
+    /// Copies of blobs that failed to read while another copy served.
+    bad_copies: Mutex<Vec<String>>,
 }
 
 /// Which snapshots a name like `latest` may pick.
@@ -128,6 +143,9 @@ impl Repository {
         if Self::exists(backend.as_ref())? {
             return Err(Error::RepoExists { location: backend.location() });
         }
+        if passphrase.is_empty() {
+            return Err(Error::InvalidInput(crate::keys::EMPTY_PASSPHRASE.into()));
+        }
         opts.chunker.validate().map_err(Error::InvalidInput)?;
         let config = Config {
             version: FORMAT_VERSION,
@@ -165,6 +183,7 @@ impl Repository {
             key_id,
             tree_id_key,
             writers: RwLock::new(None),
+            bad_copies: Mutex::new(Vec::new()),
         }
     }
 
@@ -368,32 +387,83 @@ impl Repository {
         index_file::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))
     }
 
-    /// Loads every index file into the master index, in parallel.
-    pub fn load_index(&self) -> Result<()> {
+    /// Loads every index file into the master index, in parallel, and tells it
+    /// which packs the storage holds. One index file that does not load (damaged,
+    /// planted, unreadable) does not stop the others: it is skipped and returned,
+    /// for the caller to report with [`INDEX_FILE_SKIPPED`]. Only a failure to
+    /// list the storage fails the call.
+    pub fn load_index(&self) -> Result<DamagedIndexFiles> {
         let listed = self.backend.list(ObjectKind::Index.prefix())?;
         // Each blob takes at least an entry's bytes in its index file: an upper
         // bound on the records, so the record array is allocated once.
         let expected = listed.iter().map(|o| o.size as usize / pack::ENTRY_LEN).sum();
         let mut ids: Vec<Id> = listed.iter().filter_map(|o| ObjectKind::Index.id_from_path(&o.name)).collect();
         ids.sort();
-        self.load_index_files_expecting(&ids, expected)
+        let mut damaged = self.load_index_files_expecting(&ids, expected, false)?;
+        // A file gone since the listing was replaced (by a prune or a repair, which
+        // store the replacement first): the new files are read instead.
+        let mut seen: std::collections::HashSet<Id> = ids.into_iter().collect();
+        for _ in 0..3 {
+            let before = damaged.len();
+            damaged.retain(|e| !matches!(e, Error::Backend(b) if is_not_found(b)));
+            if damaged.len() == before {
+                break;
+            }
+            let mut new: Vec<Id> =
+                self.list_ids(ObjectKind::Index)?.into_iter().filter(|id| !seen.contains(id)).collect();
+            new.sort();
+            seen.extend(&new);
+            damaged.extend(self.load_index_files_expecting(&new, 0, false)?);
+        }
+        let stored: std::collections::HashSet<Id> = self
+            .backend
+            .list(ObjectKind::Pack.prefix())?
+            .iter()
+            .filter_map(|o| ObjectKind::Pack.id_from_path(&o.name))
+            .collect();
+        self.index_mut().set_stored_packs(&stored);
+        Ok(damaged)
     }
 
-    /// Loads the index files `ids` into the master index, in parallel.
+    /// Loads the index files `ids` into the master index, in parallel. Any file
+    /// that does not load fails the call (for prune, which must know every pack's
+    /// use).
     pub fn load_index_files(&self, ids: &[Id]) -> Result<()> {
-        self.load_index_files_expecting(ids, 0)
+        match self.load_index_files_expecting(ids, 0, true)?.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Loads index files a few at a time per thread, so decoded files never
-    /// accumulate: memory is the index itself plus a few files.
-    fn load_index_files_expecting(&self, ids: &[Id], expected: usize) -> Result<()> {
+    /// accumulate: memory is the index itself plus a few files. Returns the files
+    /// that did not load; with `strict`, stops at the first.
+    fn load_index_files_expecting(&self, ids: &[Id], expected: usize, strict: bool) -> Result<DamagedIndexFiles> {
         let mut index = self.index_mut();
         let mut bulk = index.bulk(expected);
+        let mut damaged = Vec::new();
         for batch in ids.chunks(4 * rayon::current_num_threads()) {
-            let files: Vec<_> = batch.par_iter().map(|id| self.load_index_file(id)).collect::<Result<_>>()?;
-            bulk.add(files.iter().flatten()).map_err(|e| Error::corrupt("index", e))?;
+            let files: Vec<_> = batch.par_iter().map(|id| (id, self.load_index_file(id))).collect();
+            for (id, file) in files {
+                // A file is added whole or not at all.
+                let file = file.and_then(|recs| {
+                    let beyond = recs.iter().flat_map(|r| &r.entries).find(|e| e.offset > u32::MAX as u64);
+                    match beyond {
+                        None => Ok(recs),
+                        Some(e) => Err(Error::corrupt(
+                            ObjectKind::Index.describe(id),
+                            format!("lists blob {} at offset {}, beyond what a pack holds", e.id.short(), e.offset),
+                        )),
+                    }
+                });
+                match file {
+                    Ok(recs) => bulk.add(&recs).map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))?,
+                    Err(e) if strict => return Ok(vec![e]),
+                    Err(e) => damaged.push(e),
+                }
+            }
         }
-        Ok(())
+        Ok(damaged)
     }
 
     /// Indexes packs that no index file lists (left by interrupted backups) by
@@ -428,15 +498,31 @@ impl Repository {
     /// A pack's index record from its trailer and header; `None` if they do not
     /// read or verify.
     fn read_pack_record(&self, id: &Id, size: u64) -> Option<index_file::PackRecord> {
+        self.pack_record(id, size).ok()
+    }
+
+    /// A pack of `size` bytes' index record, from its own trailer and header
+    /// (authenticated with the keys). A trailer or header that does not read whole
+    /// or verify is damage naming the pack; a storage error is returned as such.
+    pub fn pack_record(&self, id: &Id, size: u64) -> Result<index_file::PackRecord> {
         let name = ObjectKind::Pack.path(id);
+        let damaged = |e: String| Error::corrupt(ObjectKind::Pack.describe(id), e);
+        let read = |offset: u64, len: u64| -> Result<Vec<u8>> {
+            let bytes = self.backend.read_range(&name, offset, len)?;
+            if bytes.len() as u64 != len {
+                return Err(damaged(format!("truncated: {} of the {len} bytes at offset {offset} read", bytes.len())));
+            }
+            Ok(bytes)
+        };
         let tlen = pack::TRAILER_LEN as u64;
-        let tail = self.backend.read_range(&name, size.checked_sub(tlen)?, tlen).ok()?;
-        let trailer = pack::decode_trailer(&tail, size).ok()?;
+        let start = size.checked_sub(tlen).ok_or_else(|| damaged(format!("{size} bytes: too short for a pack")))?;
+        let trailer = pack::decode_trailer(&read(start, tlen)?, size).map_err(damaged)?;
         let hlen = trailer.header_len as u64;
-        let sealed = self.backend.read_range(&name, size - tlen - hlen, hlen).ok()?;
-        let key = self.pack_key(trailer.epoch, trailer.cipher, &trailer.salt).ok()?;
-        let entries = pack::open_header(&key, &trailer, &sealed, size).ok()?;
-        Some(index_file::PackRecord {
+        let hstart = start.checked_sub(hlen).ok_or_else(|| damaged("its header would start before it".into()))?;
+        let sealed = read(hstart, hlen)?;
+        let key = self.pack_key(trailer.epoch, trailer.cipher, &trailer.salt).map_err(damaged)?;
+        let entries = pack::open_header(&key, &trailer, &sealed, size).map_err(damaged)?;
+        Ok(index_file::PackRecord {
             id: *id,
             salt: trailer.salt,
             cipher: trailer.cipher,
@@ -446,11 +532,84 @@ impl Repository {
     }
 
     /// Loads a blob: reads its bytes from its pack, authenticates, decrypts,
-    /// decompresses and checks that the plaintext hashes to `id`.
+    /// decompresses and checks that the plaintext hashes to `id`. When that copy is
+    /// missing or damaged, the other copies the index knows are tried in turn, and
+    /// the bad copy is remembered ([`Repository::take_bad_copies`]); when none
+    /// serves, the first copy's error is returned. A storage error (not a missing
+    /// or damaged copy) fails at once.
     pub fn load_blob(&self, blob_type: BlobType, id: &Id) -> Result<Vec<u8>> {
         let (entry, pack_info) = self.locate_blob(blob_type, id)?;
-        let sealed = self.read_pack_range(&pack_info, entry.offset, entry.length as u64)?;
-        self.decode_blob(&pack_info, &entry, &sealed)
+        match self.load_copy(&pack_info, &entry) {
+            Err(e) if !matches!(e, Error::Backend(_)) => self.load_other_copy(blob_type, id, &pack_info.id, e),
+            r => r,
+        }
+    }
+
+    fn load_copy(&self, pack_info: &PackInfo, entry: &PackEntry) -> Result<Vec<u8>> {
+        let sealed = self.read_pack_range(pack_info, entry.offset, entry.length as u64)?;
+        self.decode_blob(pack_info, entry, &sealed)
+    }
+
+    /// Loads blob `id` from a copy outside pack `bad_pack`, after its copy there
+    /// failed with `err` (a missing pack, a short read, a blob that does not
+    /// verify). On success the bad copy is remembered
+    /// ([`Repository::take_bad_copies`]); when no other copy serves, `err` is
+    /// returned, saying how many other copies failed too.
+    pub fn load_other_copy(&self, blob_type: BlobType, id: &Id, bad_pack: &Id, err: Error) -> Result<Vec<u8>> {
+        let copies: Vec<(PackEntry, PackInfo)> = self
+            .index()
+            .copies(id)
+            .into_iter()
+            .filter(|(e, p)| p.id != *bad_pack && e.entry.blob_type == blob_type)
+            .map(|(e, p)| (e.entry, p.clone()))
+            .collect();
+        let mut failed = Vec::new();
+        for (entry, pack_info) in &copies {
+            match self.load_copy(pack_info, entry) {
+                Ok(data) => {
+                    let mut bad = self.bad_copies.lock().expect("bad copies lock poisoned");
+                    for e in std::iter::once(&err).chain(&failed) {
+                        let what = match e {
+                            Error::Corrupt { object, detail } => format!("{object}: {detail}"),
+                            e => e.to_string(),
+                        };
+                        let line = format!("{what}; another copy in pack {} served instead", pack_info.id.short());
+                        if bad.len() < BAD_COPIES_KEPT && !bad.contains(&line) {
+                            bad.push(line);
+                        }
+                    }
+                    return Ok(data);
+                }
+                Err(e @ Error::Backend(_)) => return Err(e),
+                Err(e) => failed.push(e),
+            }
+        }
+        Err(match (err, failed.len()) {
+            (err, 0) => err,
+            (Error::Corrupt { object, detail }, n) => {
+                Error::Corrupt { object, detail: format!("{detail} (and the {n} other copies indexed failed too)") }
+            }
+            (err, _) => err,
+        })
+    }
+
+    /// Whether blob `id` has a copy outside pack `bad_pack` that reads and verifies.
+    pub fn has_good_copy_elsewhere(&self, blob_type: BlobType, id: &Id, bad_pack: &Id) -> bool {
+        let copies: Vec<(PackEntry, PackInfo)> = self
+            .index()
+            .copies(id)
+            .into_iter()
+            .filter(|(e, p)| p.id != *bad_pack && e.entry.blob_type == blob_type)
+            .map(|(e, p)| (e.entry, p.clone()))
+            .collect();
+        copies.iter().any(|(e, p)| self.load_copy(p, e).is_ok())
+    }
+
+    /// The copies of blobs that failed to read since the last call, while another
+    /// copy served: each line names the bad copy's pack and what is wrong. A
+    /// command that read blobs reports them (they are pack problems `check` finds).
+    pub fn take_bad_copies(&self) -> Vec<String> {
+        std::mem::take(&mut *self.bad_copies.lock().expect("bad copies lock poisoned"))
     }
 
     /// Where blob `id` of `blob_type` lies, per the index.

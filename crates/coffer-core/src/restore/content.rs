@@ -201,8 +201,10 @@ fn waves<'r, 'a>(ranges: &'r [Range<'a>]) -> impl Iterator<Item = &'r [Range<'a>
     })
 }
 
-/// A range and its bytes.
-type Fetched<'r, 'a> = (&'r Range<'a>, Vec<u8>);
+/// A range and its bytes, or, when this copy is missing or damaged, what is
+/// wrong with it (as the object and detail of an [`Error::Corrupt`]): its blobs
+/// are then read from other copies.
+type Fetched<'r, 'a> = (&'r Range<'a>, std::result::Result<Vec<u8>, (String, String)>);
 
 /// Fetches the ranges of a wave concurrently.
 fn fetch_wave<'r, 'a>(repo: &Repository, wave: &'r [Range<'a>], errors: &Errors) -> Vec<Fetched<'r, 'a>> {
@@ -217,22 +219,25 @@ fn write_wave(
     errors: &Errors,
     progress: &dyn Progress,
 ) {
-    let blobs: Vec<(&Range, &[u8], &[Target])> = fetched
+    type Bytes = std::result::Result<Vec<u8>, (String, String)>;
+    let blobs: Vec<(&Range, &Bytes, &[Target])> = fetched
         .iter()
         .flat_map(|(r, bytes)| {
-            r.targets.chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (*r, bytes.as_slice(), blob))
+            r.targets.chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (*r, bytes, blob))
         })
         .collect();
     blobs.par_iter().for_each(|(r, bytes, blob)| write_blob(repo, files, r, bytes, blob, errors, progress));
 }
 
-/// Reads a range, unless every file it serves has already failed.
-fn fetch(repo: &Repository, r: &Range, errors: &Errors) -> Option<Vec<u8>> {
+/// Reads a range, unless every file it serves has already failed. A storage
+/// error fails its files; a missing or short pack leaves its blobs to other copies.
+fn fetch(repo: &Repository, r: &Range, errors: &Errors) -> Option<std::result::Result<Vec<u8>, (String, String)>> {
     if r.targets.iter().all(|t| errors.failed(t.file)) {
         return None;
     }
     match repo.read_pack_range(r.pack, r.start, r.end - r.start) {
-        Ok(bytes) => Some(bytes),
+        Ok(bytes) => Some(Ok(bytes)),
+        Err(Error::Corrupt { object, detail }) => Some(Err((object, detail))),
         Err(e) => {
             errors.fail_all(r.targets, r.pack, &e.to_string());
             None
@@ -246,7 +251,7 @@ fn write_blob(
     repo: &Repository,
     files: &[(PathBuf, Node)],
     r: &Range,
-    bytes: &[u8],
+    bytes: &std::result::Result<Vec<u8>, (String, String)>,
     blob: &[Target],
     errors: &Errors,
     progress: &dyn Progress,
@@ -256,7 +261,12 @@ fn write_blob(
     }
     let e = &blob[0].entry;
     let at = (e.offset - r.start) as usize;
-    let data = match repo.decode_blob(r.pack, e, &bytes[at..at + e.length as usize]) {
+    let decoded = match bytes {
+        Ok(bytes) => repo.decode_blob(r.pack, e, &bytes[at..at + e.length as usize]),
+        Err((object, detail)) => Err(Error::corrupt(object.clone(), detail.clone())),
+    };
+    // A bad copy gives way to another copy the index knows.
+    let data = match decoded.or_else(|err| repo.load_other_copy(BlobType::Data, &e.id, &r.pack.id, err)) {
         Ok(d) => d,
         Err(err) => return errors.fail_all(blob, r.pack, &err.to_string()),
     };

@@ -139,7 +139,7 @@ fn backed_up(dir: &Path, src: &Path) -> (Repository, Snapshot) {
     let opts = BackupOptions { paths: vec![src.to_path_buf()], ..BackupOptions::default() };
     let snapshot = backup(&repo, &opts, &key, &NoProgress).unwrap().snapshot;
     let repo = Repository::open(be, b"pw").unwrap();
-    repo.load_index().unwrap();
+    assert!(repo.load_index().unwrap().is_empty());
     (repo, snapshot)
 }
 

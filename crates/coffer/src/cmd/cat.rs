@@ -23,7 +23,7 @@ fn tree_id(repo: &Repository, spec: &str) -> Result<Id> {
         return Ok(id);
     }
     let (snap, path) = spec.split_once(':').unwrap_or((spec, "/"));
-    let (_, s) = repo.find_snapshot(snap, &SnapshotFilter::default())?;
+    let (_, s) = repo_open::find_snapshot(repo, snap, &SnapshotFilter::default())?;
     match locate(repo, s.tree, &Path::new("/").join(path))? {
         Located::Root(id) => Ok(id),
         Located::Entry(n) if n.kind == NodeKind::Dir => n.subtree.context("directory without a tree"),
@@ -47,7 +47,7 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
             json!({"id": id, "key": kf})
         }
         "snapshot" => {
-            let (id, s) = repo.find_snapshot(need(a)?, &SnapshotFilter::default())?;
+            let (id, s) = repo_open::find_snapshot(&repo, need(a)?, &SnapshotFilter::default())?;
             json!({"id": id, "snapshot": s})
         }
         "index" => {
@@ -67,7 +67,7 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
             json!({"id": id, "packs": list})
         }
         "tree" => {
-            repo.load_index()?;
+            repo_open::load_index(global, &repo)?;
             let id = tree_id(&repo, need(a)?)?;
             json!({"id": id, "tree": repo.load_tree(&id)?})
         }

@@ -54,8 +54,8 @@ fn summary_text(s: &DiffStats) -> String {
 pub fn run(global: &GlobalArgs, a: &DiffArgs) -> Result<u8> {
     let repo = repo_open::open(global)?;
     let filter = SnapshotFilter::from(&a.filter);
-    let (id1, snap1) = repo.find_snapshot(&a.snapshot1, &filter)?;
-    let (id2, snap2) = repo.find_snapshot(&a.snapshot2, &filter)?;
+    let (id1, snap1) = repo_open::find_snapshot(&repo, &a.snapshot1, &filter)?;
+    let (id2, snap2) = repo_open::find_snapshot(&repo, &a.snapshot2, &filter)?;
     super::flag_signature(&id1, &snap1);
     super::flag_signature(&id2, &snap2);
     let stdout = std::io::stdout();
@@ -76,6 +76,7 @@ pub fn run(global: &GlobalArgs, a: &DiffArgs) -> Result<u8> {
     } else if !global.quiet {
         println!("{}", summary_text(&stats));
     }
+    repo_open::report_bad_copies(global, &repo);
     Ok(exit::OK)
 }
 

@@ -2,7 +2,6 @@
 
 use anyhow::{Result, bail};
 use coffer_core::chunker::ChunkerParams;
-use coffer_core::crypto::ScryptParams;
 use coffer_core::repo::InitOptions;
 use serde_json::json;
 
@@ -25,7 +24,7 @@ pub fn options(a: &InitArgs) -> Result<InitOptions> {
         chunker,
         compression_level: a.compression,
         pack_size: to_u32(a.pack_size, "--pack-size")?,
-        kdf: ScryptParams { log_n: a.kdf_log_n, ..ScryptParams::DEFAULT },
+        kdf: crate::password::kdf(a.kdf_log_n, a.insecure_kdf)?,
     })
 }
 

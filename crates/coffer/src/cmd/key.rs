@@ -18,7 +18,7 @@ pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
         KeyCommand::Add(n) => {
             let repo = repo_open::open_unindexed(global, &path)?;
             let pw = password::read_new(n.new_password_file.as_deref())?;
-            let id = keys::add(&repo, pw.as_bytes(), kdf(n))?;
+            let id = keys::add(&repo, pw.as_bytes(), kdf(n)?)?;
             report(global, json!({"added": id}), &format!("added key file {}", id.short()));
             Ok(exit::OK)
         }
@@ -32,7 +32,7 @@ pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
         KeyCommand::Passwd(n) => {
             let repo = repo_open::open_unindexed(global, &path)?;
             let pw = password::read_new(n.new_password_file.as_deref())?;
-            let (added, removed) = keys::passwd(&repo, pw.as_bytes(), kdf(n))?;
+            let (added, removed) = keys::passwd(&repo, pw.as_bytes(), kdf(n)?)?;
             report(
                 global,
                 json!({"added": added, "removed": removed}),
@@ -48,8 +48,8 @@ pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
     }
 }
 
-fn kdf(n: &NewKeyArgs) -> ScryptParams {
-    ScryptParams { log_n: n.kdf_log_n, ..ScryptParams::DEFAULT }
+fn kdf(n: &NewKeyArgs) -> Result<ScryptParams> {
+    password::kdf(n.kdf_log_n, n.insecure_kdf)
 }
 
 fn report(global: &GlobalArgs, value: serde_json::Value, line: &str) {

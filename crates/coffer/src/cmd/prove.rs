@@ -14,7 +14,7 @@ use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &ProveArgs) -> Result<u8> {
     let repo = repo_open::open(global)?;
-    let (id, snap) = repo.find_snapshot(&a.snapshot, &SnapshotFilter::from(&a.filter))?;
+    let (id, snap) = repo_open::find_snapshot(&repo, &a.snapshot, &SnapshotFilter::from(&a.filter))?;
     super::flag_signature(&id, &snap);
     let proof = prove(&repo, &id, a.path.as_bytes())?;
     let bytes = proof.encode();

@@ -21,7 +21,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     };
     let name = std::str::from_utf8(name).map_err(|_| anyhow!("snapshot name {:?} is not valid UTF-8", a.snapshot))?;
     let repo = repo_open::open(global)?;
-    let (id, snap) = repo.find_snapshot(name, &SnapshotFilter::from(&a.filter))?;
+    let (id, snap) = repo_open::find_snapshot(&repo, name, &SnapshotFilter::from(&a.filter))?;
     super::flag_signature(&id, &snap);
     let opts = RestoreOptions {
         target: a.target.clone(),
@@ -34,6 +34,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     let display = Display::new(global.json, global.quiet, "restore");
     let summary = restore(&repo, &snap, &opts, &display);
     display.finish();
+    repo_open::report_bad_copies(global, &repo);
     let summary = summary?;
     for (path, err) in &summary.failures {
         if global.json {

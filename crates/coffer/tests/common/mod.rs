@@ -1,5 +1,6 @@
 //! Helpers shared by the command-line tests: run the real `coffer` binary against
-//! a repository in a temporary directory, with a cheap KDF.
+//! a repository in a temporary directory, with a cheap KDF (`--kdf-log-n 10
+//! --insecure-kdf`, so that the suite stays fast).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ impl Env {
     /// Like [`Env::new`], passing extra arguments to `coffer init`.
     pub fn with_init_args(extra: &[&str]) -> Env {
         let env = Env { dir: tempfile::tempdir().expect("tempdir") };
-        let mut args = vec!["init", "--kdf-log-n", "10"];
+        let mut args = vec!["init", "--kdf-log-n", "10", "--insecure-kdf"];
         args.extend_from_slice(extra);
         let out = env.run(&args);
         assert_success(&out);

@@ -1,0 +1,66 @@
+//! `coffer repair index`.
+
+use anyhow::Result;
+use coffer_core::repair::repair_index;
+use serde_json::json;
+
+use crate::args::{GlobalArgs, RepairArgs, RepairCommand};
+use crate::progress::Display;
+use crate::{exit, output, repo_open};
+
+pub fn run(global: &GlobalArgs, a: &RepairArgs) -> Result<u8> {
+    match &a.command {
+        RepairCommand::Index(a) => index(global, a.dry_run),
+    }
+}
+
+fn index(global: &GlobalArgs, dry_run: bool) -> Result<u8> {
+    let (path, _) = repo_open::location(global)?;
+    // The old index is not needed: the packs are read themselves.
+    let repo = repo_open::open_unindexed(global, &path)?;
+    let display = Display::new(global.json, global.quiet, "repair");
+    let r = repair_index(&repo, dry_run, &display);
+    display.finish();
+    let r = r?;
+    // Unreadable or missing packs are damage the repair could only report.
+    let code = if r.packs_unreadable.is_empty() && r.packs_missing.is_empty() { exit::OK } else { exit::DAMAGED };
+    if global.json {
+        output::json(&json!({"type": "summary", "ok": code == exit::OK, "report": r}));
+        return Ok(code);
+    }
+    for line in r.packs_unreadable.iter().chain(&r.packs_missing) {
+        eprintln!("error: {line}");
+    }
+    for line in &r.index_files_damaged {
+        eprintln!("warning: {line}; replaced");
+    }
+    if !global.quiet {
+        let would = if r.dry_run { "would be " } else { "" };
+        println!(
+            "{} of {} packs indexed from their own headers ({} blobs): {} index files {would}written, {} old ones \
+             {would}deleted",
+            r.packs_indexed,
+            r.packs,
+            r.blobs,
+            r.index_files_written.len(),
+            r.index_files_deleted
+        );
+        if r.packs_kept_from_old_index > 0 {
+            println!(
+                "{} packs whose header does not read keep their entries from the old index files",
+                r.packs_kept_from_old_index
+            );
+        }
+        if r.index_files_kept > 0 {
+            println!(
+                "{} old index files were kept because a backup running now relies on them; run the repair again \
+                 later to remove them",
+                r.index_files_kept
+            );
+        }
+        if code != exit::OK {
+            println!("some packs are damaged or missing (above); run `coffer check --read-data` for what is lost");
+        }
+    }
+    Ok(code)
+}

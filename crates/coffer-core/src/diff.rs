@@ -363,6 +363,7 @@ mod tests {
             target: None,
             xattrs: vec![],
             content: vec![],
+            content_parts: vec![],
             digest: None,
             sparse: false,
             subtree: None,

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::pack::{BlobType, PackEntry};
 use crate::format::tree::Tree;
 use crate::id::Id;
@@ -75,5 +75,5 @@ pub(super) fn plan(repo: &Repository, ids: &[Id]) -> (Vec<Run>, Vec<Placed>) {
 /// Decrypts and decodes the sealed bytes of tree `id`, as [`Repository::load_tree`] does.
 fn decode_tree(repo: &Repository, id: &Id, pack: &PackInfo, entry: &PackEntry, sealed: &[u8]) -> Result<Tree> {
     let data = repo.decode_blob(pack, entry, sealed)?;
-    Tree::decode(&data).map_err(|e| Error::corrupt(format!("tree {}", id.short()), e))
+    repo.assemble_tree(id, &data)
 }

@@ -647,11 +647,8 @@ impl Archiver<'_> {
                 self.dirs.fetch_add(1, Ordering::Relaxed);
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
                 let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
-                let (sub, below) = if crosses {
-                    self.save_empty_tree()?
-                } else {
-                    self.save_dir(path, md.dev(), parent_sub)?
-                };
+                let (sub, below) =
+                    if crosses { self.save_empty_tree()? } else { self.save_dir(path, md.dev(), parent_sub)? };
                 node.subtree = Some(sub);
                 leaves = below;
             }
@@ -966,10 +963,7 @@ fn cap_xattrs(node: &mut Node) -> Option<String> {
     }
     let dropped: Vec<String> = node.xattrs[keep..].iter().map(|x| x.name.display().to_string()).collect();
     node.xattrs.truncate(keep);
-    Some(format!(
-        "extended attributes exceed {MAX_XATTR_BYTES} bytes in all; left out: {}",
-        dropped.join(", ")
-    ))
+    Some(format!("extended attributes exceed {MAX_XATTR_BYTES} bytes in all; left out: {}", dropped.join(", ")))
 }
 
 fn read_block<'p>(reader: &mut BlockReader<'p, File>, path: &Path) -> Result<Block<'p>> {

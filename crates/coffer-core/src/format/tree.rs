@@ -400,12 +400,17 @@ fn listing_bytes(entries: &[u8]) -> Vec<u8> {
 /// an added part changes one group.
 fn split_listing<E>(mut ids: Vec<Id>, per_blob: usize, save: &mut dyn FnMut(&[u8]) -> Result<Id, E>) -> Result<Id, E> {
     let per_blob = per_blob.max(2);
-    loop {
+    // The top split listing and the levels grouped below it stay within
+    // MAX_SPLIT_DEPTH: the last level takes every id left, however many.
+    for _ in 1..MAX_SPLIT_DEPTH {
         if ids.len() <= per_blob {
-            return save(&serde_json::to_vec(&SplitRepr { parts: &ids }).expect("ids serialize"));
+            break;
         }
-        ids = group(&ids, per_blob, &mut |g: &[Id]| save(&serde_json::to_vec(&SplitRepr { parts: g }).expect("ids serialize")))?;
+        ids = group(&ids, per_blob, &mut |g: &[Id]| {
+            save(&serde_json::to_vec(&SplitRepr { parts: g }).expect("ids serialize"))
+        })?;
     }
+    save(&serde_json::to_vec(&SplitRepr { parts: &ids }).expect("ids serialize"))
 }
 
 /// Cuts `ids` into groups of 2 to `per_blob` ids, saving each; returns their ids.
@@ -441,13 +446,19 @@ pub fn content_parts<E>(
     let per_blob = limits.ids_per_blob.max(2);
     let mut ids = Vec::with_capacity(content.len() / per_blob + 1);
     for g in content.chunks(per_blob) {
-        ids.push(save(&serde_json::to_vec(&ContentPart { content: g.to_vec(), content_parts: vec![] }).expect("ids serialize"))?);
+        ids.push(save(
+            &serde_json::to_vec(&ContentPart { content: g.to_vec(), content_parts: vec![] }).expect("ids serialize"),
+        )?);
     }
-    while ids.len() > limits.inline_content.max(1) {
+    for _ in 1..MAX_SPLIT_DEPTH {
+        if ids.len() <= limits.inline_content.max(1) {
+            break;
+        }
         let mut next = Vec::with_capacity(ids.len() / per_blob + 1);
         for g in ids.chunks(per_blob) {
             next.push(save(
-                &serde_json::to_vec(&ContentPart { content: vec![], content_parts: g.to_vec() }).expect("ids serialize"),
+                &serde_json::to_vec(&ContentPart { content: vec![], content_parts: g.to_vec() })
+                    .expect("ids serialize"),
             )?);
         }
         ids = next;
@@ -505,5 +516,156 @@ pub(crate) mod tests {
         d.subtree = None;
         assert!(Tree::decode(&Tree { nodes: vec![d] }.encode()).is_err());
         assert!(Tree::decode(b"{").is_err());
+    }
+
+    use std::collections::HashMap;
+
+    /// Tree blobs kept in memory by id (the hash of their bytes).
+    #[derive(Default)]
+    struct Store(HashMap<Id, Vec<u8>>);
+
+    impl Store {
+        fn save(&mut self, b: &[u8]) -> Result<Id, String> {
+            assert!(b.len() <= MAX_TREE_BLOB, "a writer produced a tree blob of {} bytes", b.len());
+            let id = Id(*blake3::hash(b).as_bytes());
+            self.0.insert(id, b.to_vec());
+            Ok(id)
+        }
+
+        /// The listing of tree `id`, assembled as a reader does; checks every
+        /// blob against the reader's rules, and the nesting depth.
+        fn assemble(&self, id: &Id, depth: usize, out: &mut Vec<Node>) {
+            match TreeBlob::decode(&self.0[id]).unwrap_or_else(|e| panic!("{e}")) {
+                TreeBlob::Listing(nodes) => out.extend(nodes),
+                TreeBlob::Split(parts) => {
+                    assert!(depth <= MAX_SPLIT_DEPTH);
+                    parts.iter().for_each(|p| self.assemble(p, depth + 1, out))
+                }
+            }
+        }
+
+        fn content(&self, ids: &[Id], depth: usize, out: &mut Vec<Id>) {
+            assert!(ids.is_empty() || depth <= MAX_SPLIT_DEPTH);
+            for id in ids {
+                let p = ContentPart::decode(&self.0[id]).unwrap();
+                out.extend(&p.content);
+                self.content(&p.content_parts, depth + 1, out);
+            }
+        }
+    }
+
+    fn write(nodes: &[Node], limits: SplitLimits, store: &mut Store) -> Id {
+        let mut w = ListingWriter::new([7; 32], limits);
+        for n in nodes {
+            w.push(n, &mut |b| store.save(b)).unwrap();
+        }
+        w.finish(&mut |b| store.save(b)).unwrap()
+    }
+
+    fn files(count: usize, name_len: usize) -> Vec<Node> {
+        (0..count).map(|i| node(format!("{i:0name_len$}").as_bytes(), NodeKind::File)).collect()
+    }
+
+    #[test]
+    fn a_listing_that_fits_one_part_is_encoded_as_one_tree() {
+        let nodes = files(100, 8);
+        let mut store = Store::default();
+        let id = write(&nodes, SplitLimits::default(), &mut store);
+        assert_eq!(store.0.len(), 1);
+        assert_eq!(store.0[&id], Tree { nodes }.encode(), "not byte for byte the single-blob encoding");
+        let empty = write(&[], SplitLimits::default(), &mut store);
+        assert_eq!(store.0[&empty], Tree::default().encode());
+    }
+
+    #[test]
+    fn large_listings_split_into_bounded_parts_that_assemble_in_order() {
+        for (count, limits) in [
+            (20_000, SplitLimits { part_max: 16 << 10, part_avg: 4 << 10, ids_per_blob: 64, inline_content: 8 }),
+            (3_000, SplitLimits { part_max: 2 << 10, part_avg: 512, ids_per_blob: 2, inline_content: 8 }),
+        ] {
+            let nodes = files(count, 20);
+            let mut store = Store::default();
+            let id = write(&nodes, limits, &mut store);
+            let mut out = Vec::new();
+            store.assemble(&id, 1, &mut out);
+            assert_eq!(out, nodes);
+            for b in store.0.values() {
+                if let TreeBlob::Listing(n) = TreeBlob::decode(b).unwrap() {
+                    assert!(!n.is_empty() && b.len() <= limits.part_max, "part of {} bytes", b.len());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_insert_into_a_large_listing_changes_few_parts() {
+        let limits = SplitLimits { part_max: 64 << 10, part_avg: 16 << 10, ..SplitLimits::default() };
+        let nodes = files(50_000, 24);
+        let mut before = Store::default();
+        write(&nodes, limits, &mut before);
+        let mut changed = nodes.clone();
+        changed.insert(25_000, node(format!("{:024}x", 24_999).as_bytes(), NodeKind::File));
+        changed[40_000].mtime = Timestamp(99, 0);
+        let mut after = Store::default();
+        write(&changed, limits, &mut after);
+        let new: Vec<&Id> = after.0.keys().filter(|k| !before.0.contains_key(k)).collect();
+        // The two parts around the changes, plus the split listing above them.
+        assert!(new.len() <= 5, "{} of {} blobs are new", new.len(), after.0.len());
+        assert!(after.0.len() > 100);
+    }
+
+    #[test]
+    fn the_largest_entries_a_writer_produces_decode() {
+        let limits = SplitLimits::default();
+        let mut big = node(&[0xff; 255], NodeKind::File);
+        big.target = Some(Bytes(vec![0xfe; 4096]));
+        // Non-UTF-8 values are hex: twice their size in JSON.
+        big.xattrs = vec![Xattr { name: Bytes(b"user.a".to_vec()), value: Bytes(vec![0xff; MAX_XATTR_BYTES - 6]) }];
+        big.content = vec![Id([3; 32]); limits.inline_content];
+        big.user = Some("u".repeat(256));
+        let mut nodes = Vec::new();
+        for i in 0..40u8 {
+            let mut n = big.clone();
+            n.name.0[254] = i + 1;
+            nodes.push(n);
+        }
+        let mut store = Store::default();
+        let id = write(&nodes, limits, &mut store);
+        let mut out = Vec::new();
+        store.assemble(&id, 1, &mut out);
+        assert_eq!(out.len(), nodes.len());
+        for (a, b) in out.iter().zip(&nodes) {
+            assert!(a == b, "{:?} != {:?}", a.name, b.name);
+        }
+        // A content list far beyond what a node holds inline.
+        let content: Vec<Id> = (0..200_000u32).map(|i| Id(*blake3::hash(&i.to_le_bytes()).as_bytes())).collect();
+        for limits in [limits, SplitLimits { ids_per_blob: 2, inline_content: 2, ..limits }] {
+            let parts = content_parts(&content, &limits, &mut |b| store.save(b)).unwrap();
+            assert!(!parts.is_empty());
+            if limits == SplitLimits::default() {
+                assert!(parts.len() <= limits.inline_content);
+            }
+            let mut back = Vec::new();
+            store.content(&parts, 1, &mut back);
+            assert_eq!(back, content);
+        }
+    }
+
+    #[test]
+    fn tree_blob_forms_are_exclusive() {
+        assert!(
+            TreeBlob::decode(
+                br#"{"nodes":[],"parts":["0000000000000000000000000000000000000000000000000000000000000000"]}"#
+            )
+            .is_err()
+        );
+        assert!(TreeBlob::decode(br#"{"parts":[]}"#).is_err());
+        assert!(TreeBlob::decode(br#"{}"#).is_err());
+        assert!(ContentPart::decode(br#"{"content":[]}"#).is_err());
+        let mut n = node(b"d", NodeKind::Dir);
+        n.content_parts = vec![Id([1; 32])];
+        assert!(Tree::decode(&Tree { nodes: vec![n] }.encode()).is_err());
+        let long = node(&[b'a'; MAX_NAME_LEN + 1], NodeKind::File);
+        assert!(Tree::decode(&Tree { nodes: vec![long] }.encode()).is_err());
     }
 }

@@ -74,10 +74,9 @@ impl<'r> TreeNodes<'r> {
                         return Err(self.corrupt(Some(&part), "empty part of a split listing"));
                     };
                     if self.last.as_ref().is_some_and(|l| *l >= first.name) {
-                        return Err(self.corrupt(
-                            Some(&part),
-                            "entries are not sorted by name across parts, or a name repeats",
-                        ));
+                        return Err(
+                            self.corrupt(Some(&part), "entries are not sorted by name across parts, or a name repeats")
+                        );
                     }
                     self.last = Some(last.name.clone());
                     self.nodes = nodes.into_iter();
@@ -188,7 +187,10 @@ impl Repository {
             if p.content_parts.is_empty() {
                 out.extend_from_slice(&p.content);
             } else if stack.len() >= MAX_SPLIT_DEPTH {
-                return Err(Error::corrupt(object(), format!("content parts nest deeper than {MAX_SPLIT_DEPTH} levels")));
+                return Err(Error::corrupt(
+                    object(),
+                    format!("content parts nest deeper than {MAX_SPLIT_DEPTH} levels"),
+                ));
             } else {
                 stack.push((p.content_parts, 0));
             }

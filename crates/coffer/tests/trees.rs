@@ -151,3 +151,125 @@ fn a_directory_of_200000_entries_backs_up_restores_lists_and_checks() {
     assert_success(&env.run(&["restore", &spec, "--target", target.to_str().unwrap()]));
     assert_eq!(std::fs::read_dir(&target).unwrap().count(), n);
 }
+
+/// Stores, through the library, a snapshot whose root is a chain of `depth`
+/// directories named `d` ending in an empty file `f` whose digest is that of
+/// `content` (what a hostile co-writer can write). Returns its id.
+fn deep_chain(env: &Env, key: &SigningKey, depth: usize, content: &[u8]) -> String {
+    use coffer_core::format::snapshot::{SNAPSHOT_VERSION, Snapshot};
+    use coffer_core::format::tree::{Node, Tree};
+    use coffer_core::repo::BlobSaver;
+    let repo = open(env);
+    let node = |v: serde_json::Value| -> Node { serde_json::from_value(v).unwrap() };
+    let digest = coffer_core::Id(*blake3::hash(content).as_bytes());
+    let saver = BlobSaver::new(&repo);
+    let file = node(serde_json::json!({"name": "f", "type": "file", "mode": 0o644, "uid": 0, "gid": 0,
+        "mtime": [0, 0], "ctime": [0, 0], "digest": digest}));
+    let mut id = saver.save(BlobType::Tree, &Tree { nodes: vec![file] }.encode()).unwrap().0;
+    for _ in 0..depth {
+        let dir = node(serde_json::json!({"name": "d", "type": "dir", "mode": 0o755, "uid": 0, "gid": 0,
+            "mtime": [0, 0], "ctime": [0, 0], "subtree": id}));
+        id = saver.save(BlobType::Tree, &Tree { nodes: vec![dir] }.encode()).unwrap().0;
+    }
+    saver.finish().unwrap();
+    let mut path = b"/d".repeat(depth);
+    path.extend_from_slice(b"/f");
+    let merkle_key = [5u8; 32];
+    let root = coffer_core::merkle::file_leaf(&coffer_core::merkle::leaf_salt(&merkle_key, &path), &digest.0, &path);
+    let history = coffer_core::history::History::load(&repo).unwrap();
+    let snap = Snapshot {
+        version: SNAPSHOT_VERSION,
+        time: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
+        hostname: "host".into(),
+        username: "user".into(),
+        paths: vec!["/d".into()],
+        tags: vec![],
+        tree: id,
+        parent: None,
+        excludes: vec![],
+        skipped_count: 0,
+        skipped: vec![],
+        summary: Default::default(),
+        program: "coffer test".into(),
+        writer: key.public(),
+        history: history.heads(),
+        merkle_root: coffer_core::Id(root),
+        merkle_leaves: 1,
+        merkle_key: coffer_core::Id(merkle_key),
+        signature: Default::default(),
+    };
+    repo.save_snapshot(&snap, key).unwrap().to_hex()
+}
+
+/// Runs `f` and fails if it takes longer than `limit`.
+fn within<T>(what: &str, limit: std::time::Duration, f: impl FnOnce() -> T) -> T {
+    let start = std::time::Instant::now();
+    let r = f();
+    eprintln!("{what}: {:?}", start.elapsed());
+    assert!(start.elapsed() < limit, "{what} took {:?}", start.elapsed());
+    r
+}
+
+#[test]
+fn a_200000_level_chain_is_checked_diffed_proven_forgotten_and_pruned() {
+    const DEPTH: usize = 200_000;
+    let limit = std::time::Duration::from_secs(60);
+    let env = Env::new();
+    let repo = open(&env);
+    let key = writer(&repo);
+    let old = within("chain", limit, || deep_chain(&env, &key, DEPTH, b"old"));
+    let new = within("chain", limit, || deep_chain(&env, &key, DEPTH, b"new"));
+    let mut bottom = "/d".repeat(DEPTH);
+    bottom.push_str("/f");
+
+    let out = within("check", limit, || env.run(&["check"]));
+    assert_success(&out);
+    let out = within("diff", limit, || env.run(&["diff", &old, &new]));
+    assert_success(&out);
+    let changes: Vec<String> = text(&out.stdout).lines().filter(|l| l.contains("/d/")).map(String::from).collect();
+    assert_eq!(changes.len(), 1, "one file changed");
+    assert!(changes[0].ends_with(&bottom), "{}", &changes[0][..80.min(changes[0].len())]);
+
+    // Walks through the library (the path is longer than a command line takes).
+    let repo = open(&env);
+    let id = coffer_core::Id::from_hex(&new).unwrap();
+    let proof = within("prove", limit, || coffer_core::proof::prove(&repo, &id, bottom.as_bytes()).unwrap());
+    proof.verify().unwrap();
+    let (_, snap) = repo.find_snapshot(&new, &Default::default()).unwrap();
+    let mut entries = 0;
+    within("walk", limit, || {
+        coffer_core::walk::walk(&repo, snap.tree, Path::new("/"), &mut |p, _| {
+            entries += 1;
+            assert!(p.as_os_str().len() <= bottom.len());
+            Ok(())
+        })
+        .unwrap()
+    });
+    assert_eq!(entries, DEPTH + 1);
+    let Located::Entry(f) = locate(&repo, snap.tree, Path::new(&bottom)).unwrap() else { panic!() };
+    assert_eq!(f.name.0, b"f");
+
+    assert_success(&env.run(&["forget", &old]));
+    let out =
+        within("prune", limit, || env.cmd().env("COFFER_TEST_PRUNE_GRACE_MS", "100").args(["prune"]).output().unwrap());
+    assert_success(&out);
+    assert_success(&within("check after prune", limit, || env.run(&["check"])));
+}
+
+#[test]
+fn ls_of_a_deep_chain_lists_every_level() {
+    const DEPTH: usize = 50_000;
+    let env = Env::new();
+    let repo = open(&env);
+    let key = writer(&repo);
+    deep_chain(&env, &key, DEPTH, b"");
+    // The listing's paths add up to DEPTH² bytes: counted, not kept.
+    let out = env.cmd().args(["ls", "latest"]).stdout(std::process::Stdio::null()).output().unwrap();
+    assert_success(&out);
+    // A deep start (as long a path as a command line takes).
+    let start = "/d".repeat(30_000);
+    let out = env.run(&["ls", "--json", "latest", &start[..2 * 30_000]]);
+    assert_success(&out);
+    let lines = text(&out.stdout).lines().count();
+    assert_eq!(lines, DEPTH - 30_000 + 2, "the start, the levels below it, and f");
+}

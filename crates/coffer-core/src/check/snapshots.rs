@@ -49,6 +49,8 @@ pub(super) const BATCH: usize = 32;
 const AHEAD_BUDGET: usize = 16 << 20;
 /// Entries looked at when choosing the trees to load ahead.
 const SCAN_LIMIT: usize = 4096;
+/// Open directories, from the deepest up, that looking ahead goes through at most.
+const FRAME_LIMIT: usize = 64;
 
 /// What the walk reads from the repository.
 pub(super) trait Store: Sync {
@@ -371,9 +373,10 @@ impl<'a, S: Store> Walker<'a, S> {
     /// (loaded ahead or kept), collecting those not at hand that it would enter.
     fn upcoming(&self, stack: &[Open], listing: bool, ids: &mut Vec<Id>) {
         // The open directories are taken from the top down only as the walk
-        // ahead reaches them, each counted as scanned: a deep stack costs no
-        // more than SCAN_LIMIT steps.
-        let mut frames = stack.iter().rev();
+        // ahead reaches them, and at most FRAME_LIMIT of them: a deep stack
+        // whose directories have nothing left to enter costs a few steps, not
+        // one per level.
+        let mut frames = stack.iter().rev().take(FRAME_LIMIT);
         let mut cursors: Vec<Box<dyn Iterator<Item = Id> + '_>> = Vec::new();
         let mut scanned = 0;
         while ids.len() < BATCH && scanned < SCAN_LIMIT {

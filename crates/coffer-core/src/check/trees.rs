@@ -51,6 +51,8 @@ pub(super) fn plan(repo: &Repository, ids: &[Id]) -> (Vec<Run>, Vec<Placed>) {
         .iter()
         .enumerate()
         .filter_map(|(i, id)| repo.locate_blob(BlobType::Tree, id).ok().map(|(e, p)| (i, e, p)))
+        // A blob too large for a tree is left to the single load, which refuses it.
+        .filter(|(_, e, _)| e.length as usize <= crate::format::tree::MAX_TREE_BLOB)
         .collect();
     located.sort_by_key(|(_, e, p)| (p.id, e.offset));
     let mut runs: Vec<Run> = Vec::new();

@@ -6,7 +6,7 @@ use super::Repository;
 use crate::error::{Error, Result};
 use crate::format::bytes::Bytes;
 use crate::format::pack::BlobType;
-use crate::format::tree::{ContentPart, MAX_SPLIT_DEPTH, Node, Tree, TreeBlob};
+use crate::format::tree::{ContentPart, MAX_SPLIT_DEPTH, MAX_TREE_BLOB, Node, Tree, TreeBlob};
 use crate::id::Id;
 
 /// Derivation context of the key that chooses where listings are cut.
@@ -57,7 +57,7 @@ impl<'r> TreeNodes<'r> {
                 continue;
             };
             *i += 1;
-            let data = self.repo.load_blob(BlobType::Tree, &part)?;
+            let data = self.repo.load_tree_blob(&part)?;
             self.loaded.push(part);
             match TreeBlob::decode(&data).map_err(|e| self.corrupt(Some(&part), e))? {
                 TreeBlob::Split(ids) => {
@@ -112,6 +112,23 @@ impl Iterator for TreeNodes<'_> {
 }
 
 impl Repository {
+    /// Loads a tree blob (a listing, a split listing or a content part), refusing
+    /// one the index says is larger than a reader accepts before reading it.
+    pub(crate) fn load_tree_blob(&self, id: &Id) -> Result<Vec<u8>> {
+        let (entry, pack) = self.locate_blob(BlobType::Tree, id)?;
+        if entry.raw_length as usize > MAX_TREE_BLOB || entry.length as usize > MAX_TREE_BLOB + 17 {
+            return Err(Error::corrupt(
+                format!("tree {} in pack {}", id.short(), pack.id.short()),
+                format!(
+                    "{} bytes, more than the {MAX_TREE_BLOB} a tree blob may hold",
+                    entry.raw_length.max(entry.length)
+                ),
+            ));
+        }
+        let sealed = self.read_pack_range(&pack, entry.offset, entry.length as u64)?;
+        self.decode_blob(&pack, &entry, &sealed)
+    }
+
     /// The key that chooses where a writer cuts large listings.
     pub fn tree_cut_key(&self) -> [u8; 32] {
         self.keys().id.derive(TREE_CUT_CONTEXT, b"").0
@@ -121,7 +138,7 @@ impl Repository {
     /// itself is loaded now, its parts as the iteration reaches them; an error
     /// ends the iteration.
     pub fn tree_nodes(&self, id: &Id) -> Result<TreeNodes<'_>> {
-        let data = self.load_blob(BlobType::Tree, id)?;
+        let data = self.load_tree_blob(id)?;
         self.tree_nodes_from(id, &data)
     }
 
@@ -147,7 +164,7 @@ impl Repository {
     /// parts resolved into `content`. Memory grows with the directory; walks
     /// that need not hold it use [`Repository::tree_nodes`].
     pub fn load_tree(&self, id: &Id) -> Result<Tree> {
-        let data = self.load_blob(BlobType::Tree, id)?;
+        let data = self.load_tree_blob(id)?;
         self.assemble_tree(id, &data)
     }
 
@@ -181,7 +198,7 @@ impl Repository {
             };
             *i += 1;
             let object = || format!("content part {} of file {:?}", part.short(), node.name.display());
-            let data = self.load_blob(BlobType::Tree, &part)?;
+            let data = self.load_tree_blob(&part)?;
             on_part(part);
             let p = ContentPart::decode(&data).map_err(|e| Error::corrupt(object(), e))?;
             if p.content_parts.is_empty() {

@@ -162,13 +162,16 @@ enum Side {
 /// A directory level being compared; `len` is the length of its path.
 enum Frame {
     /// Two listings merged by name.
-    Pair {
-        old: std::iter::Peekable<std::vec::IntoIter<Node>>,
-        new: std::iter::Peekable<std::vec::IntoIter<Node>>,
-        len: usize,
-    },
+    Pair(Box<Merge>),
     /// The listing below a directory present on one side only.
     Lone { nodes: std::vec::IntoIter<Node>, side: Side, len: usize },
+}
+
+/// Two listings being merged by name, for [`Frame::Pair`].
+struct Merge {
+    old: std::iter::Peekable<std::vec::IntoIter<Node>>,
+    new: std::iter::Peekable<std::vec::IntoIter<Node>>,
+    len: usize,
 }
 
 struct Differ<'a> {
@@ -228,11 +231,11 @@ impl Differ<'_> {
         }
         let (old, new) = (self.load(&old)?, self.load(&new)?);
         let len = self.path.len();
-        self.stack.push(Frame::Pair {
+        self.stack.push(Frame::Pair(Box::new(Merge {
             old: old.nodes.into_iter().peekable(),
             new: new.nodes.into_iter().peekable(),
             len,
-        });
+        })));
         Ok(())
     }
 
@@ -262,7 +265,8 @@ impl Differ<'_> {
                         }
                     }
                 }
-                Frame::Pair { old, new, len } => {
+                Frame::Pair(m) => {
+                    let Merge { old, new, len } = &mut **m;
                     let len = *len;
                     let order = match (old.peek(), new.peek()) {
                         (None, None) => None,

@@ -609,6 +609,7 @@ pub(crate) mod tests {
         let mut after = Store::default();
         write(&changed, limits, &mut after);
         let new: Vec<&Id> = after.0.keys().filter(|k| !before.0.contains_key(k)).collect();
+        eprintln!("{} of {} blobs new after one insert and one change", new.len(), after.0.len());
         // The two parts around the changes, plus the split listing above them.
         assert!(new.len() <= 5, "{} of {} blobs are new", new.len(), after.0.len());
         assert!(after.0.len() > 100);

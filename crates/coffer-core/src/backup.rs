@@ -969,3 +969,25 @@ fn cap_xattrs(node: &mut Node) -> Option<String> {
 fn read_block<'p>(reader: &mut BlockReader<'p, File>, path: &Path) -> Result<Block<'p>> {
     reader.next_block().map_err(|e| Error::io(path, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::bytes::Bytes;
+    use crate::format::tree::Xattr;
+    use crate::format::tree::tests::node;
+
+    #[test]
+    fn extended_attributes_beyond_the_limit_are_left_out_with_a_warning() {
+        let xattr =
+            |name: &str, len: usize| Xattr { name: Bytes(name.as_bytes().to_vec()), value: Bytes(vec![0xff; len]) };
+        let mut n = node(b"f", NodeKind::File);
+        n.xattrs = vec![xattr("user.a", 1000), xattr("user.b", 1000)];
+        assert_eq!(cap_xattrs(&mut n), None);
+        assert_eq!(n.xattrs.len(), 2);
+        n.xattrs = vec![xattr("user.a", MAX_XATTR_BYTES / 2), xattr("user.b", MAX_XATTR_BYTES / 2), xattr("user.c", 1)];
+        let warning = cap_xattrs(&mut n).unwrap();
+        assert_eq!(n.xattrs.len(), 1);
+        assert!(warning.contains("user.b, user.c"), "{warning}");
+    }
+}

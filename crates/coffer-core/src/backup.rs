@@ -23,11 +23,10 @@ use rayon::prelude::*;
 
 use crate::chunker::{Block, BlockBuffers, BlockReader};
 use crate::error::{Error, Result};
-use crate::format::FORMAT_VERSION;
 use crate::format::pack::BlobType;
 use crate::format::signed::SignatureStatus;
-use crate::format::snapshot::{MAX_SKIPPED_LISTED, Skipped, Snapshot, Summary};
-use crate::format::tree::{Node, NodeKind, Tree};
+use crate::format::snapshot::{MAX_SKIPPED_LISTED, SNAPSHOT_VERSION, Skipped, Snapshot, Summary};
+use crate::format::tree::{self, ListingWriter, MAX_XATTR_BYTES, Node, NodeKind, SplitLimits};
 use crate::fsmeta::{self, NameCache};
 use crate::history::{HEADS_FILE, History};
 use crate::id::Id;
@@ -35,7 +34,7 @@ use crate::leaves::{self, Leaves, Spill};
 use crate::merkle;
 use crate::progress::Progress;
 use crate::prune;
-use crate::repo::{BlobSaver, Repository, SnapshotFilter};
+use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
 use crate::session::{self, Session};
 use crate::sign::SigningKey;
 use crate::source;
@@ -46,6 +45,10 @@ use crate::state::LocalState;
 const BLOCK_BYTES: usize = 2 << 20;
 /// Blocks that may be read ahead at once, across all files (see [`ReadAhead`]).
 const READ_AHEAD_SLOTS: usize = 1;
+/// Entries of a directory processed together: their nodes are then encoded into
+/// the directory's tree parts and dropped, so memory does not grow with the
+/// directory (only its sorted list of names does).
+const DIR_BATCH: usize = 4096;
 
 /// What to back up and how.
 #[derive(Clone, Debug, Default)]
@@ -185,6 +188,8 @@ struct Archiver<'a> {
     merkle_key: [u8; 32],
     /// Where the Merkle leaves of directories already saved are kept.
     spill: Spill,
+    limits: SplitLimits,
+    cut_key: [u8; 32],
     read_ahead: ReadAhead,
     blocks: BlockBuffers,
     skipped: Mutex<Vec<Skipped>>,
@@ -231,6 +236,18 @@ pub fn backup(
     opts: &BackupOptions,
     key: &SigningKey,
     progress: &dyn Progress,
+) -> Result<BackupResult> {
+    backup_with_limits(repo, opts, key, progress, SplitLimits::default())
+}
+
+/// [`backup`] with the given sizes of tree parts (tests use small ones to split
+/// directories of a few entries).
+pub fn backup_with_limits(
+    repo: &Repository,
+    opts: &BackupOptions,
+    key: &SigningKey,
+    progress: &dyn Progress,
+    limits: SplitLimits,
 ) -> Result<BackupResult> {
     let start = Instant::now();
     let time = SystemTime::now();
@@ -330,6 +347,8 @@ pub fn backup(
         hardlinks: Mutex::new(HashMap::new()),
         merkle_key: crate::crypto::random_array(),
         spill: Spill::new(repo.spool_dir(), leaves::Limits::default()),
+        limits,
+        cut_key: repo.tree_cut_key(),
         read_ahead: ReadAhead::new(READ_AHEAD_SLOTS),
         blocks: BlockBuffers::new(pool.current_num_threads() + READ_AHEAD_SLOTS),
         skipped: Mutex::new(Vec::new()),
@@ -386,7 +405,7 @@ pub fn backup(
         }
     }
     let snapshot = Snapshot {
-        version: FORMAT_VERSION,
+        version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
         hostname,
         username: fsmeta::username(),
@@ -475,12 +494,21 @@ fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -
             continue;
         }
         keep(BlobType::Tree, tid)?;
-        for node in repo.load_tree(&tid)?.nodes {
+        // Parts of split listings and content parts are kept like the tree itself.
+        let mut nodes = repo.tree_nodes(&tid)?;
+        let mut parts = Vec::new();
+        for node in nodes.by_ref() {
+            let node = node?;
             stack.extend(node.subtree);
-            for id in node.content {
+            for id in repo.resolve_content(&node, &mut |p| parts.push(p))? {
                 if seen.insert(id) {
                     keep(BlobType::Data, id)?;
                 }
+            }
+        }
+        for p in nodes.loaded_blobs()[1..].iter().chain(&parts) {
+            if seen.insert(*p) {
+                keep(BlobType::Tree, *p)?;
             }
         }
     }
@@ -558,80 +586,76 @@ impl Archiver<'_> {
         }
     }
 
-    fn parent_tree(&self, id: Option<Id>) -> Option<(Id, Tree)> {
-        // A parent tree that cannot be loaded only costs rereading: not an error.
-        id.and_then(|id| Some((id, self.repo.load_tree(&id).ok()?)))
+    /// The parent snapshot's listing of a directory, streamed in step with the
+    /// walk. A parent tree that cannot be loaded only costs rereading: not an error.
+    fn parent_dir(&self, id: Option<Id>) -> ParentDir<'_> {
+        ParentDir { nodes: id.and_then(|id| Some((id, self.repo.tree_nodes(&id).ok()?.peekable()))), same: true }
     }
 
     fn save_virtual(&self, children: &BTreeMap<Vec<u8>, VirtualNode>, parent: Option<Id>) -> Result<(Id, Leaves)> {
-        let parent = self.parent_tree(parent);
-        let results: Vec<Result<Option<Saved>>> = children
-            .par_iter()
-            .map(|(name, v)| {
-                let pnode = parent.as_ref().and_then(|(_, t)| t.find(name));
-                match v {
-                    VirtualNode::Real(path) => {
-                        // Reached from `/` without following a symlink, and examined
-                        // in the directory so reached.
-                        let examined = source::Dir::open_parent_of(path).and_then(|dir| {
-                            let base = path.file_name().unwrap_or_default();
-                            let md = dir.metadata(base).map_err(source::Refused::Io)?;
-                            let read = fsmeta::read_node(name, &dir.entry_path(base, path), &md, &self.names);
-                            Ok((md, read))
-                        });
-                        match examined {
-                            Ok((md, read)) => self.save_entry(path, &md, read, pnode, None),
+        let mut parent = self.parent_dir(parent);
+        let mut dir = self.dir_writer();
+        let children: Vec<(&Vec<u8>, &VirtualNode)> = children.iter().collect();
+        for batch in children.chunks(DIR_BATCH) {
+            let pnodes = parent.take(batch.iter().map(|(n, _)| n.as_slice()));
+            let results: Vec<Result<Option<Saved>>> = batch
+                .par_iter()
+                .zip(pnodes.par_iter())
+                .map(|((name, v), pnode)| {
+                    let pnode = pnode.as_ref();
+                    match v {
+                        VirtualNode::Real(path) => {
+                            // Reached from `/` without following a symlink, and examined
+                            // in the directory so reached.
+                            let examined = source::Dir::open_parent_of(path).and_then(|d| {
+                                let base = path.file_name().unwrap_or_default();
+                                let md = d.metadata(base).map_err(source::Refused::Io)?;
+                                let read = fsmeta::read_node(name, &d.entry_path(base, path), &md, &self.names);
+                                Ok((md, read))
+                            });
+                            match examined {
+                                Ok((md, read)) => self.save_entry(path, &md, read, pnode, None),
                             Err(e) => {
                                 self.skip(path, e.to_string());
                                 Ok(None)
                             }
+                            }
+                        }
+                        VirtualNode::Dir(path, sub) => {
+                            let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
+                            let (mut node, warning) =
+                                fsmeta::read_node(name, path, &md, &self.names).map_err(Error::InvalidInput)?;
+                            if let Some(w) = warning {
+                                self.progress.warn(path, &w);
+                            }
+                            if node.kind != NodeKind::Dir {
+                                return Err(Error::InvalidInput(format!("{} is not a directory", path.display())));
+                            }
+                            let (sub, leaves) = self.save_virtual(sub, pnode.and_then(|n| n.subtree))?;
+                            node.subtree = Some(sub);
+                            self.dirs.fetch_add(1, Ordering::Relaxed);
+                            Ok(Some((node, leaves)))
                         }
                     }
-                    VirtualNode::Dir(path, sub) => {
-                        let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
-                        let (mut node, warning) =
-                            fsmeta::read_node(name, path, &md, &self.names).map_err(Error::InvalidInput)?;
-                        if let Some(w) = warning {
-                            self.progress.warn(path, &w);
-                        }
-                        if node.kind != NodeKind::Dir {
-                            return Err(Error::InvalidInput(format!("{} is not a directory", path.display())));
-                        }
-                        let (sub, leaves) = self.save_virtual(sub, pnode.and_then(|n| n.subtree))?;
-                        node.subtree = Some(sub);
-                        self.dirs.fetch_add(1, Ordering::Relaxed);
-                        Ok(Some((node, leaves)))
-                    }
-                }
-            })
-            .collect();
-        self.save_tree(results, parent.as_ref())
+                })
+                .collect();
+            dir.add_batch(self, results, pnodes, &mut parent)?;
+        }
+        dir.finish(self, parent)
     }
 
-    /// Saves a directory's tree, or reuses the parent snapshot's tree when every
-    /// entry is unchanged (no encoding or hashing needed then).
-    /// Returns the tree id and the Merkle leaves of the files below, in tree order.
-    fn save_tree(&self, results: Vec<Result<Option<Saved>>>, parent: Option<&(Id, Tree)>) -> Result<(Id, Leaves)> {
-        let mut saved = Vec::with_capacity(results.len());
-        for r in results {
-            if let Some(n) = r? {
-                saved.push(n);
-            }
-        }
-        saved.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        let mut nodes = Vec::with_capacity(saved.len());
-        let mut leaves = Leaves::default();
-        for (node, below) in saved {
-            nodes.push(node);
-            leaves.append(below, &self.spill)?;
-        }
-        let leaves = leaves.seal(&self.spill)?;
-        // The parent's tree was loaded through the index, so it is stored.
-        if let Some((id, _)) = parent.filter(|(_, t)| t.nodes == nodes) {
-            return Ok((*id, leaves));
-        }
-        let tree = Tree { nodes };
-        Ok((self.saver.save(BlobType::Tree, &tree.encode())?.0, leaves))
+    fn dir_writer(&self) -> DirWriter {
+        DirWriter { listing: ListingWriter::new(self.cut_key, self.limits), leaves: Leaves::default() }
+    }
+
+    /// Stores a tree blob (a listing, a part of one, or a content part).
+    fn save_tree_blob(&self, bytes: &[u8]) -> Result<Id> {
+        Ok(self.saver.save(BlobType::Tree, bytes)?.0)
+    }
+
+    /// The tree of a directory recorded empty.
+    fn save_empty_tree(&self) -> Result<(Id, Leaves)> {
+        self.dir_writer().finish(self, ParentDir { nodes: None, same: false })
     }
 
     /// Saves one entry from its node as read by [`fsmeta::read_node`] (or why it
@@ -655,6 +679,9 @@ impl Archiver<'_> {
             // The entry is kept; only its extended attributes are missing.
             self.progress.warn(path, &w);
         }
+        if let Some(w) = cap_xattrs(&mut node) {
+            self.progress.warn(path, &w);
+        }
         let mut leaves = Leaves::default();
         match node.kind {
             NodeKind::Dir => {
@@ -662,15 +689,32 @@ impl Archiver<'_> {
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
                 let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
                 let (sub, below) =
-                    if crosses { self.save_tree(Vec::new(), None)? } else { self.save_dir(path, md, parent_sub)? };
+                    if crosses { self.save_empty_tree()? } else { self.save_dir(path, md, parent_sub)? };
                 node.subtree = Some(sub);
                 leaves = below;
             }
             NodeKind::File => {
                 let parent = parent.filter(|p| p.kind == NodeKind::File);
+                // A parent whose content lies in content parts is compared with its
+                // content resolved; one whose parts do not load is no parent.
+                let resolved;
+                let parent = match parent {
+                    Some(p) if !p.content_parts.is_empty() => match self.repo.resolve_content(p, &mut |_| {}) {
+                        Ok(content) => {
+                            resolved = Node { content, content_parts: Vec::new(), ..p.clone() };
+                            Some(&resolved)
+                        }
+                        Err(_) => None,
+                    },
+                    p => p,
+                };
                 match self.save_file(path, &mut node, parent)? {
                     Some((content, digest)) => {
-                        node.content = content;
+                        node.content_parts =
+                            tree::content_parts(&content, &self.limits, &mut |b| self.save_tree_blob(b))?;
+                        if node.content_parts.is_empty() {
+                            node.content = content;
+                        }
                         node.digest = Some(digest);
                         let p = path.as_os_str().as_bytes();
                         leaves = Leaves::one(merkle::file_leaf(&merkle::leaf_salt(&self.merkle_key, p), &digest.0, p));
@@ -696,7 +740,7 @@ impl Archiver<'_> {
             Ok(l) => l,
             Err(e) => {
                 self.skip(path, format!("cannot list directory: {e}"));
-                return self.save_tree(Vec::new(), None);
+                return self.save_empty_tree();
             }
         };
         let mut entries = Vec::new();
@@ -707,37 +751,57 @@ impl Archiver<'_> {
             }
         }
         entries.sort();
-        // Examined (metadata, symlink target, extended attributes) in the directory
-        // while it is open, then closed before descending, so open directories do
-        // not pile up with depth.
-        let entries: Vec<_> = entries
-            .into_par_iter()
-            .filter_map(|name| {
-                let child = path.join(&name);
-                let md = match dir.metadata(&name) {
-                    Ok(md) => md,
+        // Entries are examined (metadata, symlink target, extended attributes) in the
+        // directory while it is open, a batch at a time. It is closed before the
+        // batch's subdirectories are entered, so open directories do not pile up with
+        // depth, and opened again (and checked again against its listing) for the next
+        // batch.
+        let mut parent = self.parent_dir(parent);
+        let mut writer = self.dir_writer();
+        let mut open = Some(dir);
+        for batch in entries.chunks(DIR_BATCH) {
+            let d = match open.take() {
+                Some(d) => d,
+                None => match source::Dir::open(path, source::Listed::of(md)) {
+                    Ok(d) => d,
                     Err(e) => {
-                        self.skip(&child, e.to_string());
+                        // Replaced while it was being saved: the rest of it is not.
+                        self.skip(path, format!("cannot list directory: {e}"));
+                        break;
+                    }
+                },
+            };
+            let examined: Vec<_> = batch
+                .par_iter()
+                .map(|name| {
+                    let child = path.join(name);
+                    let md = match d.metadata(name) {
+                        Ok(md) => md,
+                        Err(e) => {
+                            self.skip(&child, e.to_string());
+                            return None;
+                        }
+                    };
+                    if self.excludes.matched(&child, md.is_dir()).is_ignore() {
                         return None;
                     }
-                };
-                if self.excludes.matched(&child, md.is_dir()).is_ignore() {
-                    return None;
-                }
-                let read = fsmeta::read_node(name.as_bytes(), &dir.entry_path(&name, &child), &md, &self.names);
-                Some((name, child, md, read))
-            })
-            .collect();
-        drop(dir);
-        let parent = self.parent_tree(parent);
-        let results: Vec<Result<Option<Saved>>> = entries
-            .into_par_iter()
-            .map(|(name, child, md, read)| {
-                let pnode = parent.as_ref().and_then(|(_, t)| t.find(name.as_bytes()));
-                self.save_entry(&child, &md, read, pnode, Some(dev))
-            })
-            .collect();
-        self.save_tree(results, parent.as_ref())
+                    let read = fsmeta::read_node(name.as_bytes(), &d.entry_path(name, &child), &md, &self.names);
+                    Some((child, md, read))
+                })
+                .collect();
+            drop(d);
+            let pnodes = parent.take(batch.iter().map(|n| n.as_bytes()));
+            let results: Vec<Result<Option<Saved>>> = examined
+                .into_par_iter()
+                .zip(pnodes.par_iter())
+                .map(|(e, pnode)| match e {
+                    Some((child, md, read)) => self.save_entry(&child, &md, read, pnode.as_ref(), Some(dev)),
+                    None => Ok(None),
+                })
+                .collect();
+            writer.add_batch(self, results, pnodes, &mut parent)?;
+        }
+        writer.finish(self, parent)
     }
 
     /// Whether `--reread-share` picks the next unchanged file for rereading.
@@ -896,6 +960,112 @@ impl Archiver<'_> {
     }
 }
 
+/// The parent snapshot's listing of the directory being saved, read in name
+/// order alongside it, and whether every entry saved so far equals the parent's
+/// entry in the same place.
+struct ParentDir<'r> {
+    nodes: Option<(Id, std::iter::Peekable<TreeNodes<'r>>)>,
+    same: bool,
+}
+
+impl ParentDir<'_> {
+    /// The parent's entries named `names` (sorted), in their order; entries of
+    /// the parent between them are passed over (the listings then differ).
+    fn take<'n>(&mut self, names: impl Iterator<Item = &'n [u8]>) -> Vec<Option<Node>> {
+        names
+            .map(|name| {
+                let (_, it) = self.nodes.as_mut()?;
+                loop {
+                    let ord = match it.peek()? {
+                        Ok(n) => n.name.0.as_slice().cmp(name),
+                        Err(_) => {
+                            // A parent part that does not load: go on without the parent.
+                            self.nodes = None;
+                            self.same = false;
+                            return None;
+                        }
+                    };
+                    match ord {
+                        std::cmp::Ordering::Less => {
+                            self.same = false;
+                            it.next();
+                        }
+                        std::cmp::Ordering::Equal => return it.next()?.ok(),
+                        std::cmp::Ordering::Greater => return None,
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// A directory's tree being written: its entries are encoded as they come, in
+/// name order, and its files' Merkle leaves gathered.
+struct DirWriter {
+    listing: ListingWriter,
+    leaves: Leaves,
+}
+
+impl DirWriter {
+    /// Adds a batch of saved entries (in name order) beside the parent's entries
+    /// of the same names.
+    fn add_batch(
+        &mut self,
+        arch: &Archiver<'_>,
+        results: Vec<Result<Option<Saved>>>,
+        pnodes: Vec<Option<Node>>,
+        parent: &mut ParentDir<'_>,
+    ) -> Result<()> {
+        for (r, pnode) in results.into_iter().zip(pnodes) {
+            match r? {
+                Some((node, below)) => {
+                    if pnode.as_ref() != Some(&node) {
+                        parent.same = false;
+                    }
+                    self.listing.push(&node, &mut |b| arch.save_tree_blob(b))?;
+                    self.leaves.append(below, &arch.spill)?;
+                }
+                None if pnode.is_some() => parent.same = false,
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves the directory's tree, or reuses the parent snapshot's when every
+    /// entry is unchanged (it was loaded through the index, so it is stored).
+    /// Returns the tree id and the Merkle leaves of the files below, in tree order.
+    fn finish(self, arch: &Archiver<'_>, parent: ParentDir<'_>) -> Result<(Id, Leaves)> {
+        let leaves = self.leaves.seal(&arch.spill)?;
+        if let Some((id, mut rest)) = parent.nodes
+            && parent.same
+            && !self.listing.is_split()
+            && rest.next().is_none()
+        {
+            return Ok((id, leaves));
+        }
+        Ok((self.listing.finish(&mut |b| arch.save_tree_blob(b))?, leaves))
+    }
+}
+
+/// Keeps at most [`MAX_XATTR_BYTES`] of a node's extended attributes (names and
+/// values, in name order), so that no entry outgrows a tree part; returns a
+/// warning naming what was left out.
+fn cap_xattrs(node: &mut Node) -> Option<String> {
+    let mut total = 0usize;
+    let keep = node.xattrs.iter().take_while(|x| {
+        total += x.name.0.len() + x.value.0.len();
+        total <= MAX_XATTR_BYTES
+    });
+    let keep = keep.count();
+    if keep == node.xattrs.len() {
+        return None;
+    }
+    let dropped: Vec<String> = node.xattrs[keep..].iter().map(|x| x.name.display().to_string()).collect();
+    node.xattrs.truncate(keep);
+    Some(format!("extended attributes exceed {MAX_XATTR_BYTES} bytes in all; left out: {}", dropped.join(", ")))
+}
+
 fn read_block<'p>(reader: &mut BlockReader<'p, impl Read>, path: &Path) -> Result<Block<'p>> {
     reader.next_block().map_err(|e| Error::io(path, e))
 }
@@ -905,4 +1075,26 @@ fn set_stamp(node: &mut Node, stamp: &source::Stamp) {
     node.size = stamp.size;
     node.mtime = stamp.mtime;
     node.ctime = stamp.ctime;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::bytes::Bytes;
+    use crate::format::tree::Xattr;
+    use crate::format::tree::tests::node;
+
+    #[test]
+    fn extended_attributes_beyond_the_limit_are_left_out_with_a_warning() {
+        let xattr =
+            |name: &str, len: usize| Xattr { name: Bytes(name.as_bytes().to_vec()), value: Bytes(vec![0xff; len]) };
+        let mut n = node(b"f", NodeKind::File);
+        n.xattrs = vec![xattr("user.a", 1000), xattr("user.b", 1000)];
+        assert_eq!(cap_xattrs(&mut n), None);
+        assert_eq!(n.xattrs.len(), 2);
+        n.xattrs = vec![xattr("user.a", MAX_XATTR_BYTES / 2), xattr("user.b", MAX_XATTR_BYTES / 2), xattr("user.c", 1)];
+        let warning = cap_xattrs(&mut n).unwrap();
+        assert_eq!(n.xattrs.len(), 1);
+        assert!(warning.contains("user.b, user.c"), "{warning}");
+    }
 }

@@ -136,14 +136,19 @@ pub struct DiffStats {
 /// Compares the trees rooted at `old_root` and `new_root` and passes every change
 /// to `on_change`, depth first in name order, a directory before its entries.
 /// An error from `on_change` stops the walk and is returned.
+///
+/// The walk keeps an explicit stack (one frame per directory level being
+/// compared) and one path buffer, so a tree of any depth is compared without
+/// recursion and without copying the path at each level.
 pub fn diff(
     loader: &dyn TreeLoader,
     old_root: Id,
     new_root: Id,
     on_change: &mut dyn FnMut(Change) -> Result<()>,
 ) -> Result<DiffStats> {
-    let mut d = Differ { loader, on_change, stats: DiffStats::default() };
-    d.trees(&[], old_root, new_root)?;
+    let mut d = Differ { loader, on_change, stats: DiffStats::default(), path: Vec::new(), stack: Vec::new() };
+    d.push_pair(old_root, new_root)?;
+    d.run()?;
     Ok(d.stats)
 }
 
@@ -154,24 +159,34 @@ enum Side {
     New,
 }
 
+/// A directory level being compared; `len` is the length of its path.
+enum Frame {
+    /// Two listings merged by name.
+    Pair(Box<Merge>),
+    /// The listing below a directory present on one side only.
+    Lone { nodes: std::vec::IntoIter<Node>, side: Side, len: usize },
+}
+
+/// Two listings being merged by name, for [`Frame::Pair`].
+struct Merge {
+    old: std::iter::Peekable<std::vec::IntoIter<Node>>,
+    new: std::iter::Peekable<std::vec::IntoIter<Node>>,
+    len: usize,
+}
+
 struct Differ<'a> {
     loader: &'a dyn TreeLoader,
     on_change: &'a mut dyn FnMut(Change) -> Result<()>,
     stats: DiffStats,
-}
-
-fn child_path(prefix: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(prefix.len() + 1 + name.len());
-    p.extend_from_slice(prefix);
-    p.push(b'/');
-    p.extend_from_slice(name);
-    p
+    /// The path of the entry at hand (`/` and names), pushed and truncated.
+    path: Vec<u8>,
+    stack: Vec<Frame>,
 }
 
 /// Whether two nodes of the same type hold different content. A further content
 /// field on file nodes (such as a content digest) belongs here.
 fn content_differs(a: &Node, b: &Node) -> bool {
-    a.kind == NodeKind::File && (a.content != b.content || a.digest != b.digest)
+    a.kind == NodeKind::File && (a.content != b.content || a.content_parts != b.content_parts || a.digest != b.digest)
 }
 
 /// The metadata fields that differ between two nodes of the same type.
@@ -198,54 +213,95 @@ impl Differ<'_> {
         self.loader.load_tree(id)
     }
 
-    fn emit(&mut self, path: Vec<u8>, kind: ChangeKind, node_kind: NodeKind, fields: Vec<Field>) -> Result<()> {
-        (self.on_change)(Change { path, kind, node_kind, fields })
+    fn emit(&mut self, kind: ChangeKind, node_kind: NodeKind, fields: Vec<Field>) -> Result<()> {
+        (self.on_change)(Change { path: self.path.clone(), kind, node_kind, fields })
     }
 
-    /// Compares two directory listings whose directory is at `prefix`.
-    fn trees(&mut self, prefix: &[u8], old: Id, new: Id) -> Result<()> {
+    /// Sets the path to the entry `name` of the directory whose path is `len` long.
+    fn enter(&mut self, len: usize, name: &[u8]) {
+        self.path.truncate(len);
+        self.path.push(b'/');
+        self.path.extend_from_slice(name);
+    }
+
+    /// Starts comparing two directory listings, whose directory is at the path.
+    fn push_pair(&mut self, old: Id, new: Id) -> Result<()> {
         if old == new {
             return Ok(());
         }
         let (old, new) = (self.load(&old)?, self.load(&new)?);
-        let (mut a, mut b) = (old.nodes.iter().peekable(), new.nodes.iter().peekable());
-        loop {
-            match (a.peek(), b.peek()) {
-                (None, None) => return Ok(()),
-                (Some(x), None) => {
-                    self.lone(prefix, x, Side::Old)?;
-                    a.next();
+        let len = self.path.len();
+        self.stack.push(Frame::Pair(Box::new(Merge {
+            old: old.nodes.into_iter().peekable(),
+            new: new.nodes.into_iter().peekable(),
+            len,
+        })));
+        Ok(())
+    }
+
+    /// Starts listing everything below a directory present on one side only.
+    fn push_below(&mut self, node: &Node, side: Side) -> Result<()> {
+        let Some(sub) = node.subtree.filter(|_| node.kind == NodeKind::Dir) else {
+            return Ok(());
+        };
+        let tree = self.load(&sub)?;
+        let len = self.path.len();
+        self.stack.push(Frame::Lone { nodes: tree.nodes.into_iter(), side, len });
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<()> {
+        while let Some(top) = self.stack.last_mut() {
+            match top {
+                Frame::Lone { nodes, side, len } => {
+                    let (side, len) = (*side, *len);
+                    match nodes.next() {
+                        None => {
+                            self.stack.pop();
+                        }
+                        Some(n) => {
+                            self.enter(len, &n.name.0);
+                            self.lone(&n, side)?;
+                        }
+                    }
                 }
-                (None, Some(y)) => {
-                    self.lone(prefix, y, Side::New)?;
-                    b.next();
+                Frame::Pair(m) => {
+                    let Merge { old, new, len } = &mut **m;
+                    let len = *len;
+                    let order = match (old.peek(), new.peek()) {
+                        (None, None) => None,
+                        (Some(_), None) => Some(std::cmp::Ordering::Less),
+                        (None, Some(_)) => Some(std::cmp::Ordering::Greater),
+                        (Some(x), Some(y)) => Some(x.name.cmp(&y.name)),
+                    };
+                    match order {
+                        None => {
+                            self.stack.pop();
+                        }
+                        Some(std::cmp::Ordering::Less) => {
+                            let x = old.next().expect("peeked");
+                            self.enter(len, &x.name.0);
+                            self.lone(&x, Side::Old)?;
+                        }
+                        Some(std::cmp::Ordering::Greater) => {
+                            let y = new.next().expect("peeked");
+                            self.enter(len, &y.name.0);
+                            self.lone(&y, Side::New)?;
+                        }
+                        Some(std::cmp::Ordering::Equal) => {
+                            let (x, y) = (old.next().expect("peeked"), new.next().expect("peeked"));
+                            self.enter(len, &x.name.0);
+                            self.pair(&x, &y)?;
+                        }
+                    }
                 }
-                (Some(x), Some(y)) => match x.name.cmp(&y.name) {
-                    std::cmp::Ordering::Less => {
-                        self.lone(prefix, x, Side::Old)?;
-                        a.next();
-                    }
-                    std::cmp::Ordering::Greater => {
-                        self.lone(prefix, y, Side::New)?;
-                        b.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        self.pair(prefix, x, y)?;
-                        a.next();
-                        b.next();
-                    }
-                },
             }
         }
+        Ok(())
     }
 
-    /// An entry present on one side only: it and everything below it.
-    fn lone(&mut self, prefix: &[u8], node: &Node, side: Side) -> Result<()> {
-        let path = child_path(prefix, &node.name.0);
-        self.lone_at(path, node, side)
-    }
-
-    fn lone_at(&mut self, path: Vec<u8>, node: &Node, side: Side) -> Result<()> {
+    /// An entry present on one side only, at the path: it, then everything below it.
+    fn lone(&mut self, node: &Node, side: Side) -> Result<()> {
         let kind = match side {
             Side::Old => {
                 self.stats.removed += 1;
@@ -257,20 +313,8 @@ impl Differ<'_> {
             }
         };
         self.count_file_bytes(node, side);
-        self.emit(path.clone(), kind, node.kind, Vec::new())?;
-        self.below(&path, node, side)
-    }
-
-    /// Everything below a directory present on one side only.
-    fn below(&mut self, path: &[u8], node: &Node, side: Side) -> Result<()> {
-        let Some(sub) = node.subtree.filter(|_| node.kind == NodeKind::Dir) else {
-            return Ok(());
-        };
-        let tree = self.load(&sub)?;
-        for child in &tree.nodes {
-            self.lone(path, child, side)?;
-        }
-        Ok(())
+        self.emit(kind, node.kind, Vec::new())?;
+        self.push_below(node, side)
     }
 
     fn count_file_bytes(&mut self, node: &Node, side: Side) {
@@ -283,28 +327,33 @@ impl Differ<'_> {
         }
     }
 
-    /// An entry present on both sides.
-    fn pair(&mut self, prefix: &[u8], old: &Node, new: &Node) -> Result<()> {
-        let path = child_path(prefix, &old.name.0);
+    /// An entry present on both sides, at the path.
+    fn pair(&mut self, old: &Node, new: &Node) -> Result<()> {
+        let depth = self.stack.len();
         if old.kind != new.kind {
             self.stats.type_changed += 1;
             self.count_file_bytes(old, Side::Old);
             self.count_file_bytes(new, Side::New);
-            self.emit(path.clone(), ChangeKind::TypeChanged, new.kind, Vec::new())?;
-            self.below(&path, old, Side::Old)?;
-            return self.below(&path, new, Side::New);
+            self.emit(ChangeKind::TypeChanged, new.kind, Vec::new())?;
+            // What was below is reported before what is: loaded first, and put on
+            // top of the stack, which runs last in first.
+            self.push_below(old, Side::Old)?;
+            let old_frame = (self.stack.len() > depth).then(|| self.stack.pop()).flatten();
+            self.push_below(new, Side::New)?;
+            self.stack.extend(old_frame);
+            return Ok(());
         }
         let mut fields = metadata_differences(old, new);
         if content_differs(old, new) {
             fields.insert(0, Field::Content);
             self.stats.modified += 1;
-            self.emit(path.clone(), ChangeKind::Modified, new.kind, fields)?;
+            self.emit(ChangeKind::Modified, new.kind, fields)?;
         } else if !fields.is_empty() {
             self.stats.metadata_only += 1;
-            self.emit(path.clone(), ChangeKind::MetadataOnly, new.kind, fields)?;
+            self.emit(ChangeKind::MetadataOnly, new.kind, fields)?;
         }
         match (old.kind, old.subtree, new.subtree) {
-            (NodeKind::Dir, Some(a), Some(b)) => self.trees(&path, a, b),
+            (NodeKind::Dir, Some(a), Some(b)) => self.push_pair(a, b),
             _ => Ok(()),
         }
     }
@@ -363,6 +412,7 @@ mod tests {
             target: None,
             xattrs: vec![],
             content: vec![],
+            content_parts: vec![],
             digest: None,
             sparse: false,
             subtree: None,

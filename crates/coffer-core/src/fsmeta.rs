@@ -117,6 +117,7 @@ pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> 
         target,
         xattrs,
         content: Vec::new(),
+        content_parts: Vec::new(),
         digest: None,
         sparse: is_file && md.size() > 0 && md.blocks().saturating_mul(512) < md.size(),
         subtree: None,

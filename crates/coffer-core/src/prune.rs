@@ -174,12 +174,16 @@ fn mark_tree(
                 continue;
             }
         }
-        let tree = repo.load_tree(&tid)?;
-        for node in &tree.nodes {
+        // The listing is streamed part by part; its parts and the content parts
+        // of its files are blobs this tree uses, marked like the others.
+        let mut nodes = repo.tree_nodes(&tid)?;
+        let mut parts = Vec::new();
+        for node in nodes.by_ref() {
+            let node = node?;
             match node.kind {
                 NodeKind::Dir => stack.extend(node.subtree),
                 NodeKind::File => {
-                    for id in &node.content {
+                    for id in &repo.resolve_content(&node, &mut |p| parts.push(p))? {
                         match index.slot(id) {
                             Some(slot) => {
                                 marks.set(slot);
@@ -189,6 +193,14 @@ fn mark_tree(
                     }
                 }
                 _ => {}
+            }
+        }
+        for p in nodes.loaded_blobs()[1..].iter().chain(&parts) {
+            match index.slot(p) {
+                Some(slot) => {
+                    marks.set(slot);
+                }
+                None => unknown(*p, BlobType::Tree)?,
             }
         }
     }
@@ -431,12 +443,20 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
                     continue;
                 }
                 uses(BlobType::Tree, &tid, &mut delete)?;
-                for node in repo.load_tree(&tid)?.nodes {
+                let mut nodes = repo.tree_nodes(&tid)?;
+                let mut parts = Vec::new();
+                for node in nodes.by_ref() {
+                    let node = node?;
                     stack.extend(node.subtree);
-                    for id in &node.content {
+                    for id in &repo.resolve_content(&node, &mut |p| parts.push(p))? {
                         if seen.insert(*id) {
                             uses(BlobType::Data, id, &mut delete)?;
                         }
+                    }
+                }
+                for p in nodes.loaded_blobs()[1..].iter().chain(&parts) {
+                    if seen.insert(*p) {
+                        uses(BlobType::Tree, p, &mut delete)?;
                     }
                 }
             }

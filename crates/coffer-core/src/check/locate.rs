@@ -165,22 +165,39 @@ impl Walk<'_> {
     /// The affected entries below settled tree `root` of `snapshot`, sorted by path.
     fn list(&self, snapshot: Id, root: Id, out: &mut Vec<AffectedFile>) {
         let start = out.len();
-        let mut stack = vec![(root, PathBuf::from("/"))];
         if let Some(Mark::Unreadable) = self.marked.get(&root) {
             out.push(AffectedFile { snapshot, path: "/".into(), kind: AffectedKind::Directory, blobs: vec![root] });
         }
-        while let Some((id, dir)) = stack.pop() {
-            let Some(Mark::Affected(hits)) = self.marked.get(&id) else { continue };
-            for (name, hit) in hits {
-                let path = dir.join(OsStr::from_bytes(&name.0));
-                match hit {
-                    Hit::Content(blobs) => {
-                        out.push(AffectedFile { snapshot, path, kind: AffectedKind::File, blobs: blobs.clone() })
+        // One path buffer, extended and truncated: a deep chain of affected
+        // directories costs time linear in its depth.
+        let mut path: Vec<u8> = b"/".to_vec();
+        let mut stack = Vec::new();
+        if let Some(Mark::Affected(hits)) = self.marked.get(&root) {
+            stack.push((hits.iter(), path.len()));
+        }
+        while let Some((hits, len)) = stack.last_mut() {
+            let len = *len;
+            let Some((name, hit)) = hits.next() else {
+                stack.pop();
+                continue;
+            };
+            path.truncate(len);
+            if !path.ends_with(b"/") {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&name.0);
+            let here = || PathBuf::from(OsStr::from_bytes(&path));
+            match hit {
+                Hit::Content(blobs) => {
+                    out.push(AffectedFile { snapshot, path: here(), kind: AffectedKind::File, blobs: blobs.clone() })
+                }
+                Hit::Lost(t) => {
+                    out.push(AffectedFile { snapshot, path: here(), kind: AffectedKind::Directory, blobs: vec![*t] })
+                }
+                Hit::Below(t) => {
+                    if let Some(Mark::Affected(below)) = self.marked.get(t) {
+                        stack.push((below.iter(), path.len()));
                     }
-                    Hit::Lost(t) => {
-                        out.push(AffectedFile { snapshot, path, kind: AffectedKind::Directory, blobs: vec![*t] })
-                    }
-                    Hit::Below(t) => stack.push((*t, path)),
                 }
             }
         }

@@ -49,6 +49,8 @@ pub(super) const BATCH: usize = 32;
 const AHEAD_BUDGET: usize = 16 << 20;
 /// Entries looked at when choosing the trees to load ahead.
 const SCAN_LIMIT: usize = 4096;
+/// Open directories, from the deepest up, that looking ahead goes through at most.
+const FRAME_LIMIT: usize = 64;
 
 /// What the walk reads from the repository.
 pub(super) trait Store: Sync {
@@ -157,19 +159,26 @@ type Loaded = std::result::Result<Tree, Failure>;
 /// A directory being listed: entries `..next` are still ahead, met from the last.
 struct Open {
     listing: Arc<Listing>,
-    path: Vec<u8>,
+    /// The length of the directory's path in the walk's path buffer.
+    len: usize,
     next: usize,
 }
 
 /// The absolute path of entry `name` of the directory at `dir`.
 fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
-    p.extend_from_slice(dir);
-    if !dir.ends_with(b"/") {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
+    let mut p = dir.to_vec();
+    set_child(&mut p, dir.len(), name);
     p
+}
+
+/// Makes `path`, whose first `len` bytes are a directory's path, the path of the
+/// directory's entry `name`: one buffer serves the whole walk, whatever its depth.
+fn set_child(path: &mut Vec<u8>, len: usize, name: &[u8]) {
+    path.truncate(len);
+    if !path.ends_with(b"/") {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
 }
 
 fn shown(path: &[u8]) -> std::borrow::Cow<'_, str> {
@@ -217,11 +226,15 @@ impl<'a, S: Store> Walker<'a, S> {
         // Dropped when a tree fails to load: the root cannot be recomputed.
         let mut merkle = Some(ReverseBuilder::new(snap.merkle_leaves));
         let mut stack: Vec<Open> = Vec::new();
-        let mut pending = Some((snap.tree, b"/".to_vec()));
+        // The path of the entry at hand.
+        let mut path = b"/".to_vec();
+        let mut pending = Some(snap.tree);
         loop {
-            if let Some((id, path)) = pending.take() {
+            if let Some(id) = pending.take() {
                 match self.enter(sid, id, &path, &stack, merkle.is_some(), r) {
-                    Entered::Open(listing) => stack.push(Open { next: listing.entries.len(), listing, path }),
+                    Entered::Open(listing) => {
+                        stack.push(Open { next: listing.entries.len(), listing, len: path.len() })
+                    }
                     Entered::Skipped => {}
                     Entered::Failed => merkle = None,
                 }
@@ -233,12 +246,13 @@ impl<'a, S: Store> Walker<'a, S> {
             }
             top.next -= 1;
             let entry = &top.listing.entries[top.next];
+            set_child(&mut path, top.len, &entry.name);
             match entry.kind {
-                Kind::Dir(sub) => pending = Some((sub, child_path(&top.path, &entry.name))),
+                Kind::Dir(sub) => pending = Some(sub),
                 Kind::File(digest) => {
                     if let Some(b) = merkle.as_mut() {
                         match digest {
-                            Some(d) => b.push(leaf(&key, &child_path(&top.path, &entry.name), &d)),
+                            Some(d) => b.push(leaf(&key, &path, &d)),
                             None => merkle = None,
                         }
                     }
@@ -358,12 +372,19 @@ impl<'a, S: Store> Walker<'a, S> {
     /// follows the walk ahead through the open directories and the trees at hand
     /// (loaded ahead or kept), collecting those not at hand that it would enter.
     fn upcoming(&self, stack: &[Open], listing: bool, ids: &mut Vec<Id>) {
-        let mut cursors: Vec<Box<dyn Iterator<Item = Id> + '_>> = stack
-            .iter()
-            .map(|o| -> Box<dyn Iterator<Item = Id> + '_> { Box::new(subdirs(&o.listing.entries[..o.next])) })
-            .collect();
+        // The open directories are taken from the top down only as the walk
+        // ahead reaches them, and at most FRAME_LIMIT of them: a deep stack
+        // whose directories have nothing left to enter costs a few steps, not
+        // one per level.
+        let mut frames = stack.iter().rev().take(FRAME_LIMIT);
+        let mut cursors: Vec<Box<dyn Iterator<Item = Id> + '_>> = Vec::new();
         let mut scanned = 0;
         while ids.len() < BATCH && scanned < SCAN_LIMIT {
+            if cursors.is_empty() {
+                let Some(o) = frames.next() else { break };
+                scanned += 1;
+                cursors.push(Box::new(subdirs(&o.listing.entries[..o.next])));
+            }
             let Some(cursor) = cursors.last_mut() else { break };
             let Some(sub) = cursor.next() else {
                 cursors.pop();

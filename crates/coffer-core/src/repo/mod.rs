@@ -7,11 +7,13 @@ mod copies_tests;
 mod index;
 mod saver;
 mod signed;
+mod trees;
 mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
 pub use saver::{BlobSaver, SaverEvent, SaverStats};
 pub use signed::{WRITER_KEY_FILE, Writers};
+pub use trees::{TREE_CUT_CONTEXT, TreeNodes};
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
@@ -29,7 +31,6 @@ use crate::format::envelope::{self, SealedKind};
 use crate::format::keyfile::{KeyFile, MasterKeys};
 use crate::format::pack::{self, BlobType, PackEntry};
 use crate::format::snapshot::Snapshot;
-use crate::format::tree::Tree;
 use crate::format::{FORMAT_VERSION, ObjectKind, index as index_file};
 use crate::id::Id;
 
@@ -656,12 +657,6 @@ impl Repository {
             return Err(Error::corrupt(object(), "content does not match its id"));
         }
         Ok(data)
-    }
-
-    /// Loads and decodes a tree blob.
-    pub fn load_tree(&self, id: &Id) -> Result<Tree> {
-        let data = self.load_blob(BlobType::Tree, id)?;
-        Tree::decode(&data).map_err(|e| Error::corrupt(format!("tree {}", id.short()), e))
     }
 
     /// Loads every snapshot, oldest first. A damaged snapshot does not hide the

@@ -114,6 +114,10 @@ pub struct InitArgs {
     /// scrypt cost: log2(N). Lower is faster to open and weaker against guessing.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]
     pub kdf_log_n: u8,
+    /// Let the repository directory's group read the repository (files 0640,
+    /// directories 0750) instead of its owner only (0600, 0700).
+    #[arg(long)]
+    pub group_readable: bool,
 }
 
 /// Which snapshots `latest` may pick.

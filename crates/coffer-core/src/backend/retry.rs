@@ -75,8 +75,8 @@ impl<B: Backend> Backend for RetryBackend<B> {
         self.inner.location()
     }
 
-    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
-        self.run(|| self.inner.read(name))
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        self.run(|| self.inner.read_max(name, max))
     }
 
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {

@@ -122,12 +122,31 @@ impl Repository {
         }
     }
 
-    /// Creates a repository: a key file for `passphrase`, then the config, last, so
-    /// that a half-created repository is never taken for a usable one.
-    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
-        if Self::exists(backend.as_ref())? {
+    /// Whether a new repository may be created at `backend`: not where one exists,
+    /// nor where one lost its `config` (key files, packs, index files or snapshots
+    /// are there), which [`Error::ConfigLost`] reports with what was found.
+    pub fn check_new_location(backend: &dyn Backend) -> Result<()> {
+        if Self::exists(backend)? {
             return Err(Error::RepoExists { location: backend.location() });
         }
+        let mut found = Vec::new();
+        for kind in [ObjectKind::Key, ObjectKind::Pack, ObjectKind::Index, ObjectKind::Snapshot] {
+            let n = backend.list(kind.prefix())?.iter().filter(|o| kind.id_from_path(&o.name).is_some()).count();
+            if n > 0 {
+                found.push(format!("{n} {}{}", kind.noun(), if n == 1 { "" } else { "s" }));
+            }
+        }
+        if !found.is_empty() {
+            return Err(Error::ConfigLost { location: backend.location(), found: found.join(", ") });
+        }
+        Ok(())
+    }
+
+    /// Creates a repository: a key file for `passphrase`, then the config, last, so
+    /// that a half-created repository is never taken for a usable one. Refused
+    /// where [`Repository::check_new_location`] refuses.
+    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
+        Self::check_new_location(backend.as_ref())?;
         opts.chunker.validate().map_err(Error::InvalidInput)?;
         let config = Config {
             version: FORMAT_VERSION,

@@ -91,7 +91,9 @@ type SealKey = (Epoch, Key);
 
 fn write_marker(backend: &dyn Backend, key: &SealKey, cipher: Cipher, name: &str, rec: &SessionRecord) -> Result<()> {
     let plain = serde_json::to_vec(rec).expect("session records serialize");
-    backend.write(name, envelope::seal(&key.1, key.0, cipher, SealedKind::Session, &plain))?;
+    let sealed = envelope::seal(&key.1, key.0, cipher, SealedKind::Session, &plain);
+    crate::repo::check_storable(ObjectKind::Session, sealed.len())?;
+    backend.write(name, sealed)?;
     Ok(())
 }
 
@@ -205,12 +207,15 @@ pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
     let ids = repo.list_ids(ObjectKind::Session)?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let rec = match repo.backend().read(&ObjectKind::Session.path(&id)) {
+        let name = ObjectKind::Session.path(&id);
+        let rec = match crate::repo::read_bounded(repo.backend(), ObjectKind::Session, &name, &name) {
             Ok(b) => envelope::open(&repo.keys().data, SealedKind::Session, &b)
                 .ok()
                 .and_then(|p| SessionRecord::decode(&p).ok()),
-            Err(e) if e.kind == crate::backend::ErrorKind::NotFound => continue, // finished meanwhile
-            Err(e) => return Err(e.into()),
+            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => continue, // finished meanwhile
+            // Too large to be a marker coffer wrote: like one that does not decode.
+            Err(Error::Corrupt { .. }) => None,
+            Err(e) => return Err(e),
         };
         out.push((id, rec));
     }

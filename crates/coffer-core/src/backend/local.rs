@@ -123,7 +123,10 @@ fn err(object: &str, e: Errno) -> BackendError {
     BackendError::new(kind, object, message)
 }
 
-fn io_err(object: &str, e: std::io::Error) -> BackendError {
+/// A local I/O error about `object`, classified and explained like the local
+/// backend's own (a full disk or read-only file system is permanent, with what
+/// to do about it).
+pub(crate) fn io_err(object: &str, e: std::io::Error) -> BackendError {
     match e.raw_os_error() {
         Some(n) => err(object, Errno::from_raw_os_error(n)),
         None => BackendError::new(ErrorKind::Permanent, object, e.to_string()),

@@ -18,6 +18,7 @@ mod retry;
 
 pub use faulty::{Faults, FaultyBackend};
 pub use local::{LocalBackend, Modes};
+pub(crate) use local::io_err as local_io_error;
 pub use opendal_fs::OpendalBackend;
 pub use retry::{RetryBackend, RetryPolicy};
 

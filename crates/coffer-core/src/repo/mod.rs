@@ -99,17 +99,44 @@ pub(crate) type Spool = std::io::BufWriter<std::fs::File>;
 const SPOOL_BUFFER: usize = 256 << 10;
 
 /// A spool file that could not be created or written: local storage trouble
-/// (often a full disk), reported like a storage error.
+/// (often a full disk), reported like a storage error, and never as temporary.
 pub(crate) fn spool_error(dir: &std::path::Path, e: std::io::Error) -> Error {
+    let e = crate::backend::local_io_error(&dir.display().to_string(), e);
     Error::Backend(crate::backend::BackendError::new(
-        ErrorKind::Permanent,
-        dir.display().to_string(),
-        format!("cannot write a pack being assembled in this directory: {e}"),
+        match e.kind {
+            ErrorKind::Transient | ErrorKind::NotFound => ErrorKind::Permanent,
+            k => k,
+        },
+        e.object,
+        format!("cannot write a pack being assembled in this directory: {}", e.message),
     ))
 }
 
 fn is_not_found(e: &crate::backend::BackendError) -> bool {
     e.kind == ErrorKind::NotFound
+}
+
+/// Reads a whole object of `kind` named `name`, refusing it, as damage of the
+/// object `what`, when it is larger than the kind's limit
+/// ([`ObjectKind::max_len`]); nothing is allocated for a larger one.
+pub(crate) fn read_bounded(backend: &dyn Backend, kind: ObjectKind, name: &str, what: &str) -> Result<Vec<u8>> {
+    backend.read_max(name, kind.max_len()).map_err(|e| match e.kind {
+        ErrorKind::TooLarge => Error::corrupt(what, format!("{name} {}", e.message)),
+        _ => Error::Backend(e),
+    })
+}
+
+/// Refuses to store an object of `kind` of `len` bytes that readers would refuse
+/// (a writer bug: every writer bounds what it writes below the limit).
+pub(crate) fn check_storable(kind: ObjectKind, len: usize) -> Result<()> {
+    if len as u64 > kind.max_len() {
+        return Err(Error::InvalidInput(format!(
+            "a {} of {len} bytes would be larger than the {} bytes readers accept; it was not stored",
+            kind.noun(),
+            kind.max_len()
+        )));
+    }
+    Ok(())
 }
 
 impl Repository {
@@ -167,7 +194,9 @@ impl Repository {
         // The config is sealed under epoch 0 for good: every key file, even one made
         // before a rotation, opens it.
         let config_key = keys.data.get(0).expect("a new repository has epoch 0");
-        backend.write("config", envelope::seal(config_key, 0, cipher, SealedKind::Config, &config.encode()))?;
+        let sealed = envelope::seal(config_key, 0, cipher, SealedKind::Config, &config.encode());
+        check_storable(ObjectKind::Config, sealed.len())?;
+        backend.write("config", sealed)?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
 
@@ -205,7 +234,14 @@ impl Repository {
             let Some(id) = ObjectKind::Key.id_from_path(&info.name) else {
                 continue;
             };
-            let bytes = backend.read(&info.name)?;
+            let bytes = match read_bounded(backend.as_ref(), ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
+                Ok(b) => b,
+                Err(e @ Error::Corrupt { .. }) => {
+                    damaged.push(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if Id::hash_of(&bytes) != id {
                 damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
                 continue;
@@ -232,7 +268,7 @@ impl Repository {
             }
             return Err(Error::WrongPassword { tried });
         };
-        let sealed = backend.read("config")?;
+        let sealed = read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?;
         if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
             return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
         }
@@ -350,7 +386,7 @@ impl Repository {
 
     /// Reads a stored object and checks that its content matches its name.
     pub fn read_object(&self, kind: ObjectKind, id: &Id) -> Result<Vec<u8>> {
-        let bytes = self.backend.read(&kind.path(id))?;
+        let bytes = read_bounded(self.backend.as_ref(), kind, &kind.path(id), &kind.describe(id))?;
         if Id::hash_of(&bytes) != *id {
             return Err(Error::corrupt(kind.describe(id), "content does not match its name (altered or truncated)"));
         }
@@ -372,6 +408,7 @@ impl Repository {
                 return Err(Error::InvalidInput("snapshots and tombstones are stored signed, sessions by name".into()));
             }
         };
+        check_storable(okind, sealed.len())?;
         self.backend.write(&okind.path(&id), sealed)?;
         Ok(id)
     }
@@ -419,7 +456,8 @@ impl Repository {
     /// reading their trailers and headers, and stores an index file for them, so
     /// that their blobs are reused rather than uploaded again. Packs in `exclude`
     /// (those a running prune is deleting) and packs that fail to verify are left
-    /// alone; `check` reports the latter. Returns the index file stored, if any.
+    /// alone; `check` reports the latter. Returns the (first) index file stored,
+    /// if any: several when the orphans are too many for one.
     pub fn adopt_orphan_packs(&self, exclude: &std::collections::HashSet<Id>) -> Result<Option<Id>> {
         let orphans: Vec<(Id, u64)> = {
             let idx = self.index();
@@ -439,9 +477,13 @@ impl Repository {
         if records.is_empty() {
             return Ok(None);
         }
-        let id = self.save_sealed(SealedKind::Index, &index_file::encode(&records))?;
+        let mut first = None;
+        for batch in index_file::batches(&records) {
+            let id = self.save_sealed(SealedKind::Index, &index_file::encode(batch))?;
+            first.get_or_insert(id);
+        }
         self.index_mut().add_packs(&records).map_err(|e| Error::corrupt("index", e))?;
-        Ok(Some(id))
+        Ok(first)
     }
 
     /// A pack's index record from its trailer and header; `None` if they do not
@@ -468,6 +510,9 @@ impl Repository {
     /// decompresses and checks that the plaintext hashes to `id`.
     pub fn load_blob(&self, blob_type: BlobType, id: &Id) -> Result<Vec<u8>> {
         let (entry, pack_info) = self.locate_blob(blob_type, id)?;
+        entry.check_bounds().map_err(|e| {
+            Error::corrupt(format!("{} {} in pack {}", blob_type.noun(), id.short(), pack_info.id.short()), e)
+        })?;
         let sealed = self.read_pack_range(&pack_info, entry.offset, entry.length as u64)?;
         self.decode_blob(&pack_info, &entry, &sealed)
     }
@@ -490,6 +535,12 @@ impl Repository {
     /// Reads `len` bytes at `offset` of a pack; a missing or short pack is damage.
     pub fn read_pack_range(&self, pack: &PackInfo, offset: u64, len: u64) -> Result<Vec<u8>> {
         let object = || ObjectKind::Pack.describe(&pack.id);
+        if offset.saturating_add(len) > ObjectKind::Pack.max_len() {
+            return Err(Error::corrupt(
+                object(),
+                format!("a read of {len} bytes at offset {offset} reaches beyond the largest pack possible"),
+            ));
+        }
         let bytes = match self.backend.read_range(&ObjectKind::Pack.path(&pack.id), offset, len) {
             Ok(b) => b,
             Err(e) if is_not_found(&e) => return Err(Error::corrupt(object(), "missing from the repository")),

@@ -22,9 +22,6 @@ use crate::format::index::{self as index_file, PackRecord};
 use crate::format::pack::{BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, FinishedPack, PackBuilder};
 use crate::id::Id;
 
-/// An index file is written after this many packs, so an interrupted backup
-/// leaves most of its uploaded packs indexed and reusable.
-const PACKS_PER_INDEX_FILE: usize = 32;
 
 /// Counters of what a saver added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -160,7 +157,9 @@ impl<'r> BlobSaver<'r> {
         let pack_size = u64::from(self.repo.config().pack_size);
         self.blobs.fetch_add(1, Ordering::Relaxed);
         self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
-        if builder.len() >= pack_size {
+        // A pack is closed at its size, or at the number of blobs that keeps its
+        // header and index record bounded (many tiny blobs).
+        if builder.len() >= pack_size || builder.count() >= crate::format::limits::PACK_BLOBS {
             self.close_slot();
             self.upload(builder)?;
         } else {
@@ -215,7 +214,8 @@ impl<'r> BlobSaver<'r> {
     }
 
     /// Records packs that are now stored: into the index, and into an index file
-    /// every [`PACKS_PER_INDEX_FILE`] packs.
+    /// whenever one is full ([`index_file::is_full`]: so many packs or bytes), so
+    /// an interrupted backup leaves most of its uploaded packs indexed and reusable.
     fn absorb(&self, stored: Vec<super::uploader::Stored>) -> Result<()> {
         for r in stored {
             let (rec, size) = r?;
@@ -228,7 +228,8 @@ impl<'r> BlobSaver<'r> {
             let batch = {
                 let mut u = self.unindexed.lock().expect("poisoned");
                 u.push(rec);
-                if u.len() >= PACKS_PER_INDEX_FILE { std::mem::take(&mut *u) } else { Vec::new() }
+                let bytes = u.iter().map(PackRecord::encoded_len).sum();
+                if index_file::is_full(u.len(), bytes) { std::mem::take(&mut *u) } else { Vec::new() }
             };
             self.write_index(batch)?;
         }

@@ -53,7 +53,7 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
     // Several tombstones when one would grow past its size limit; all are
     // written before any snapshot is deleted.
     let mut first = None;
-    for batch in batches(forgotten) {
+    for batch in tombstone_batches(forgotten) {
         let tombstone = Tombstone {
             version: FORMAT_VERSION,
             time: humantime::format_rfc3339_nanos(SystemTime::now()).to_string(),
@@ -82,7 +82,7 @@ const TOMBSTONE_TARGET: usize = 16 << 20;
 
 /// Splits the forgotten snapshots into the contents of tombstones that stay
 /// under the tombstone size limit.
-fn batches(forgotten: Vec<Forgotten>) -> Vec<Vec<Forgotten>> {
+pub(crate) fn tombstone_batches(forgotten: Vec<Forgotten>) -> Vec<Vec<Forgotten>> {
     let mut out = vec![Vec::new()];
     let mut bytes = 0;
     for f in forgotten {

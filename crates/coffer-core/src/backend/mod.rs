@@ -17,8 +17,8 @@ mod opendal_fs;
 mod retry;
 
 pub use faulty::{Faults, FaultyBackend};
-pub use local::{LocalBackend, Modes};
 pub(crate) use local::io_err as local_io_error;
+pub use local::{LocalBackend, Modes};
 pub use opendal_fs::OpendalBackend;
 pub use retry::{RetryBackend, RetryPolicy};
 

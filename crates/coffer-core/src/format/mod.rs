@@ -216,6 +216,9 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+mod limits_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

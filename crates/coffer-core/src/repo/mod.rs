@@ -234,14 +234,15 @@ impl Repository {
             let Some(id) = ObjectKind::Key.id_from_path(&info.name) else {
                 continue;
             };
-            let bytes = match read_bounded(backend.as_ref(), ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
-                Ok(b) => b,
-                Err(e @ Error::Corrupt { .. }) => {
-                    damaged.push(e);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+            let bytes =
+                match read_bounded(backend.as_ref(), ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
+                    Ok(b) => b,
+                    Err(e @ Error::Corrupt { .. }) => {
+                        damaged.push(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
             if Id::hash_of(&bytes) != id {
                 damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
                 continue;

@@ -22,7 +22,6 @@ use crate::format::index::{self as index_file, PackRecord};
 use crate::format::pack::{BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, FinishedPack, PackBuilder};
 use crate::id::Id;
 
-
 /// Counters of what a saver added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SaverStats {

@@ -185,7 +185,7 @@ impl LocalBackend {
         }
         match rustix::fs::statat(&self.root_fd, "config", AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                *self.modes.get_or_init(|| Modes::from_file_mode(st.st_mode as u32))
+                *self.modes.get_or_init(|| Modes::from_file_mode(st.st_mode))
             }
             _ => self.initial,
         }
@@ -381,7 +381,7 @@ impl Backend for LocalBackend {
             Ok(mut fds) => fds.pop().expect("at least one component"),
             Err(e) if e.kind == ErrorKind::NotFound => return Ok(Vec::new()),
             // The prefix names a file, not a directory: nothing below it.
-            Err(_) if matches!(self.stat(base), Ok(_)) => return Ok(Vec::new()),
+            Err(_) if self.stat(base).is_ok() => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
         let mut out = Vec::new();

@@ -60,7 +60,7 @@ fn read_max_refuses_a_planted_sparse_giant_without_reading_it() {
     assert_eq!(be.read_max("index/aa", 1000).unwrap(), vec![7; 1000]);
     assert_eq!(be.read_max("index/aa", 999).unwrap_err().kind, ErrorKind::TooLarge);
     // A FIFO is refused at once, not waited on.
-    rustix::fs::mknodat(CWD, &dir.path().join("index/cc"), FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+    rustix::fs::mknodat(CWD, dir.path().join("index/cc"), FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
     assert_eq!(be.read_max("index/cc", 1000).unwrap_err().kind, ErrorKind::Permanent);
     assert_eq!(be.read_range("index/cc", 0, 10).unwrap_err().kind, ErrorKind::Permanent);
 }

@@ -131,6 +131,10 @@ impl Session {
                 .spawn(move || {
                     let mut stop = shared.stop.lock().expect("poisoned");
                     loop {
+                        // Stopped before this thread first waited: its wake-up is gone.
+                        if *stop {
+                            return;
+                        }
                         stop = shared.wake.wait_timeout(stop, interval).expect("poisoned").0;
                         if *stop {
                             return;
@@ -220,4 +224,30 @@ pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
         out.push((id, rec));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::backend::LocalBackend;
+    use crate::repo::InitOptions;
+
+    #[test]
+    fn a_session_stopped_at_once_does_not_wait_for_its_heartbeat() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
+        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
+        let repo = Repository::init(be, b"pw", &InitOptions { kdf, ..InitOptions::default() }).unwrap();
+        let started = Instant::now();
+        for _ in 0..20 {
+            // Ended before its thread may have begun waiting, as when a backup
+            // fails right after announcing itself.
+            Session::start(&repo, Duration::from_secs(60)).unwrap().finish().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+        assert!(list(&repo).unwrap().is_empty());
+    }
 }

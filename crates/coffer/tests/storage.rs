@@ -158,3 +158,32 @@ fn a_full_disk_fails_at_once_and_says_so() {
     assert!(!err.contains("temporary"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
 }
+
+#[test]
+fn a_planted_giant_object_is_damage_not_an_abort() {
+    let env = Env::new();
+    let src = source(&env);
+    env.backup(&[&src]);
+    let giant = 64u64 << 30;
+    let name = format!("index/{}", "ab".repeat(32));
+    std::fs::File::create(env.repo().join(&name)).unwrap().set_len(giant).unwrap();
+    for args in [&["ls", "latest"][..], &["check"][..]] {
+        let err = assert_code(&env.run(args), 12);
+        assert!(err.contains(&name) && err.contains(&giant.to_string()), "{err}");
+    }
+}
+
+#[test]
+fn a_planted_symbolic_link_is_not_followed() {
+    let env = Env::new();
+    let src = source(&env);
+    let outside = env.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    // The storage (or a local user who can write there) replaces a directory of
+    // the repository with a link to somewhere else.
+    let _ = std::fs::remove_dir_all(env.repo().join("snapshots"));
+    std::os::unix::fs::symlink(&outside, env.repo().join("snapshots")).unwrap();
+    let err = assert_code(&env.run(&["backup", src.to_str().unwrap()]), 15);
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing was written through the link");
+}

@@ -29,7 +29,8 @@ pub enum Error {
     #[error(
         "{location} has no config but holds {found}: it is a repository whose config was lost, and a \
          new repository will not be created on top of it. Restore 'config' from a copy of the \
-         repository, or run 'coffer repair config' to write a new one sealed under the existing keys"
+         repository, or run 'coffer repair config' to write a new one sealed under the existing keys \
+         (it needs a passphrase that opens a key file)"
     )]
     ConfigLost {
         /// The repository location.

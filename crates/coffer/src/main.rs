@@ -109,6 +109,7 @@ fn main() -> ExitCode {
         Command::Writers => cmd::writers::run(&cli.global),
         Command::Prune(a) => cmd::prune::run(&cli.global, a),
         Command::Key(a) => cmd::key::run(&cli.global, a),
+        Command::Repair(a) => cmd::repair::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

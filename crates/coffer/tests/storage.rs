@@ -69,6 +69,22 @@ fn a_lost_config_is_never_reinitialised() {
     let err = assert_code(&out, 1);
     assert!(err.contains("config was lost"), "{err}");
     assert_eq!(names_under(&default).len(), before.len(), "nothing was written");
+
+    // `repair config` writes a new config under the existing keys: every snapshot
+    // restores again.
+    std::fs::rename(&default, env.repo()).unwrap();
+    let mut wrong = env.cmd();
+    wrong.env("COFFER_PASSWORD", "not the passphrase").args(["repair", "config"]);
+    assert_code(&wrong.output().unwrap(), 3);
+    assert!(!env.repo().join("config").exists());
+    let out = env.run(&["repair", "config"]);
+    assert_success(&out);
+    assert!(text(&out.stdout).contains("repository id: new"), "{}", text(&out.stdout));
+    assert_code(&env.run(&["repair", "config"]), 1);
+    let target = env.path("restored");
+    assert_success(&env.run(&["restore", "latest", "--target", target.to_str().unwrap()]));
+    assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+    assert_success(&env.run(&["check", "--read-data"]));
 }
 
 #[test]

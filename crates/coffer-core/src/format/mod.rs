@@ -166,10 +166,10 @@ pub mod limits {
     /// compression does not pay), a compression byte and the AEAD tag. A longer
     /// entry in a pack header or index file is damage.
     pub const BLOB: u64 = BLOB_PLAINTEXT + 1 + crate::crypto::TAG_LEN as u64;
-    /// A pack: packs are closed at the configured size (a u32), which the last
-    /// blob may overshoot, plus a header of at most [`PACK_BLOBS`] entries and
-    /// the trailer.
-    pub const PACK: u64 = u32::MAX as u64
+    /// A pack: packs are closed at the configured size (at most
+    /// [`super::config::MAX_PACK_SIZE`]), which the last blob may overshoot, plus
+    /// a header of at most [`PACK_BLOBS`] entries and the trailer.
+    pub const PACK: u64 = super::config::MAX_PACK_SIZE as u64
         + BLOB
         + (4 + PACK_BLOBS as u64 * pack::ENTRY_LEN as u64 + crate::crypto::TAG_LEN as u64)
         + pack::TRAILER_LEN as u64;

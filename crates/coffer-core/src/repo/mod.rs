@@ -222,6 +222,64 @@ impl Repository {
         if !Self::exists(backend.as_ref())? {
             return Err(Error::RepoNotFound { location: backend.location() });
         }
+        let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
+        let sealed = read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?;
+        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
+            return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
+        }
+        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
+        let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
+        Ok(Self::assemble(backend, keys, config, key_id))
+    }
+
+    /// Writes a new `config` for a repository whose config was lost, sealed under
+    /// the keys that a key file opens with `passphrase`, and opens it. What the lost
+    /// config held cannot be read back: the repository id is new (this client's
+    /// local state, such as its writer key and the history it saw, starts afresh),
+    /// and the chunker sizes, compression level and pack size are taken from
+    /// `opts`. Returns the repository and a line for each setting so reset.
+    pub fn repair_config(
+        backend: Arc<dyn Backend>,
+        passphrase: &[u8],
+        opts: &InitOptions,
+    ) -> Result<(Repository, Vec<String>)> {
+        if Self::exists(backend.as_ref())? {
+            return Err(Error::RepoExists { location: backend.location() });
+        }
+        opts.chunker.validate().map_err(Error::InvalidInput)?;
+        let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
+        let config = Config {
+            version: FORMAT_VERSION,
+            id: Id(random_array()),
+            chunker: opts.chunker,
+            compression_level: opts.compression_level,
+            pack_size: opts.pack_size,
+        };
+        Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
+        let config_key = keys.data.get(0).expect("a key file holds epoch 0");
+        let sealed = envelope::seal(config_key, 0, Cipher::preferred(), SealedKind::Config, &config.encode());
+        check_storable(ObjectKind::Config, sealed.len())?;
+        backend.write("config", sealed)?;
+        let c = &config.chunker;
+        let reset = vec![
+            format!(
+                "repository id: new ({}); this client's local state for the repository (writer key, history \
+                 seen, verified packs) starts afresh",
+                config.id.short()
+            ),
+            format!(
+                "chunker sizes: min {} avg {} max {} bytes; if the repository used others, new backups \
+                 deduplicate less against older data (nothing is lost)",
+                c.min_size, c.avg_size, c.max_size
+            ),
+            format!("compression level: {}", config.compression_level),
+            format!("pack size: {} bytes", config.pack_size),
+        ];
+        Ok((Self::assemble(backend, keys, config, key_id), reset))
+    }
+
+    /// The master keys from the first key file that `passphrase` opens, and its id.
+    fn unlock(backend: &dyn Backend, passphrase: &[u8]) -> Result<(MasterKeys, Id)> {
         let mut key_names = backend.list(ObjectKind::Key.prefix())?;
         if key_names.is_empty() {
             return Err(Error::NoKey);
@@ -234,15 +292,14 @@ impl Repository {
             let Some(id) = ObjectKind::Key.id_from_path(&info.name) else {
                 continue;
             };
-            let bytes =
-                match read_bounded(backend.as_ref(), ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
-                    Ok(b) => b,
-                    Err(e @ Error::Corrupt { .. }) => {
-                        damaged.push(e);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
+            let bytes = match read_bounded(backend, ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
+                Ok(b) => b,
+                Err(e @ Error::Corrupt { .. }) => {
+                    damaged.push(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if Id::hash_of(&bytes) != id {
                 damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
                 continue;
@@ -263,19 +320,9 @@ impl Repository {
                 Err(e) => damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e)),
             }
         }
-        let Some((keys, key_id)) = found else {
-            if tried == 0 {
-                return Err(damaged.into_iter().next().unwrap_or(Error::NoKey));
-            }
-            return Err(Error::WrongPassword { tried });
-        };
-        let sealed = read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?;
-        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
-            return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
-        }
-        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
-        let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
-        Ok(Self::assemble(backend, keys, config, key_id))
+        found.ok_or_else(|| {
+            if tried == 0 { damaged.into_iter().next().unwrap_or(Error::NoKey) } else { Error::WrongPassword { tried } }
+        })
     }
 
     /// The storage backend.

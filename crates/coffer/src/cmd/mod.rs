@@ -10,6 +10,7 @@ pub mod key;
 pub mod ls;
 pub mod prove;
 pub mod prune;
+pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod writers;

@@ -189,4 +189,26 @@ mod tests {
         assert!(be.read("data/ab/empty").unwrap().is_empty());
         assert!(be.read_range("data/ab/empty", 0, 10).unwrap().is_empty());
     }
+
+    #[test]
+    fn a_full_disk_is_permanent_not_temporary() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: mounting a small tmpfs needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here");
+            return;
+        }
+        let be = OpendalBackend::local(dir.path()).unwrap();
+        let r = be.write("data/ab/big", vec![1; 1 << 20]);
+        let _ = std::process::Command::new("umount").arg(dir.path()).status();
+        assert_eq!(r.unwrap_err().kind, ErrorKind::Permanent);
+    }
 }

@@ -132,6 +132,10 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         self.inner.spool_dir()
     }
 
+    fn spool_file(&self) -> Option<BackendResult<std::fs::File>> {
+        self.inner.spool_file()
+    }
+
     fn stat(&self, name: &str) -> BackendResult<u64> {
         self.before(name)?;
         self.inner.stat(name)

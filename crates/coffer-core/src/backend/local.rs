@@ -271,6 +271,24 @@ impl LocalBackend {
         self.sync_dirs(name, &fds)
     }
 
+    /// A new unnamed file in `tmp/` (reached without following links), readable
+    /// and writable by the owner only: `O_TMPFILE` where the file system has it,
+    /// else a new file whose name is removed at once.
+    fn unnamed_spool_file(&self) -> BackendResult<File> {
+        let tmp = self.walk(TMP_DIR, &[TMP_DIR], true)?.pop().expect("one directory");
+        let mode = Mode::from_raw_mode(0o600);
+        match rustix::fs::openat(&tmp, ".", OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC, mode) {
+            Ok(fd) => return Ok(File::from(fd)),
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {}
+            Err(e) => return Err(err(TMP_DIR, e)),
+        }
+        let name = temp_name();
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&tmp, name.as_str(), flags, mode).map_err(|e| err(TMP_DIR, e))?;
+        rustix::fs::unlinkat(&tmp, name.as_str(), AtFlags::empty()).map_err(|e| err(TMP_DIR, e))?;
+        Ok(File::from(fd))
+    }
+
     /// Gives an unnamed spool file the name of the object it holds, instead of
     /// copying it (the spool directory is on the repository's file system). The
     /// file is synced first (a name is given only to complete content) and gets the
@@ -359,6 +377,10 @@ impl Backend for LocalBackend {
 
     fn spool_dir(&self) -> Option<PathBuf> {
         Some(self.root.join(TMP_DIR))
+    }
+
+    fn spool_file(&self) -> Option<BackendResult<File>> {
+        Some(self.unnamed_spool_file())
     }
 
     fn stat(&self, name: &str) -> BackendResult<u64> {

@@ -115,6 +115,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn spool_dir(&self) -> Option<PathBuf> {
         (**self).spool_dir()
     }
+    fn spool_file(&self) -> Option<BackendResult<File>> {
+        (**self).spool_file()
+    }
     fn stat(&self, name: &str) -> BackendResult<u64> {
         (**self).stat(name)
     }
@@ -161,6 +164,13 @@ pub trait Backend: Send + Sync {
     /// [`Backend::write_file`] (on the same file system as the objects for a local
     /// backend); `None` for the system's temporary directory.
     fn spool_dir(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// A new unnamed file in [`Backend::spool_dir`], gone when closed, opened
+    /// without following any link inside the repository; `None` when the backend
+    /// has no spool directory of its own (or opens it by path).
+    fn spool_file(&self) -> Option<BackendResult<File>> {
         None
     }
 

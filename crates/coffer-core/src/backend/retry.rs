@@ -121,6 +121,10 @@ impl<B: Backend> Backend for RetryBackend<B> {
         self.inner.spool_dir()
     }
 
+    fn spool_file(&self) -> Option<BackendResult<std::fs::File>> {
+        self.inner.spool_file()
+    }
+
     fn stat(&self, name: &str) -> BackendResult<u64> {
         self.run(|| self.inner.stat(name))
     }

@@ -386,9 +386,18 @@ impl Repository {
     /// pack being filled holds no memory.
     pub(crate) fn new_pack(&self) -> Result<pack::PackBuilder<Spool>> {
         let dir = self.spool_dir();
-        let file = tempfile::tempfile_in(&dir)
-            .or_else(|_| std::fs::create_dir_all(&dir).and_then(|()| tempfile::tempfile_in(&dir)))
-            .map_err(|e| spool_error(&dir, e))?;
+        let file = match self.backend.spool_file() {
+            Some(f) => f.map_err(|e| {
+                Error::Backend(crate::backend::BackendError::new(
+                    e.kind,
+                    dir.display().to_string(),
+                    format!("cannot create a file for a pack being assembled: {}", e.message),
+                ))
+            })?,
+            None => tempfile::tempfile_in(&dir)
+                .or_else(|_| std::fs::create_dir_all(&dir).and_then(|()| tempfile::tempfile_in(&dir)))
+                .map_err(|e| spool_error(&dir, e))?,
+        };
         let (epoch, key) = self.keys.data.current();
         Ok(pack::PackBuilder::with_output(key, epoch, self.cipher, Spool::with_capacity(SPOOL_BUFFER, file)))
     }

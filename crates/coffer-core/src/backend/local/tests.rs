@@ -83,7 +83,9 @@ fn no_planted_symbolic_link_is_followed() {
     std::os::unix::fs::symlink(outside.join("secret"), repo.join("snapshots/secret")).unwrap();
     std::os::unix::fs::symlink(outside.join("new"), repo.join("snapshots/new")).unwrap();
 
-    // Writes through a linked directory, or onto a linked tmp/, are refused.
+    // Writes through a linked directory, or onto a linked tmp/, are refused, and
+    // so is a spool file there.
+    assert_eq!(be.spool_file().unwrap().unwrap_err().kind, ErrorKind::Permanent);
     assert_eq!(be.write("index/abc", b"x".to_vec()).unwrap_err().kind, ErrorKind::Permanent);
     assert_eq!(be.write("data/ab/abc", b"x".to_vec()).unwrap_err().kind, ErrorKind::Permanent);
     assert_eq!(be.write("keys/abc", b"x".to_vec()).unwrap_err().kind, ErrorKind::Permanent);
@@ -138,7 +140,7 @@ fn write_file_links_an_unnamed_spool_file_into_place() {
     let be = LocalBackend::with_modes(dir.path(), Modes::GROUP_READABLE).unwrap();
     be.write("config", b"c".to_vec()).unwrap();
     let spool = be.spool_dir().unwrap();
-    let mut file = tempfile::tempfile_in(&spool).unwrap();
+    let mut file = be.spool_file().unwrap().unwrap();
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     file.write_all(&data).unwrap();
     be.write_file("data/ef/obj", &file, data.len() as u64).unwrap();

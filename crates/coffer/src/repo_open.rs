@@ -83,6 +83,8 @@ pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Reposit
     }
     let be = backend(path)?;
     if !Repository::exists(be.as_ref())? {
+        // What is there may be a repository whose config was lost: say so.
+        Repository::check_new_location(be.as_ref())?;
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let pw = password::read(global, Purpose::Open)?;

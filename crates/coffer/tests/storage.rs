@@ -52,8 +52,11 @@ fn a_lost_config_is_never_reinitialised() {
     std::fs::remove_file(env.repo().join("config")).unwrap();
     let before = names_under(&env.repo());
 
-    let err = assert_code(&env.run(&["init", "--kdf-log-n", "10"]), 1);
+    let err = assert_code(&env.run(&["init", "--kdf-log-n", "10"]), 10);
     assert!(err.contains("config was lost") && err.contains("1 key file"), "{err}");
+    // Other commands say so too, rather than that there is no repository.
+    let err = assert_code(&env.run(&["snapshots"]), 10);
+    assert!(err.contains("config was lost"), "{err}");
     assert!(err.contains("Restore 'config' from a copy"), "{err}");
     assert_eq!(names_under(&env.repo()), before, "nothing was written");
 
@@ -66,7 +69,7 @@ fn a_lost_config_is_never_reinitialised() {
     let mut cmd = env.cmd();
     cmd.env_remove("COFFER_REPOSITORY").env("XDG_DATA_HOME", &data).args(["backup", src.to_str().unwrap()]);
     let out = cmd.output().unwrap();
-    let err = assert_code(&out, 1);
+    let err = assert_code(&out, 10);
     assert!(err.contains("config was lost"), "{err}");
     assert_eq!(names_under(&default).len(), before.len(), "nothing was written");
 

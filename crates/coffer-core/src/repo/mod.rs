@@ -220,6 +220,7 @@ impl Repository {
     /// not loaded; call [`Repository::load_index`].
     pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
         if !Self::exists(backend.as_ref())? {
+            Self::check_new_location(backend.as_ref())?;
             return Err(Error::RepoNotFound { location: backend.location() });
         }
         let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;

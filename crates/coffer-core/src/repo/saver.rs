@@ -281,3 +281,42 @@ impl<'r> BlobSaver<'r> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{Backend, LocalBackend};
+    use crate::format::limits;
+    use crate::repo::InitOptions;
+
+    #[test]
+    fn a_pack_of_tiny_blobs_closes_at_its_blob_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
+        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
+        let opts = InitOptions { kdf, compression_level: 0, ..InitOptions::default() };
+        let repo = Repository::init(be, b"pw", &opts).unwrap();
+        let saver = BlobSaver::new(&repo);
+        // Far below the pack size in bytes, but more blobs than one pack may hold.
+        let n = limits::PACK_BLOBS as u64 + 1000;
+        for i in 0..n {
+            saver.save(BlobType::Data, &i.to_le_bytes()).unwrap();
+        }
+        saver.finish().unwrap();
+        let index_files = repo.list_ids(ObjectKind::Index).unwrap();
+        let mut blobs = 0;
+        let mut packs = 0;
+        for id in &index_files {
+            assert!(repo.backend().stat(&ObjectKind::Index.path(id)).unwrap() <= limits::INDEX_FILE);
+            for rec in repo.load_index_file(id).unwrap() {
+                assert!(rec.entries.len() <= limits::PACK_BLOBS, "{} blobs in one pack", rec.entries.len());
+                blobs += rec.entries.len() as u64;
+                packs += 1;
+            }
+        }
+        assert_eq!(blobs, n);
+        assert!(packs >= 2);
+    }
+}

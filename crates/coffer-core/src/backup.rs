@@ -259,6 +259,8 @@ pub fn backup_with_limits(
     let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     path_strings.sort();
     path_strings.dedup();
+    crate::format::snapshot::check_lists(&path_strings, &opts.tags, &opts.excludes, &hostname)
+        .map_err(Error::InvalidInput)?;
     // Announce this backup before reading the index, so that a prune either sees
     // it or has finished rewriting the index before it is read
     // (docs/design.md#prune).
@@ -582,7 +584,7 @@ impl Archiver<'_> {
         self.skipped_count.fetch_add(1, Ordering::Relaxed);
         let mut s = self.skipped.lock().expect("poisoned");
         if s.len() < MAX_SKIPPED_LISTED {
-            s.push(Skipped { path: path.to_string_lossy().into_owned(), error: message });
+            s.push(Skipped::new(path.to_string_lossy().into_owned(), message));
         }
     }
 

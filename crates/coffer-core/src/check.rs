@@ -235,7 +235,7 @@ pub fn verify_pack(repo: &Repository, id: &Id, indexed: &[PackEntry]) -> PackVer
 
 /// Reads a whole pack.
 fn read_pack(repo: &Repository, id: &Id) -> std::result::Result<Vec<u8>, BackendError> {
-    repo.backend().read(&ObjectKind::Pack.path(id))
+    repo.backend().read_max(&ObjectKind::Pack.path(id), ObjectKind::Pack.max_len())
 }
 
 /// [`verify_pack`] on the outcome of reading the pack. Its hash and its blobs are

@@ -24,6 +24,20 @@ pub enum Error {
         /// Where the repository was found.
         location: String,
     },
+    /// A location without `config` holds repository objects: a repository whose
+    /// config was lost. Creating a new one there would bury its data.
+    #[error(
+        "{location} has no config but holds {found}: it is a repository whose config was lost, and a \
+         new repository will not be created on top of it. Restore 'config' from a copy of the \
+         repository, or run 'coffer repair config' to write a new one sealed under the existing keys \
+         (it needs a passphrase that opens a key file)"
+    )]
+    ConfigLost {
+        /// The repository location.
+        location: String,
+        /// What was found, e.g. `2 key files, 14 packs`.
+        found: String,
+    },
     /// No key file could be opened with the passphrase.
     #[error("wrong passphrase: no key file in the repository opens with it ({tried} tried)")]
     WrongPassword {

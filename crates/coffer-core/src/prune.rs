@@ -355,7 +355,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     if !repack.is_empty() {
         let saver = BlobSaver::new(repo);
         for pid in &repack {
-            let bytes = repo.backend().read(&ObjectKind::Pack.path(pid))?;
+            let bytes = repo.backend().read_max(&ObjectKind::Pack.path(pid), ObjectKind::Pack.max_len())?;
             if Id::hash_of(&bytes) != *pid {
                 return Err(Error::corrupt(ObjectKind::Pack.describe(pid), "content does not match its name"));
             }
@@ -384,17 +384,23 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     delete.extend(repack.iter().copied());
 
     // 5. Announce, then wait, watching the running backups' markers.
-    let notice = PruneNotice {
-        version: FORMAT_VERSION,
-        time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-        hostname: crate::fsmeta::hostname(),
-        packs: {
-            let mut v: Vec<Id> = delete.iter().copied().collect();
-            v.sort();
-            v
-        },
-    };
-    let notice_id = repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).expect("serializes"))?;
+    // Several notices when the packs are too many for one (limits::PRUNE_NOTICE_PACKS).
+    let mut doomed: Vec<Id> = delete.iter().copied().collect();
+    doomed.sort();
+    let mut notice_ids = Vec::new();
+    let mut batches: Vec<&[Id]> = doomed.chunks(crate::format::limits::PRUNE_NOTICE_PACKS).collect();
+    if batches.is_empty() {
+        batches.push(&[]);
+    }
+    for packs in batches {
+        let notice = PruneNotice {
+            version: FORMAT_VERSION,
+            time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            hostname: crate::fsmeta::hostname(),
+            packs: packs.to_vec(),
+        };
+        notice_ids.push(repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).expect("serializes"))?);
+    }
     let (old_notices, _) = notices(repo)?;
     let watched = session::list(repo)?;
     std::thread::sleep(opts.grace);
@@ -488,7 +494,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     // Earlier notices are removed once no backup is running that may have seen them;
     // this one stays until then too.
     if active.is_empty() && session::list(repo)?.is_empty() {
-        for n in old_notices.iter().chain(std::iter::once(&notice_id)) {
+        for n in old_notices.iter().chain(&notice_ids) {
             repo.backend().delete(&ObjectKind::PruneNotice.path(n))?;
         }
     }

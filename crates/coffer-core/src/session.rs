@@ -91,7 +91,9 @@ type SealKey = (Epoch, Key);
 
 fn write_marker(backend: &dyn Backend, key: &SealKey, cipher: Cipher, name: &str, rec: &SessionRecord) -> Result<()> {
     let plain = serde_json::to_vec(rec).expect("session records serialize");
-    backend.write(name, envelope::seal(&key.1, key.0, cipher, SealedKind::Session, &plain))?;
+    let sealed = envelope::seal(&key.1, key.0, cipher, SealedKind::Session, &plain);
+    crate::repo::check_storable(ObjectKind::Session, sealed.len())?;
+    backend.write(name, sealed)?;
     Ok(())
 }
 
@@ -129,6 +131,10 @@ impl Session {
                 .spawn(move || {
                     let mut stop = shared.stop.lock().expect("poisoned");
                     loop {
+                        // Stopped before this thread first waited: its wake-up is gone.
+                        if *stop {
+                            return;
+                        }
                         stop = shared.wake.wait_timeout(stop, interval).expect("poisoned").0;
                         if *stop {
                             return;
@@ -205,14 +211,43 @@ pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
     let ids = repo.list_ids(ObjectKind::Session)?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let rec = match repo.backend().read(&ObjectKind::Session.path(&id)) {
+        let name = ObjectKind::Session.path(&id);
+        let rec = match crate::repo::read_bounded(repo.backend(), ObjectKind::Session, &name, &name) {
             Ok(b) => envelope::open(&repo.keys().data, SealedKind::Session, &b)
                 .ok()
                 .and_then(|p| SessionRecord::decode(&p).ok()),
-            Err(e) if e.kind == crate::backend::ErrorKind::NotFound => continue, // finished meanwhile
-            Err(e) => return Err(e.into()),
+            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => continue, // finished meanwhile
+            // Too large to be a marker coffer wrote: like one that does not decode.
+            Err(Error::Corrupt { .. }) => None,
+            Err(e) => return Err(e),
         };
         out.push((id, rec));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::backend::LocalBackend;
+    use crate::repo::InitOptions;
+
+    #[test]
+    fn a_session_stopped_at_once_does_not_wait_for_its_heartbeat() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
+        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
+        let repo = Repository::init(be, b"pw", &InitOptions { kdf, ..InitOptions::default() }).unwrap();
+        let started = Instant::now();
+        for _ in 0..20 {
+            // Ended before its thread may have begun waiting, as when a backup
+            // fails right after announcing itself.
+            Session::start(&repo, Duration::from_secs(60)).unwrap().finish().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+        assert!(list(&repo).unwrap().is_empty());
+    }
 }

@@ -92,9 +92,28 @@ pub enum Command {
     /// Manage key files (passphrases), and rotate the data key.
     #[command(after_help = EXIT_CODES)]
     Key(KeyArgs),
-    /// Rebuild damaged repository structures from what the packs hold.
+    /// Rebuild what a damaged repository lost: its index from the packs, or a lost config.
     #[command(after_help = EXIT_CODES)]
     Repair(RepairArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RepairConfigArgs {
+    /// Minimum chunk size (e.g. 512K).
+    #[arg(long, default_value = "512K", value_parser = parse_size)]
+    pub chunk_min: u64,
+    /// Average chunk size, a power of two (e.g. 1M).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub chunk_avg: u64,
+    /// Maximum chunk size (e.g. 4M).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    pub chunk_max: u64,
+    /// zstd compression level, 0 to disable.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=22))]
+    pub compression: i32,
+    /// Target pack size (e.g. 16M).
+    #[arg(long, default_value = "16M", value_parser = parse_size)]
+    pub pack_size: u64,
 }
 
 #[derive(Args, Debug)]
@@ -122,6 +141,10 @@ pub struct InitArgs {
     /// throwaway repositories).
     #[arg(long)]
     pub insecure_kdf: bool,
+    /// Let the repository directory's group read the repository (files 0640,
+    /// directories 0750) instead of its owner only (0600, 0700).
+    #[arg(long)]
+    pub group_readable: bool,
 }
 
 /// Which snapshots `latest` may pick.
@@ -324,6 +347,11 @@ pub enum RepairCommand {
     /// for every pack that reads, then the old index files deleted. Safe to
     /// interrupt, and while backups run.
     Index(RepairIndexArgs),
+    /// Write a new config for a repository whose config was lost, sealed under its
+    /// existing keys (the passphrase must open a key file). Settings the lost config
+    /// held are reset and listed; pass the ones used at init if they were not the
+    /// defaults.
+    Config(RepairConfigArgs),
 }
 
 #[derive(Args, Debug)]

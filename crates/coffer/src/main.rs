@@ -43,7 +43,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::WrongPassword { .. } | Error::NoKey => exit::WRONG_PASSWORD,
-                Error::RepoNotFound { .. } => exit::NO_REPOSITORY,
+                Error::RepoNotFound { .. } | Error::ConfigLost { .. } => exit::NO_REPOSITORY,
                 Error::Corrupt { .. } => exit::DAMAGED,
                 Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
                 Error::Backend(_) => exit::STORAGE,

@@ -1,11 +1,12 @@
 //! Finding and opening the repository named on the command line.
 
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use coffer_core::Id;
-use coffer_core::backend::{Backend, Faults, FaultyBackend, OpendalBackend, RetryBackend, RetryPolicy};
+use coffer_core::backend::{Backend, Faults, FaultyBackend, LocalBackend, Modes, RetryBackend, RetryPolicy};
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::history::{HEADS_FILE, History};
 use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository, SnapshotFilter};
@@ -42,8 +43,14 @@ pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
 /// (see `coffer_core::backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
 /// the first retry delay.
 pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
-    let be =
-        OpendalBackend::local(path).with_context(|| format!("cannot open repository storage at {}", path.display()))?;
+    backend_with_modes(path, Modes::PRIVATE)
+}
+
+/// [`backend`], creating files with `modes` until the repository's `config`
+/// exists (from then on, they take the mode of `config`).
+fn backend_with_modes(path: &Path, modes: Modes) -> Result<Arc<dyn Backend>> {
+    let be = LocalBackend::with_modes(path, modes)
+        .with_context(|| format!("cannot open repository storage at {}", path.display()))?;
     let mut policy = RetryPolicy::default();
     if let Some(ms) = std::env::var("COFFER_RETRY_BASE_MS").ok().and_then(|v| v.parse().ok()) {
         policy.base_delay = std::time::Duration::from_millis(ms);
@@ -104,6 +111,8 @@ pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Reposit
     }
     let be = backend(path)?;
     if !Repository::exists(be.as_ref())? {
+        // What is there may be a repository whose config was lost: say so.
+        Repository::check_new_location(be.as_ref())?;
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let pw = password::read(global, Purpose::Open)?;
@@ -111,10 +120,27 @@ pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Reposit
     Ok((repo, pw))
 }
 
-/// Creates a repository at `path`.
+/// Creates a repository at `path`, readable by its owner only.
 pub fn create(global: &GlobalArgs, path: &Path, opts: &InitOptions) -> Result<Repository> {
-    std::fs::create_dir_all(path).with_context(|| format!("cannot create repository directory {}", path.display()))?;
-    let be = backend(path)?;
+    create_with_modes(global, path, opts, Modes::PRIVATE)
+}
+
+/// Creates a repository at `path` whose files and directories get `modes`. A
+/// location that holds a repository already, or what is left of one whose
+/// `config` was lost, is refused before the passphrase is asked for.
+pub fn create_with_modes(global: &GlobalArgs, path: &Path, opts: &InitOptions, modes: Modes) -> Result<Repository> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the directory {} for the repository", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(modes.dir).create(path) {
+        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(modes.dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+    .with_context(|| format!("cannot create repository directory {}", path.display()))?;
+    let be = backend_with_modes(path, modes)?;
+    Repository::check_new_location(be.as_ref())?;
     let pw = password::read(global, Purpose::Create)?;
     Ok(Repository::init(be, pw.as_bytes(), opts)?)
 }

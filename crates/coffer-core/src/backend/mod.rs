@@ -8,12 +8,17 @@
 //! - after `write` returns, `read`, `stat` and `list` see the object (read-after-write).
 //! - `read_range` returns the bytes asked for, fewer only when the object ends
 //!   first; the caller decides whether a short object is damage.
+//! - `read_max` refuses an object larger than the caller allows without reading
+//!   it, so a planted giant object costs no memory.
 
 mod faulty;
+mod local;
 mod opendal_fs;
 mod retry;
 
 pub use faulty::{Faults, FaultyBackend};
+pub(crate) use local::io_err as local_io_error;
+pub use local::{LocalBackend, Modes};
 pub use opendal_fs::OpendalBackend;
 pub use retry::{RetryBackend, RetryPolicy};
 
@@ -31,6 +36,9 @@ pub enum ErrorKind {
     Transient,
     /// Will not succeed if retried (permissions, full disk, invalid configuration).
     Permanent,
+    /// The object is larger than the reader allowed ([`Backend::read_max`]); it
+    /// was not read. The repository layer reports it as damage.
+    TooLarge,
 }
 
 /// An error from a backend, naming the object concerned.
@@ -54,6 +62,7 @@ impl fmt::Display for BackendError {
                 write!(f, "{}: storage error (temporary, retry later): {}", self.object, self.message)
             }
             ErrorKind::Permanent => write!(f, "{}: storage error: {}", self.object, self.message),
+            ErrorKind::TooLarge => write!(f, "{}: {}", self.object, self.message),
         }
     }
 }
@@ -62,6 +71,16 @@ impl BackendError {
     /// Builds an error of `kind` about `object`.
     pub fn new(kind: ErrorKind, object: impl Into<String>, message: impl Into<String>) -> Self {
         BackendError { kind, object: object.into(), message: message.into() }
+    }
+
+    /// A [`ErrorKind::TooLarge`] error: `object` holds `size` bytes (at least),
+    /// more than the `max` its reader allows.
+    pub fn too_large(object: impl Into<String>, size: u64, max: u64) -> Self {
+        BackendError::new(
+            ErrorKind::TooLarge,
+            object,
+            format!("holds {size} bytes, more than the {max} such an object may hold; it was not read"),
+        )
     }
 }
 
@@ -81,8 +100,8 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn location(&self) -> String {
         (**self).location()
     }
-    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
-        (**self).read(name)
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        (**self).read_max(name, max)
     }
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
         (**self).read_range(name, offset, len)
@@ -95,6 +114,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn spool_dir(&self) -> Option<PathBuf> {
         (**self).spool_dir()
+    }
+    fn spool_file(&self) -> Option<BackendResult<File>> {
+        (**self).spool_file()
     }
     fn stat(&self, name: &str) -> BackendResult<u64> {
         (**self).stat(name)
@@ -112,8 +134,16 @@ pub trait Backend: Send + Sync {
     /// A human-readable location (a path or URL), used in messages.
     fn location(&self) -> String;
 
-    /// Reads a whole object. `Err(NotFound)` if absent.
-    fn read(&self, name: &str) -> BackendResult<Vec<u8>>;
+    /// Reads a whole object. `Err(NotFound)` if absent. Only for objects whose
+    /// size the caller trusts; the repository layer uses [`Backend::read_max`].
+    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
+        self.read_max(name, u64::MAX)
+    }
+
+    /// Reads a whole object of at most `max` bytes. `Err(NotFound)` if absent;
+    /// `Err(TooLarge)` if it holds more than `max` bytes, found without reading
+    /// (or allocating for) more than `max + 1` of them.
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>>;
 
     /// Reads `len` bytes at `offset`; returns fewer only if the object ends first.
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>>;
@@ -134,6 +164,13 @@ pub trait Backend: Send + Sync {
     /// [`Backend::write_file`] (on the same file system as the objects for a local
     /// backend); `None` for the system's temporary directory.
     fn spool_dir(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// A new unnamed file in [`Backend::spool_dir`], gone when closed, opened
+    /// without following any link inside the repository; `None` when the backend
+    /// has no spool directory of its own (or opens it by path).
+    fn spool_file(&self) -> Option<BackendResult<File>> {
         None
     }
 

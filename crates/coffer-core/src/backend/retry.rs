@@ -75,8 +75,8 @@ impl<B: Backend> Backend for RetryBackend<B> {
         self.inner.location()
     }
 
-    fn read(&self, name: &str) -> BackendResult<Vec<u8>> {
-        self.run(|| self.inner.read(name))
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        self.run(|| self.inner.read_max(name, max))
     }
 
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
@@ -119,6 +119,10 @@ impl<B: Backend> Backend for RetryBackend<B> {
 
     fn spool_dir(&self) -> Option<std::path::PathBuf> {
         self.inner.spool_dir()
+    }
+
+    fn spool_file(&self) -> Option<BackendResult<std::fs::File>> {
+        self.inner.spool_file()
     }
 
     fn stat(&self, name: &str) -> BackendResult<u64> {

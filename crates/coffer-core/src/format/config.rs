@@ -11,6 +11,8 @@ pub const DEFAULT_COMPRESSION_LEVEL: i32 = 3;
 /// Default target pack size: large enough to keep object counts low on object
 /// stores, small enough to upload in one request.
 pub const DEFAULT_PACK_SIZE: u32 = 16 << 20;
+/// The largest target pack size a config may set.
+pub const MAX_PACK_SIZE: u32 = 1 << 30;
 
 /// Repository settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,7 +49,7 @@ impl Config {
         if !(0..=22).contains(&c.compression_level) {
             return Err(format!("compression level {} out of range 0..=22", c.compression_level));
         }
-        if !(1 << 20..=1 << 30).contains(&c.pack_size) {
+        if !(1 << 20..=MAX_PACK_SIZE).contains(&c.pack_size) {
             return Err(format!("pack size {} out of range 1 MiB..=1 GiB", c.pack_size));
         }
         Ok(c)

@@ -34,6 +34,36 @@ pub struct PackRecord {
     pub entries: Vec<PackEntry>,
 }
 
+impl PackRecord {
+    /// Bytes this record takes in an index file's plaintext.
+    pub fn encoded_len(&self) -> u64 {
+        (RECORD_HEADER_LEN + self.entries.len() * ENTRY_LEN) as u64
+    }
+}
+
+/// Whether an index file holding `packs` records of `bytes` bytes in all is full:
+/// a writer stores it then and starts another (docs/design.md#size-limits).
+pub fn is_full(packs: usize, bytes: u64) -> bool {
+    packs >= super::limits::INDEX_FILE_PACKS || bytes >= super::limits::INDEX_FILE_TARGET
+}
+
+/// Splits `records` into the contents of index files that each stay below the
+/// index file limit.
+pub fn batches(records: &[PackRecord]) -> Vec<&[PackRecord]> {
+    let (mut out, mut start, mut bytes) = (Vec::new(), 0, 0);
+    for (i, r) in records.iter().enumerate() {
+        bytes += r.encoded_len();
+        if is_full(i + 1 - start, bytes) {
+            out.push(&records[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    if start < records.len() {
+        out.push(&records[start..]);
+    }
+    out
+}
+
 /// Encodes the plaintext of an index file.
 pub fn encode(packs: &[PackRecord]) -> Vec<u8> {
     let n: usize = packs.iter().map(|p| RECORD_HEADER_LEN + p.entries.len() * ENTRY_LEN).sum();

@@ -93,6 +93,86 @@ impl ObjectKind {
     pub fn describe(self, id: &Id) -> String {
         format!("{} {}", self.noun(), id.short())
     }
+
+    /// The largest object of this kind, in stored bytes, that a reader accepts
+    /// (docs/design.md#size-limits). Larger ones are damage and are refused
+    /// before anything is allocated for them; every writer stays below.
+    pub fn max_len(self) -> u64 {
+        match self {
+            ObjectKind::Config => limits::CONFIG,
+            ObjectKind::Key => limits::KEY_FILE,
+            ObjectKind::Pack => limits::PACK,
+            ObjectKind::Index => limits::INDEX_FILE,
+            ObjectKind::Snapshot => limits::SNAPSHOT,
+            ObjectKind::Writer => limits::WRITER,
+            ObjectKind::Tombstone => limits::TOMBSTONE,
+            ObjectKind::Session => limits::SESSION,
+            ObjectKind::PruneNotice => limits::PRUNE_NOTICE,
+        }
+    }
+}
+
+/// Size limits, one per object kind (stored bytes, sealing and signature
+/// included), and what each writer does to stay below them. See
+/// docs/design.md#size-limits.
+pub mod limits {
+    use super::pack;
+
+    const MIB: u64 = 1 << 20;
+
+    /// `config`: a few hundred bytes of settings.
+    pub const CONFIG: u64 = 64 << 10;
+    /// A key file: about 100 bytes per data key epoch, and epochs are a u16 (at
+    /// most 65,536 of them: under 7 MiB).
+    pub const KEY_FILE: u64 = 16 * MIB;
+    /// A writer record: a name and a public key.
+    pub const WRITER: u64 = 64 << 10;
+    /// A snapshot: its paths, tags and exclude patterns are bounded by
+    /// [`SNAPSHOT_LISTS`], skipped entries by
+    /// [`super::snapshot::MAX_SKIPPED_LISTED`], history heads by the writers.
+    pub const SNAPSHOT: u64 = 16 * MIB;
+    /// What a snapshot's `paths`, `tags` and `excludes` may hold together, in
+    /// bytes of their strings: more is a usage error at the start of a backup.
+    pub const SNAPSHOT_LISTS: u64 = 4 * MIB;
+    /// A tombstone: `forget` records at most [`TOMBSTONE_SNAPSHOTS`] snapshots,
+    /// and their paths, per tombstone, and writes several when it forgets more.
+    pub const TOMBSTONE: u64 = 64 * MIB;
+    /// Snapshots one tombstone records at most.
+    pub const TOMBSTONE_SNAPSHOTS: usize = 10_000;
+    /// A session marker: about 70 bytes per index file a backup has written (a
+    /// backup writes one per [`INDEX_FILE_PACKS`] packs), so 16 MiB is above
+    /// 200,000 index files, over 100 TiB of new data at the default pack size.
+    pub const SESSION: u64 = 16 * MIB;
+    /// A prune notice: about 70 bytes per pack; a prune announces at most
+    /// [`PRUNE_NOTICE_PACKS`] packs per notice and writes several when it deletes more.
+    pub const PRUNE_NOTICE: u64 = 16 * MIB;
+    /// Packs one prune notice lists at most.
+    pub const PRUNE_NOTICE_PACKS: usize = 100_000;
+    /// Blobs one pack holds at most: a pack is closed when it has this many, so
+    /// its header, and its record in an index file, stay under 13 MiB.
+    pub const PACK_BLOBS: usize = 256 << 10;
+    /// An index file: a writer closes one at [`INDEX_FILE_PACKS`] packs or
+    /// [`INDEX_FILE_TARGET`] bytes, and one pack's record is at most
+    /// [`PACK_BLOBS`] entries.
+    pub const INDEX_FILE: u64 = 64 * MIB;
+    /// Packs an index file lists at most.
+    pub const INDEX_FILE_PACKS: usize = 32;
+    /// An index file is closed once its records reach this size.
+    pub const INDEX_FILE_TARGET: u64 = 16 * MIB;
+    /// A blob's plaintext: data blobs are chunks (at most
+    /// `ChunkerParams::MAX_MAX_SIZE`), tree blobs are capped at the same.
+    pub const BLOB_PLAINTEXT: u64 = crate::chunker::ChunkerParams::MAX_MAX_SIZE as u64;
+    /// A blob as stored in its pack: the plaintext (kept uncompressed when
+    /// compression does not pay), a compression byte and the AEAD tag. A longer
+    /// entry in a pack header or index file is damage.
+    pub const BLOB: u64 = BLOB_PLAINTEXT + 1 + crate::crypto::TAG_LEN as u64;
+    /// A pack: packs are closed at the configured size (at most
+    /// [`super::config::MAX_PACK_SIZE`]), which the last blob may overshoot, plus
+    /// a header of at most [`PACK_BLOBS`] entries and the trailer.
+    pub const PACK: u64 = super::config::MAX_PACK_SIZE as u64
+        + BLOB
+        + (4 + PACK_BLOBS as u64 * pack::ENTRY_LEN as u64 + crate::crypto::TAG_LEN as u64)
+        + pack::TRAILER_LEN as u64;
 }
 
 /// A cursor over untrusted bytes whose reads fail instead of panicking.
@@ -134,6 +214,9 @@ impl<'a> Reader<'a> {
         self.take(32)?.try_into().ok()
     }
 }
+
+#[cfg(test)]
+mod limits_tests;
 
 #[cfg(test)]
 mod tests {

@@ -105,6 +105,21 @@ impl PackEntry {
         Ok(e)
     }
 
+    /// Whether the entry's lengths are within what a blob may take
+    /// ([`super::limits::BLOB`], [`super::limits::BLOB_PLAINTEXT`]); checked before
+    /// a blob is read, so that a planted length allocates nothing.
+    pub fn check_bounds(&self) -> Result<(), String> {
+        if u64::from(self.length) > super::limits::BLOB || u64::from(self.raw_length) > super::limits::BLOB_PLAINTEXT {
+            return Err(format!(
+                "its entry gives a length of {} bytes ({} decoded), more than a blob may take ({} bytes decoded)",
+                self.length,
+                self.raw_length,
+                super::limits::BLOB_PLAINTEXT
+            ));
+        }
+        Ok(())
+    }
+
     /// Associated data of this blob's seal.
     pub fn aad(blob_type: BlobType, id: &Id) -> [u8; 1 + ID_LEN] {
         let mut a = [0u8; 1 + ID_LEN];
@@ -170,6 +185,11 @@ impl<W: Write> PackBuilder<W> {
             scratch: Vec::new(),
             entries: Vec::new(),
         }
+    }
+
+    /// Blobs added so far.
+    pub fn count(&self) -> usize {
+        self.entries.len()
     }
 
     /// Bytes written so far.

@@ -53,6 +53,47 @@ pub const MIN_SNAPSHOT_VERSION: u32 = 2;
 /// How many skipped entries a snapshot lists by name (the count is always exact).
 pub const MAX_SKIPPED_LISTED: usize = 1000;
 
+/// The longest path or message a skipped entry records, in bytes; longer ones are
+/// cut (at a character boundary) and marked with `…`, so the listed entries stay
+/// well under the snapshot's size limit.
+pub const MAX_SKIPPED_TEXT: usize = 4096;
+
+impl Skipped {
+    /// A skipped entry, its path and message cut to [`MAX_SKIPPED_TEXT`].
+    pub fn new(path: String, error: String) -> Skipped {
+        Skipped { path: cut(path), error: cut(error) }
+    }
+}
+
+fn cut(mut s: String) -> String {
+    if s.len() > MAX_SKIPPED_TEXT {
+        let mut end = MAX_SKIPPED_TEXT - '…'.len_utf8();
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// Checks that what a snapshot records from the command line (its paths, tags,
+/// exclude patterns and host name) fits in [`super::limits::SNAPSHOT_LISTS`]
+/// bytes, so the snapshot stays under its size limit. Called at the start of a
+/// backup; the error says what to do.
+pub fn check_lists(paths: &[String], tags: &[String], excludes: &[String], hostname: &str) -> Result<(), String> {
+    let total: usize = paths.iter().chain(tags).chain(excludes).map(|s| s.len() + 8).sum::<usize>() + hostname.len();
+    let max = super::limits::SNAPSHOT_LISTS;
+    if total as u64 > max {
+        return Err(format!(
+            "the paths, tags, exclude patterns and host name of this backup take {total} bytes, more than the \
+             {max} a snapshot may record: back up a common parent directory instead of many paths, or use fewer \
+             tags or exclude patterns"
+        ));
+    }
+    Ok(())
+}
+
 /// One snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {

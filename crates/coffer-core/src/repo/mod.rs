@@ -115,17 +115,44 @@ pub(crate) type Spool = std::io::BufWriter<std::fs::File>;
 const SPOOL_BUFFER: usize = 256 << 10;
 
 /// A spool file that could not be created or written: local storage trouble
-/// (often a full disk), reported like a storage error.
+/// (often a full disk), reported like a storage error, and never as temporary.
 pub(crate) fn spool_error(dir: &std::path::Path, e: std::io::Error) -> Error {
+    let e = crate::backend::local_io_error(&dir.display().to_string(), e);
     Error::Backend(crate::backend::BackendError::new(
-        ErrorKind::Permanent,
-        dir.display().to_string(),
-        format!("cannot write a pack being assembled in this directory: {e}"),
+        match e.kind {
+            ErrorKind::Transient | ErrorKind::NotFound => ErrorKind::Permanent,
+            k => k,
+        },
+        e.object,
+        format!("cannot write a pack being assembled in this directory: {}", e.message),
     ))
 }
 
 fn is_not_found(e: &crate::backend::BackendError) -> bool {
     e.kind == ErrorKind::NotFound
+}
+
+/// Reads a whole object of `kind` named `name`, refusing it, as damage of the
+/// object `what`, when it is larger than the kind's limit
+/// ([`ObjectKind::max_len`]); nothing is allocated for a larger one.
+pub(crate) fn read_bounded(backend: &dyn Backend, kind: ObjectKind, name: &str, what: &str) -> Result<Vec<u8>> {
+    backend.read_max(name, kind.max_len()).map_err(|e| match e.kind {
+        ErrorKind::TooLarge => Error::corrupt(what, format!("{name} {}", e.message)),
+        _ => Error::Backend(e),
+    })
+}
+
+/// Refuses to store an object of `kind` of `len` bytes that readers would refuse
+/// (a writer bug: every writer bounds what it writes below the limit).
+pub(crate) fn check_storable(kind: ObjectKind, len: usize) -> Result<()> {
+    if len as u64 > kind.max_len() {
+        return Err(Error::InvalidInput(format!(
+            "a {} of {len} bytes would be larger than the {} bytes readers accept; it was not stored",
+            kind.noun(),
+            kind.max_len()
+        )));
+    }
+    Ok(())
 }
 
 impl Repository {
@@ -138,12 +165,31 @@ impl Repository {
         }
     }
 
-    /// Creates a repository: a key file for `passphrase`, then the config, last, so
-    /// that a half-created repository is never taken for a usable one.
-    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
-        if Self::exists(backend.as_ref())? {
+    /// Whether a new repository may be created at `backend`: not where one exists,
+    /// nor where one lost its `config` (key files, packs, index files or snapshots
+    /// are there), which [`Error::ConfigLost`] reports with what was found.
+    pub fn check_new_location(backend: &dyn Backend) -> Result<()> {
+        if Self::exists(backend)? {
             return Err(Error::RepoExists { location: backend.location() });
         }
+        let mut found = Vec::new();
+        for kind in [ObjectKind::Key, ObjectKind::Pack, ObjectKind::Index, ObjectKind::Snapshot] {
+            let n = backend.list(kind.prefix())?.iter().filter(|o| kind.id_from_path(&o.name).is_some()).count();
+            if n > 0 {
+                found.push(format!("{n} {}{}", kind.noun(), if n == 1 { "" } else { "s" }));
+            }
+        }
+        if !found.is_empty() {
+            return Err(Error::ConfigLost { location: backend.location(), found: found.join(", ") });
+        }
+        Ok(())
+    }
+
+    /// Creates a repository: a key file for `passphrase`, then the config, last, so
+    /// that a half-created repository is never taken for a usable one. Refused
+    /// where [`Repository::check_new_location`] refuses.
+    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
+        Self::check_new_location(backend.as_ref())?;
         if passphrase.is_empty() {
             return Err(Error::InvalidInput(crate::keys::EMPTY_PASSPHRASE.into()));
         }
@@ -167,7 +213,9 @@ impl Repository {
         // The config is sealed under epoch 0 for good: every key file, even one made
         // before a rotation, opens it.
         let config_key = keys.data.get(0).expect("a new repository has epoch 0");
-        backend.write("config", envelope::seal(config_key, 0, cipher, SealedKind::Config, &config.encode()))?;
+        let sealed = envelope::seal(config_key, 0, cipher, SealedKind::Config, &config.encode());
+        check_storable(ObjectKind::Config, sealed.len())?;
+        backend.write("config", sealed)?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
 
@@ -192,8 +240,67 @@ impl Repository {
     /// not loaded; call [`Repository::load_index`].
     pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
         if !Self::exists(backend.as_ref())? {
+            Self::check_new_location(backend.as_ref())?;
             return Err(Error::RepoNotFound { location: backend.location() });
         }
+        let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
+        let sealed = read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?;
+        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
+            return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
+        }
+        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
+        let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
+        Ok(Self::assemble(backend, keys, config, key_id))
+    }
+
+    /// Writes a new `config` for a repository whose config was lost, sealed under
+    /// the keys that a key file opens with `passphrase`, and opens it. What the lost
+    /// config held cannot be read back: the repository id is new (this client's
+    /// local state, such as its writer key and the history it saw, starts afresh),
+    /// and the chunker sizes, compression level and pack size are taken from
+    /// `opts`. Returns the repository and a line for each setting so reset.
+    pub fn repair_config(
+        backend: Arc<dyn Backend>,
+        passphrase: &[u8],
+        opts: &InitOptions,
+    ) -> Result<(Repository, Vec<String>)> {
+        if Self::exists(backend.as_ref())? {
+            return Err(Error::RepoExists { location: backend.location() });
+        }
+        opts.chunker.validate().map_err(Error::InvalidInput)?;
+        let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
+        let config = Config {
+            version: FORMAT_VERSION,
+            id: Id(random_array()),
+            chunker: opts.chunker,
+            compression_level: opts.compression_level,
+            pack_size: opts.pack_size,
+        };
+        Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
+        let config_key = keys.data.get(0).expect("a key file holds epoch 0");
+        let sealed = envelope::seal(config_key, 0, Cipher::preferred(), SealedKind::Config, &config.encode());
+        check_storable(ObjectKind::Config, sealed.len())?;
+        backend.write("config", sealed)?;
+        let c = &config.chunker;
+        let reset = vec![
+            format!(
+                "repository id: new ({}); this client's local state for the repository (writer key, history \
+                 seen, verified packs) starts afresh",
+                config.id.short()
+            ),
+            format!(
+                "chunker sizes: min {} avg {} max {} bytes; if the repository used others, new backups \
+                 deduplicate less against older data (nothing is lost)",
+                c.min_size, c.avg_size, c.max_size
+            ),
+            format!("compression level: {}", config.compression_level),
+            format!("pack size: {} bytes", config.pack_size),
+        ];
+        Ok((Self::assemble(backend, keys, config, key_id), reset))
+    }
+
+    /// The master keys from the first key file that `passphrase` opens, and its id.
+    fn unlock(backend: &dyn Backend, passphrase: &[u8]) -> Result<(MasterKeys, Id)> {
         let mut key_names = backend.list(ObjectKind::Key.prefix())?;
         if key_names.is_empty() {
             return Err(Error::NoKey);
@@ -206,7 +313,14 @@ impl Repository {
             let Some(id) = ObjectKind::Key.id_from_path(&info.name) else {
                 continue;
             };
-            let bytes = backend.read(&info.name)?;
+            let bytes = match read_bounded(backend, ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
+                Ok(b) => b,
+                Err(e @ Error::Corrupt { .. }) => {
+                    damaged.push(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if Id::hash_of(&bytes) != id {
                 damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
                 continue;
@@ -227,19 +341,9 @@ impl Repository {
                 Err(e) => damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e)),
             }
         }
-        let Some((keys, key_id)) = found else {
-            if tried == 0 {
-                return Err(damaged.into_iter().next().unwrap_or(Error::NoKey));
-            }
-            return Err(Error::WrongPassword { tried });
-        };
-        let sealed = backend.read("config")?;
-        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
-            return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
-        }
-        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
-        let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
-        Ok(Self::assemble(backend, keys, config, key_id))
+        found.ok_or_else(|| {
+            if tried == 0 { damaged.into_iter().next().unwrap_or(Error::NoKey) } else { Error::WrongPassword { tried } }
+        })
     }
 
     /// The storage backend.
@@ -303,9 +407,18 @@ impl Repository {
     /// pack being filled holds no memory.
     pub(crate) fn new_pack(&self) -> Result<pack::PackBuilder<Spool>> {
         let dir = self.spool_dir();
-        let file = tempfile::tempfile_in(&dir)
-            .or_else(|_| std::fs::create_dir_all(&dir).and_then(|()| tempfile::tempfile_in(&dir)))
-            .map_err(|e| spool_error(&dir, e))?;
+        let file = match self.backend.spool_file() {
+            Some(f) => f.map_err(|e| {
+                Error::Backend(crate::backend::BackendError::new(
+                    e.kind,
+                    dir.display().to_string(),
+                    format!("cannot create a file for a pack being assembled: {}", e.message),
+                ))
+            })?,
+            None => tempfile::tempfile_in(&dir)
+                .or_else(|_| std::fs::create_dir_all(&dir).and_then(|()| tempfile::tempfile_in(&dir)))
+                .map_err(|e| spool_error(&dir, e))?,
+        };
         let (epoch, key) = self.keys.data.current();
         Ok(pack::PackBuilder::with_output(key, epoch, self.cipher, Spool::with_capacity(SPOOL_BUFFER, file)))
     }
@@ -351,7 +464,7 @@ impl Repository {
 
     /// Reads a stored object and checks that its content matches its name.
     pub fn read_object(&self, kind: ObjectKind, id: &Id) -> Result<Vec<u8>> {
-        let bytes = self.backend.read(&kind.path(id))?;
+        let bytes = read_bounded(self.backend.as_ref(), kind, &kind.path(id), &kind.describe(id))?;
         if Id::hash_of(&bytes) != *id {
             return Err(Error::corrupt(kind.describe(id), "content does not match its name (altered or truncated)"));
         }
@@ -373,6 +486,7 @@ impl Repository {
                 return Err(Error::InvalidInput("snapshots and tombstones are stored signed, sessions by name".into()));
             }
         };
+        check_storable(okind, sealed.len())?;
         self.backend.write(&okind.path(&id), sealed)?;
         Ok(id)
     }
@@ -471,7 +585,8 @@ impl Repository {
     /// reading their trailers and headers, and stores an index file for them, so
     /// that their blobs are reused rather than uploaded again. Packs in `exclude`
     /// (those a running prune is deleting) and packs that fail to verify are left
-    /// alone; `check` reports the latter. Returns the index file stored, if any.
+    /// alone; `check` reports the latter. Returns the (first) index file stored,
+    /// if any: several when the orphans are too many for one.
     pub fn adopt_orphan_packs(&self, exclude: &std::collections::HashSet<Id>) -> Result<Option<Id>> {
         let orphans: Vec<(Id, u64)> = {
             let idx = self.index();
@@ -491,9 +606,13 @@ impl Repository {
         if records.is_empty() {
             return Ok(None);
         }
-        let id = self.save_sealed(SealedKind::Index, &index_file::encode(&records))?;
+        let mut first = None;
+        for batch in index_file::batches(&records) {
+            let id = self.save_sealed(SealedKind::Index, &index_file::encode(batch))?;
+            first.get_or_insert(id);
+        }
         self.index_mut().add_packs(&records).map_err(|e| Error::corrupt("index", e))?;
-        Ok(Some(id))
+        Ok(first)
     }
 
     /// A pack's index record from its trailer and header; `None` if they do not
@@ -547,6 +666,12 @@ impl Repository {
     }
 
     fn load_copy(&self, pack_info: &PackInfo, entry: &PackEntry) -> Result<Vec<u8>> {
+        entry.check_bounds().map_err(|e| {
+            Error::corrupt(
+                format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short()),
+                e,
+            )
+        })?;
         let sealed = self.read_pack_range(pack_info, entry.offset, entry.length as u64)?;
         self.decode_blob(pack_info, entry, &sealed)
     }
@@ -631,6 +756,12 @@ impl Repository {
     /// Reads `len` bytes at `offset` of a pack; a missing or short pack is damage.
     pub fn read_pack_range(&self, pack: &PackInfo, offset: u64, len: u64) -> Result<Vec<u8>> {
         let object = || ObjectKind::Pack.describe(&pack.id);
+        if offset.saturating_add(len) > ObjectKind::Pack.max_len() {
+            return Err(Error::corrupt(
+                object(),
+                format!("a read of {len} bytes at offset {offset} reaches beyond the largest pack possible"),
+            ));
+        }
         let bytes = match self.backend.read_range(&ObjectKind::Pack.path(&pack.id), offset, len) {
             Ok(b) => b,
             Err(e) if is_not_found(&e) => return Err(Error::corrupt(object(), "missing from the repository")),

@@ -22,10 +22,6 @@ use crate::format::index::{self as index_file, PackRecord};
 use crate::format::pack::{BlobType, COMPRESSION_NONE, COMPRESSION_ZSTD, FinishedPack, PackBuilder};
 use crate::id::Id;
 
-/// An index file is written after this many packs, so an interrupted backup
-/// leaves most of its uploaded packs indexed and reusable.
-const PACKS_PER_INDEX_FILE: usize = 32;
-
 /// Counters of what a saver added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SaverStats {
@@ -160,7 +156,9 @@ impl<'r> BlobSaver<'r> {
         let pack_size = u64::from(self.repo.config().pack_size);
         self.blobs.fetch_add(1, Ordering::Relaxed);
         self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
-        if builder.len() >= pack_size {
+        // A pack is closed at its size, or at the number of blobs that keeps its
+        // header and index record bounded (many tiny blobs).
+        if builder.len() >= pack_size || builder.count() >= crate::format::limits::PACK_BLOBS {
             self.close_slot();
             self.upload(builder)?;
         } else {
@@ -215,7 +213,8 @@ impl<'r> BlobSaver<'r> {
     }
 
     /// Records packs that are now stored: into the index, and into an index file
-    /// every [`PACKS_PER_INDEX_FILE`] packs.
+    /// whenever one is full ([`index_file::is_full`]: so many packs or bytes), so
+    /// an interrupted backup leaves most of its uploaded packs indexed and reusable.
     fn absorb(&self, stored: Vec<super::uploader::Stored>) -> Result<()> {
         for r in stored {
             let (rec, size) = r?;
@@ -228,7 +227,8 @@ impl<'r> BlobSaver<'r> {
             let batch = {
                 let mut u = self.unindexed.lock().expect("poisoned");
                 u.push(rec);
-                if u.len() >= PACKS_PER_INDEX_FILE { std::mem::take(&mut *u) } else { Vec::new() }
+                let bytes = u.iter().map(PackRecord::encoded_len).sum();
+                if index_file::is_full(u.len(), bytes) { std::mem::take(&mut *u) } else { Vec::new() }
             };
             self.write_index(batch)?;
         }
@@ -279,5 +279,44 @@ impl<'r> BlobSaver<'r> {
             bytes_stored: self.bytes_stored.load(Ordering::Relaxed),
             packs: self.packs_done.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{Backend, LocalBackend};
+    use crate::format::limits;
+    use crate::repo::InitOptions;
+
+    #[test]
+    fn a_pack_of_tiny_blobs_closes_at_its_blob_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
+        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
+        let opts = InitOptions { kdf, compression_level: 0, ..InitOptions::default() };
+        let repo = Repository::init(be, b"pw", &opts).unwrap();
+        let saver = BlobSaver::new(&repo);
+        // Far below the pack size in bytes, but more blobs than one pack may hold.
+        let n = limits::PACK_BLOBS as u64 + 1000;
+        for i in 0..n {
+            saver.save(BlobType::Data, &i.to_le_bytes()).unwrap();
+        }
+        saver.finish().unwrap();
+        let index_files = repo.list_ids(ObjectKind::Index).unwrap();
+        let mut blobs = 0;
+        let mut packs = 0;
+        for id in &index_files {
+            assert!(repo.backend().stat(&ObjectKind::Index.path(id)).unwrap() <= limits::INDEX_FILE);
+            for rec in repo.load_index_file(id).unwrap() {
+                assert!(rec.entries.len() <= limits::PACK_BLOBS, "{} blobs in one pack", rec.entries.len());
+                blobs += rec.entries.len() as u64;
+                packs += 1;
+            }
+        }
+        assert_eq!(blobs, n);
+        assert!(packs >= 2);
     }
 }

@@ -51,6 +51,7 @@ impl Repository {
         let sealed = self.seal(kind, plaintext);
         let stored = signed::sign(sealed, commitment, key);
         let id = Id::hash_of(&stored);
+        super::check_storable(okind, stored.len())?;
         self.backend().write(&okind.path(&id), stored)?;
         Ok(id)
     }
@@ -167,6 +168,7 @@ impl Repository {
         };
         let sealed = self.seal(SealedKind::Writer, &record.encode());
         let id = Id::hash_of(&sealed);
+        super::check_storable(ObjectKind::Writer, sealed.len())?;
         self.backend().write(&ObjectKind::Writer.path(&id), sealed)?;
         self.writers_cache_mut().get_or_insert_with(HashMap::new).insert(*key, record);
         Ok(id)

@@ -1,6 +1,7 @@
 //! `coffer init`.
 
 use anyhow::{Result, bail};
+use coffer_core::backend::Modes;
 use coffer_core::chunker::ChunkerParams;
 use coffer_core::repo::InitOptions;
 use serde_json::json;
@@ -31,7 +32,8 @@ pub fn options(a: &InitArgs) -> Result<InitOptions> {
 pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let opts = options(a)?;
     let (path, _) = repo_open::location(global)?;
-    let repo = repo_open::create(global, &path, &opts)?;
+    let modes = if a.group_readable { Modes::GROUP_READABLE } else { Modes::PRIVATE };
+    let repo = repo_open::create_with_modes(global, &path, &opts, modes)?;
     if global.json {
         output::json(&json!({"created": true, "location": path, "id": repo.config().id, "config": repo.config()}));
     } else if !global.quiet {

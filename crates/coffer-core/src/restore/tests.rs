@@ -197,8 +197,8 @@ fn restore_with(
     };
     let seen = Mutex::new(Vec::new());
     let observe = |b: &plan::Batch| {
-        let chunks = b.files.iter().map(|(_, n)| n.content.len()).sum();
-        let last_file_chunks = b.files.last().map_or(0, |(_, n)| n.content.len());
+        let chunks = b.files.iter().map(|f| f.node.content.len()).sum();
+        let last_file_chunks = b.files.last().map_or(0, |f| f.node.content.len());
         let entries = b.files.len() + b.links.len() + b.dirs.len();
         seen.lock().unwrap().push(Seen { entries, chunks, last_file_chunks });
     };

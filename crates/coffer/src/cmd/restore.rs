@@ -29,6 +29,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         includes: a.includes.clone(),
         excludes: a.excludes.clone(),
         overwrite: a.overwrite,
+        privileged: true,
         batch: batch_limits()?,
     };
     let display = Display::new(global.json, global.quiet, "restore");

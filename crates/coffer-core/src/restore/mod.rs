@@ -28,6 +28,8 @@ mod handles;
 mod plan;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 mod totals;
 mod write;
 

@@ -364,7 +364,7 @@ impl<'a> Planner<'a> {
         };
         let dir_name = self.stack.last().expect("not empty").name.clone();
         let place = Place { dir, dir_name, name: node.name.0.clone() };
-        self.check_mode(place.path(), &node);
+        self.check_mode(|| place.path(), &node);
         match node.kind {
             NodeKind::File => self.plan_file(node, place),
             NodeKind::Symlink => {
@@ -380,8 +380,9 @@ impl<'a> Planner<'a> {
 
     /// Reports a mode with bits outside what a mode holds: the entry is restored
     /// without it.
-    fn check_mode(&mut self, path: PathBuf, node: &Node) {
+    fn check_mode(&mut self, path: impl FnOnce() -> PathBuf, node: &Node) {
         if node.mode & !MODE_BITS != 0 {
+            let path = path();
             let e = Error::corrupt(
                 format!("tree entry {}", path.display()),
                 format!("mode {:o} has bits outside {MODE_BITS:o}; it was restored without its mode", node.mode),
@@ -436,7 +437,7 @@ impl<'a> Planner<'a> {
                     let frame = &mut self.stack[top];
                     let node = frame.node.take().expect("checked");
                     let name = frame.name.clone();
-                    self.check_mode(name.path(), &node);
+                    self.check_mode(|| name.path(), &node);
                     self.batch.hold(&handle);
                     self.batch.dirs.push(DirJob { handle, name, node });
                     self.summary.dirs += 1;

@@ -245,7 +245,8 @@ fn write_wave(
     errors: &Errors,
     progress: &dyn Progress,
 ) {
-    let blobs: Vec<(&Range, &Result<Vec<u8>>, &[Target])> = fetched
+    type Blob<'f, 'r, 'a> = (&'f Range<'a>, &'f Result<Vec<u8>>, &'f [Target]);
+    let blobs: Vec<Blob> = fetched
         .iter()
         .flat_map(|(r, bytes)| {
             r.targets.chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (*r, bytes, blob))

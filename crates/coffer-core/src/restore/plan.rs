@@ -49,7 +49,7 @@ fn keep(depth: usize, current: usize) -> bool {
     }
     let mut unit = SPAN;
     while unit <= depth {
-        if depth % unit != 0 {
+        if !depth.is_multiple_of(unit) {
             return false;
         }
         match unit.checked_mul(SPAN) {

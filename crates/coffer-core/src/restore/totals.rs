@@ -65,11 +65,11 @@ pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, sna
                 stack.push(Frame { rest: rest.into_iter(), selected, snap_len });
                 continue;
             }
-            (Some(true), _) if node.kind == NodeKind::File => {
-                if node.links <= 1 || seen.insert((node.device, node.inode)) {
-                    totals.bytes += node.size;
-                    totals.files += 1;
-                }
+            (Some(true), _)
+                if node.kind == NodeKind::File && (node.links <= 1 || seen.insert((node.device, node.inode))) =>
+            {
+                totals.bytes += node.size;
+                totals.files += 1;
             }
             _ => {}
         }

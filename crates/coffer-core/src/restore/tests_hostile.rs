@@ -344,16 +344,24 @@ fn a_200000_level_chain_restores() {
 
 fn open_dir<Fd: AsFd>(dir: Fd, name: &[u8]) -> std::os::fd::OwnedFd {
     let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW;
+    // `..` is only ever opened by the tests, to take a chain apart.
     rustix::fs::openat(dir, std::ffi::OsStr::from_bytes(name), flags, 0.into()).unwrap()
 }
 
-/// Removes a chain of directories `d/d/d/…/f` level by level (too deep for a
-/// recursive removal): the second level takes the first's place each time.
+/// Removes a chain of directories `d/d/d/…/f` (too deep for a recursive
+/// removal): down to the bottom one handle at a time, then up through `..`
+/// removing each level.
 fn remove_chain(target: &Path) {
-    let (d, next) = (target.join("d"), target.join("next"));
-    while std::fs::rename(d.join("d"), &next).is_ok() {
-        std::fs::remove_dir(&d).unwrap();
-        std::fs::rename(&next, &d).unwrap();
+    use rustix::fs::{AtFlags, openat, unlinkat};
+    let mut fd = open_dir(rustix::fs::CWD, target.as_os_str().as_bytes());
+    let mut depth = 0;
+    while let Ok(sub) = openat(&fd, "d", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, 0.into()) {
+        fd = sub;
+        depth += 1;
     }
-    std::fs::remove_dir_all(&d).unwrap();
+    unlinkat(&fd, "f", AtFlags::empty()).unwrap();
+    for _ in 0..depth {
+        fd = open_dir(fd.as_fd(), b"..");
+        unlinkat(&fd, "d", AtFlags::REMOVEDIR).unwrap();
+    }
 }

@@ -10,11 +10,19 @@
 //! the batch that completes it, after everything below it is written, so that
 //! writing into it does not change its mtime afterwards. A file whose content
 //! cannot be restored is removed, never left half-written, and reported in
-//! [`RestoreSummary::failures`].
+//! [`RestoreSummary::failures`]; so is every other entry that cannot be restored
+//! (a tree that cannot be loaded fails that directory's contents only), and the
+//! restore goes on with the rest.
+//!
+//! Every step in the target goes through directory handles opened without
+//! following symlinks ([`handles`]), so nothing planted or swapped in the target
+//! can redirect a write, chmod, chown or xattr outside it. As root, what only
+//! root can create is restored only when [`RestoreOptions::privileged`] says so.
 //!
 //! Memory is thus bounded by the batch limits, not by the number of files: what
-//! grows besides (apart from the index every command loads) is the trees on the
-//! path from the root to the directory being walked, the first path of each inode
+//! grows besides (apart from the index every command loads) is the trees and
+//! names on the path from the root to the directory being walked (a bounded
+//! number of them with an open handle), the first name of each inode
 //! with several names until all its names are planned, and the failures reported.
 
 use std::io;

@@ -15,7 +15,7 @@
 //! restore goes on with the rest.
 //!
 //! Every step in the target goes through directory handles opened without
-//! following symlinks ([`handles`]), so nothing planted or swapped in the target
+//! following symlinks (module `handles`), so nothing planted or swapped in the target
 //! can redirect a write, chmod, chown or xattr outside it. As root, what only
 //! root can create is restored only when [`RestoreOptions::privileged`] says so.
 //!

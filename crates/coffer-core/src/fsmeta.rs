@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rustix::fs::{AtFlags, CWD, FileType, Mode, Timespec, Timestamps, UTIME_OMIT};
+use rustix::fs::{AtFlags, CWD, FileType, Gid, Mode, OFlags, Timespec, Timestamps, UTIME_OMIT, Uid, XattrFlags};
 
 use crate::format::bytes::Bytes;
 use crate::format::tree::{Node, NodeKind, Timestamp, Xattr};
@@ -150,43 +151,200 @@ fn ts(t: Timestamp) -> Timespec {
     Timespec { tv_sec: t.0, tv_nsec: t.1 as _ }
 }
 
-/// Creates a special file (FIFO or device node) at `path`.
-pub fn create_special(path: &Path, node: &Node) -> io::Result<()> {
+/// The permission bits a mode can hold: rwx for all three classes, setuid,
+/// setgid and sticky. A tree node with any other bit set is damaged.
+pub const MODE_BITS: u32 = 0o7777;
+
+/// The setuid and setgid bits.
+const SETID_BITS: u32 = 0o6000;
+
+/// Which of the things only root can create a restore recreates; see
+/// docs/design.md#restore. A restore that is not run as root never sets owners
+/// or makes device nodes whatever this says (it cannot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestorePolicy {
+    /// Set each entry's owner and group.
+    pub owners: bool,
+    /// Keep setuid and setgid bits.
+    pub setid: bool,
+    /// Set `security.` and `trusted.` extended attributes (file capabilities among them).
+    pub privileged_xattrs: bool,
+}
+
+impl RestorePolicy {
+    /// The policy of a restore run as root or not (`as_root`) that restores
+    /// privileged things or not (`privileged`).
+    pub fn new(as_root: bool, privileged: bool) -> RestorePolicy {
+        // Someone who is not root can only create files they own: setuid bits and
+        // their own attributes give them nothing they did not have.
+        RestorePolicy {
+            owners: as_root && privileged,
+            setid: !as_root || privileged,
+            privileged_xattrs: !as_root || privileged,
+        }
+    }
+}
+
+/// How many privileged things a restore left out on purpose (see [`RestorePolicy`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Withheld {
+    /// Entries whose owner or group (other than root) was not set.
+    pub owners: u64,
+    /// Entries restored without their setuid or setgid bits.
+    pub setid: u64,
+    /// `security.` and `trusted.` extended attributes not set.
+    pub xattrs: u64,
+    /// Device nodes not created.
+    pub devices: u64,
+}
+
+impl Withheld {
+    /// Whether nothing was withheld.
+    pub fn is_empty(&self) -> bool {
+        *self == Withheld::default()
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Withheld) {
+        self.owners += other.owners;
+        self.setid += other.setid;
+        self.xattrs += other.xattrs;
+        self.devices += other.devices;
+    }
+}
+
+/// Whether an extended attribute lies in a namespace only root may set.
+fn privileged_xattr(name: &[u8]) -> bool {
+    name.starts_with(b"security.") || name.starts_with(b"trusted.")
+}
+
+/// Keeps the first of several errors.
+fn keep_first(first: &mut Option<io::Error>, r: io::Result<()>) {
+    if let Err(e) = r {
+        first.get_or_insert(e);
+    }
+}
+
+/// The mode to apply, or `None` if the node's mode holds bits outside
+/// [`MODE_BITS`] (damage, reported by the caller).
+fn mode_to_apply(node: &Node, policy: &RestorePolicy, withheld: &mut Withheld) -> Option<u32> {
+    if node.mode & !MODE_BITS != 0 {
+        return None;
+    }
+    if !policy.setid && node.mode & SETID_BITS != 0 {
+        withheld.setid += 1;
+        return Some(node.mode & !SETID_BITS);
+    }
+    Some(node.mode)
+}
+
+fn owner_to_apply(node: &Node, policy: &RestorePolicy, as_root: bool, withheld: &mut Withheld) -> bool {
+    if policy.owners {
+        return true;
+    }
+    if as_root && (node.uid != 0 || node.gid != 0) {
+        withheld.owners += 1;
+    }
+    false
+}
+
+/// Applies owner (when the policy allows), extended attributes, permissions and
+/// mtime to the open file or directory `fd`, never by name, in the order that
+/// keeps each from undoing another: owner first (a chown clears setuid/setgid
+/// bits and file capabilities), then xattrs (including `security.capability`),
+/// then mode, then times. Applies what it can and returns the first error.
+pub fn apply_to_fd(fd: BorrowedFd<'_>, node: &Node, policy: &RestorePolicy, withheld: &mut Withheld) -> io::Result<()> {
+    let mut first = None;
+    if owner_to_apply(node, policy, is_root(), withheld) {
+        let r = rustix::fs::fchown(fd, Some(Uid::from_raw(node.uid)), Some(Gid::from_raw(node.gid)));
+        keep_first(&mut first, r.map_err(io::Error::from));
+    }
+    for x in &node.xattrs {
+        if !policy.privileged_xattrs && privileged_xattr(&x.name.0) {
+            withheld.xattrs += 1;
+            continue;
+        }
+        let r = rustix::fs::fsetxattr(fd, OsStr::from_bytes(&x.name.0), &x.value.0, XattrFlags::empty());
+        keep_first(&mut first, r.map_err(io::Error::from));
+    }
+    if let Some(mode) = mode_to_apply(node, policy, withheld) {
+        keep_first(&mut first, rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(io::Error::from));
+    }
+    keep_first(&mut first, rustix::fs::futimens(fd, &times(node)).map_err(io::Error::from));
+    first.map_or(Ok(()), Err)
+}
+
+fn times(node: &Node) -> Timestamps {
+    Timestamps { last_access: Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT }, last_modification: ts(node.mtime) }
+}
+
+/// Applies owner and mtime to the symlink `name` in directory `dir`, never
+/// following it (symlinks have no mode of their own). Extended attributes of
+/// symlinks are not restored: they cannot be set through a descriptor.
+pub fn apply_to_symlink(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    node: &Node,
+    policy: &RestorePolicy,
+    withheld: &mut Withheld,
+) -> io::Result<()> {
+    let name = OsStr::from_bytes(name);
+    let mut first = None;
+    if owner_to_apply(node, policy, is_root(), withheld) {
+        let (uid, gid) = (Some(Uid::from_raw(node.uid)), Some(Gid::from_raw(node.gid)));
+        keep_first(&mut first, rustix::fs::chownat(dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW).map_err(Into::into));
+    }
+    if !node.xattrs.is_empty() {
+        first.get_or_insert(io::Error::other("extended attributes of symlinks are not restored"));
+    }
+    let r = rustix::fs::utimensat(dir, name, &times(node), AtFlags::SYMLINK_NOFOLLOW);
+    keep_first(&mut first, r.map_err(Into::into));
+    first.map_or(Ok(()), Err)
+}
+
+/// Creates the special file (FIFO or device node) `name` in directory `dir` and
+/// applies its metadata. The new entry is opened without following symlinks and
+/// without opening the device (`O_PATH`), checked to be what was created, and
+/// every change goes through that handle, so that a name swapped in between is
+/// never followed.
+pub fn create_special(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    node: &Node,
+    policy: &RestorePolicy,
+    withheld: &mut Withheld,
+) -> io::Result<()> {
     let ft = match node.kind {
         NodeKind::Fifo => FileType::Fifo,
         NodeKind::Chardev => FileType::CharacterDevice,
         NodeKind::Blockdev => FileType::BlockDevice,
         _ => return Err(io::Error::other("not a special file")),
     };
-    rustix::fs::mknodat(CWD, path, ft, Mode::from_raw_mode(node.mode & 0o777), node.rdev as _)?;
-    Ok(())
-}
-
-/// Applies owner (when root), extended attributes, permissions and mtime to the
-/// entry at `path`, in the order that keeps each from undoing another: owner
-/// first (a chown clears setuid/setgid bits and file capabilities), then xattrs
-/// (including `security.capability`), then mode, then times. Symlinks get no mode.
-pub fn apply_metadata(path: &Path, node: &Node, as_root: bool) -> io::Result<()> {
-    let mut first_err = None;
-    if as_root {
-        let r = std::os::unix::fs::lchown(path, Some(node.uid), Some(node.gid));
-        if let Err(e) = r {
-            first_err.get_or_insert(e);
-        }
+    let name = OsStr::from_bytes(name);
+    rustix::fs::mknodat(dir, name, ft, Mode::from_raw_mode(0o600), node.rdev as _)?;
+    let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != ft {
+        return Err(io::Error::other("replaced by another kind of entry while it was being restored"));
+    }
+    // An O_PATH handle serves chown directly; mode, xattrs and times go through
+    // its /proc name, which resolves to the handle's own inode.
+    let proc = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let mut first = None;
+    if owner_to_apply(node, policy, is_root(), withheld) {
+        let (uid, gid) = (Some(Uid::from_raw(node.uid)), Some(Gid::from_raw(node.gid)));
+        keep_first(&mut first, rustix::fs::chownat(&fd, "", uid, gid, AtFlags::EMPTY_PATH).map_err(Into::into));
     }
     for x in &node.xattrs {
-        if let Err(e) = xattr::set(path, OsStr::from_bytes(&x.name.0), &x.value.0) {
-            first_err.get_or_insert(e);
+        if !policy.privileged_xattrs && privileged_xattr(&x.name.0) {
+            withheld.xattrs += 1;
+            continue;
         }
+        keep_first(&mut first, xattr::set(&proc, OsStr::from_bytes(&x.name.0), &x.value.0));
     }
-    if node.kind != NodeKind::Symlink {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(node.mode))?;
+    if let Some(mode) = mode_to_apply(node, policy, withheld) {
+        let r = rustix::fs::chmod(&proc, Mode::from_raw_mode(mode));
+        keep_first(&mut first, r.map_err(Into::into));
     }
-    let times =
-        Timestamps { last_access: Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT }, last_modification: ts(node.mtime) };
-    rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW)?;
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    keep_first(&mut first, rustix::fs::utimensat(CWD, &proc, &times(node), AtFlags::empty()).map_err(Into::into));
+    first.map_or(Ok(()), Err)
 }

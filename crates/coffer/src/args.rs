@@ -243,8 +243,25 @@ pub struct RestoreArgs {
     /// Replace files already in the target.
     #[arg(long)]
     pub overwrite: bool,
+    /// As root, whether to restore what only root can create (owners, device nodes,
+    /// setuid/setgid bits, `security.`/`trusted.` extended attributes such as file
+    /// capabilities): `auto` only from a snapshot signed by this client's own writer
+    /// key, `all` always, `none` never.
+    #[arg(long, value_enum, default_value_t = Privileged::Auto)]
+    pub privileged: Privileged,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// `restore --privileged`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Privileged {
+    /// Only from a snapshot signed by this client's own writer key.
+    Auto,
+    /// Always.
+    All,
+    /// Never.
+    None,
 }
 
 #[derive(Args, Debug)]

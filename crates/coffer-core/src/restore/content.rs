@@ -12,16 +12,17 @@
 //! in sparse files stay holes.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use super::handles;
+use super::plan::FileJob;
 use crate::error::{Error, Result};
 use crate::format::pack::{BlobType, PackEntry};
-use crate::format::tree::Node;
 use crate::progress::Progress;
 use crate::repo::{PackInfo, Repository};
 
@@ -77,47 +78,53 @@ impl Errors {
         }
     }
 
-    /// Per file: its length, or why it failed.
-    fn into_results(self, sizes: Vec<u64>) -> Vec<Result<u64>> {
+    /// Per file: its length and identity, or why it failed.
+    fn into_results(self, sizes: Vec<u64>, created: Vec<Option<(u64, u64)>>) -> Vec<Written> {
         self.0
             .into_iter()
             .zip(sizes)
-            .map(|(e, size)| match e.into_inner().expect("poisoned") {
-                Some(err) => Err(err),
-                None => Ok(size),
+            .zip(created)
+            .map(|((e, size), created)| Written {
+                result: e.into_inner().expect("poisoned").map_or(Ok(size), Err),
+                created,
             })
             .collect()
     }
 }
 
+/// What became of one file of the batch.
+pub(super) struct Written {
+    /// Its length, or why it failed.
+    pub result: Result<u64>,
+    /// The device and inode of the file created, if it was.
+    pub created: Option<(u64, u64)>,
+}
+
 /// Writes the contents of `files`; returns, per file, its length or why it failed.
 pub(super) fn write_contents(
     repo: &Repository,
-    files: &[(PathBuf, Node)],
+    files: &[FileJob],
+    overwrite: bool,
     progress: &dyn Progress,
-) -> Vec<Result<u64>> {
+) -> Vec<Written> {
     let errors = Errors::new(files.len());
     let (sizes, packs) = locate_chunks(repo, files, &errors);
-    create_files(files, &sizes, &errors);
+    let created = create_files(files, &sizes, overwrite, &errors);
     let ranges: Vec<Range> = packs.iter().flat_map(|(pack, targets)| split_ranges(pack, targets)).collect();
     for wave in waves(&ranges) {
         let fetched = fetch_wave(repo, wave, &errors);
-        write_wave(repo, files, &fetched, &errors, progress);
+        write_wave(repo, files, &created, &fetched, &errors, progress);
     }
-    errors.into_results(sizes)
+    errors.into_results(sizes, created)
 }
 
 /// Where every chunk of every file comes from, grouped by pack and sorted by
 /// place in the pack; and the length of every file.
-fn locate_chunks(
-    repo: &Repository,
-    files: &[(PathBuf, Node)],
-    errors: &Errors,
-) -> (Vec<u64>, Vec<(PackInfo, Vec<Target>)>) {
+fn locate_chunks(repo: &Repository, files: &[FileJob], errors: &Errors) -> (Vec<u64>, Vec<(PackInfo, Vec<Target>)>) {
     let mut sizes = vec![0u64; files.len()];
     let mut by_pack: HashMap<u32, (PackInfo, Vec<Target>)> = HashMap::new();
     let idx = repo.index();
-    for (i, (_, node)) in files.iter().enumerate() {
+    for (i, FileJob { node, .. }) in files.iter().enumerate() {
         let mut offset = 0;
         for id in &node.content {
             match idx.get(id) {
@@ -142,16 +149,36 @@ fn locate_chunks(
     (sizes, packs)
 }
 
-/// Creates every file at its full length.
-fn create_files(files: &[(PathBuf, Node)], sizes: &[u64], errors: &Errors) {
-    files.par_iter().enumerate().for_each(|(i, (path, _))| {
-        if errors.failed(i) {
-            return;
-        }
-        if let Err(e) = File::create(path).and_then(|f| f.set_len(sizes[i])) {
-            errors.fail(i, Error::io(path, e));
-        }
-    });
+/// Creates every file at its full length (with `O_EXCL`, in its directory's
+/// handle); returns the device and inode of each file created.
+fn create_files(files: &[FileJob], sizes: &[u64], overwrite: bool, errors: &Errors) -> Vec<Option<(u64, u64)>> {
+    files
+        .par_iter()
+        .enumerate()
+        .map(|(i, job)| {
+            if errors.failed(i) {
+                return None;
+            }
+            let p = &job.place;
+            let made = handles::create_file(p.dir.as_fd(), &p.name, overwrite).and_then(|fd| {
+                let id = handles::identity(fd.as_fd())?;
+                File::from(fd).set_len(sizes[i])?;
+                Ok(id)
+            });
+            match made {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    let e = if handles::exists(&e) {
+                        Error::TargetNotEmpty { path: p.path() }
+                    } else {
+                        Error::io(p.path(), e)
+                    };
+                    errors.fail(i, e);
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// Cuts a pack's sorted targets into ranges: blobs less than [`MAX_GAP`] apart
@@ -214,7 +241,8 @@ fn fetch_wave<'r, 'a>(repo: &Repository, wave: &'r [Range<'a>], errors: &Errors)
 /// Writes the blobs of a fetched wave in parallel.
 fn write_wave(
     repo: &Repository,
-    files: &[(PathBuf, Node)],
+    files: &[FileJob],
+    created: &[Option<(u64, u64)>],
     fetched: &[Fetched],
     errors: &Errors,
     progress: &dyn Progress,
@@ -226,7 +254,7 @@ fn write_wave(
             r.targets.chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (*r, bytes, blob))
         })
         .collect();
-    blobs.par_iter().for_each(|(r, bytes, blob)| write_blob(repo, files, r, bytes, blob, errors, progress));
+    blobs.par_iter().for_each(|(r, bytes, blob)| write_blob(repo, files, created, r, bytes, blob, errors, progress));
 }
 
 /// Reads a range, unless every file it serves has already failed. A storage
@@ -246,10 +274,14 @@ fn fetch(repo: &Repository, r: &Range, errors: &Errors) -> Option<std::result::R
 }
 
 /// Decrypts and verifies one blob read as part of `r` (`bytes`), and writes it
-/// to every target in `blob` (all of which name that blob).
+/// to every target in `blob` (all of which name that blob). A blob whose copy in
+/// `r`'s pack is missing or does not verify is read from another copy the index
+/// knows ([`Repository::load_other_copy`]) before its files fail.
+#[allow(clippy::too_many_arguments)]
 fn write_blob(
     repo: &Repository,
-    files: &[(PathBuf, Node)],
+    files: &[FileJob],
+    created: &[Option<(u64, u64)>],
     r: &Range,
     bytes: &std::result::Result<Vec<u8>, (String, String)>,
     blob: &[Target],
@@ -272,14 +304,16 @@ fn write_blob(
     };
     let zeros = data.iter().all(|&b| b == 0);
     for t in blob {
-        let (path, node) = &files[t.file];
+        let FileJob { place, node } = &files[t.file];
         if errors.failed(t.file) {
             continue;
         }
         if !(zeros && node.sparse) {
-            let w = OpenOptions::new().write(true).open(path).and_then(|f| f.write_all_at(&data, t.offset));
+            let Some(id) = created[t.file] else { continue };
+            let w = handles::reopen_file(place.dir.as_fd(), &place.name, id)
+                .and_then(|fd| File::from(fd).write_all_at(&data, t.offset));
             if let Err(err) = w {
-                errors.fail(t.file, Error::io(path, err));
+                errors.fail(t.file, Error::io(place.path(), err));
                 continue;
             }
         }

@@ -10,28 +10,42 @@
 //! the batch that completes it, after everything below it is written, so that
 //! writing into it does not change its mtime afterwards. A file whose content
 //! cannot be restored is removed, never left half-written, and reported in
-//! [`RestoreSummary::failures`].
+//! [`RestoreSummary::failures`]; so is every other entry that cannot be restored
+//! (a tree that cannot be loaded fails that directory's contents only), and the
+//! restore goes on with the rest.
+//!
+//! Every step in the target goes through directory handles opened without
+//! following symlinks (module `handles`), so nothing planted or swapped in the target
+//! can redirect a write, chmod, chown or xattr outside it. As root, what only
+//! root can create is restored only when [`RestoreOptions::privileged`] says so.
 //!
 //! Memory is thus bounded by the batch limits, not by the number of files: what
-//! grows besides (apart from the index every command loads) is the trees on the
-//! path from the root to the directory being walked, the first path of each inode
+//! grows besides (apart from the index every command loads) is the trees and
+//! names on the path from the root to the directory being walked (a bounded
+//! number of them with an open handle), the first name of each inode
 //! with several names until all its names are planned, and the failures reported.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ignore::gitignore::Gitignore;
 
 mod content;
+mod handles;
 mod plan;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 mod totals;
 mod write;
 
 use crate::backup::build_excludes;
 use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
+use crate::fsmeta::RestorePolicy;
+pub use crate::fsmeta::Withheld;
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::walk::locate;
@@ -50,6 +64,11 @@ pub struct RestoreOptions {
     pub excludes: Vec<String>,
     /// Replace what is already in the target instead of refusing.
     pub overwrite: bool,
+    /// When run as root: also restore what only root can create (owners, device
+    /// nodes, setuid/setgid bits, `security.` and `trusted.` extended
+    /// attributes). Only for snapshots whose author is trusted with root's
+    /// powers; see docs/design.md#restore.
+    pub privileged: bool,
     /// How much is planned before it is written (the default suits every use;
     /// tests set tiny limits to exercise many batches).
     pub batch: BatchLimits,
@@ -94,6 +113,8 @@ pub struct RestoreSummary {
     pub warnings: u64,
     /// Entries that could not be restored, with the reason.
     pub failures: Vec<(PathBuf, Error)>,
+    /// What only root can create and was left out ([`RestoreOptions::privileged`]).
+    pub withheld: Withheld,
 }
 
 impl RestoreSummary {
@@ -105,6 +126,12 @@ impl RestoreSummary {
         self.bytes += other.bytes;
         self.warnings += other.warnings;
         self.failures.extend(other.failures);
+        self.withheld.add(&other.withheld);
+    }
+
+    /// Whether any entry was not restored because repository data is damaged.
+    pub fn damaged(&self) -> bool {
+        self.failures.iter().any(|(_, e)| matches!(e, Error::Corrupt { .. }))
     }
 }
 
@@ -160,8 +187,9 @@ fn restore_observed(
         progress.set_total(t.bytes, t.files);
     }
     prepare_target(&opts.target, opts.overwrite)?;
-    let as_root = crate::fsmeta::is_root();
-    let mut writer = write::Writer::new(repo, progress, as_root);
+    let root: handles::Handle = Arc::new(handles::open_target(&opts.target).map_err(|e| Error::io(&opts.target, e))?);
+    let policy = RestorePolicy::new(crate::fsmeta::is_root(), opts.privileged);
+    let mut writer = write::Writer::new(repo, progress, policy, opts.overwrite, root.clone());
     std::thread::scope(|s| {
         // A rendezvous channel: the walk plans the next batch while the writer
         // writes this one, and no further.
@@ -173,8 +201,8 @@ fn restore_observed(
             }
             writer.into_summary()
         });
-        let mut planner = plan::Planner::new(repo, &select, opts, as_root, progress, tx);
-        let planned = planner.run(located, &snap_root);
+        let mut planner = plan::Planner::new(repo, &select, opts, policy, progress, tx);
+        let planned = planner.run(located, &snap_root, &opts.target, root);
         drop(planner);
         let written = handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         planned.map(|mut summary| {

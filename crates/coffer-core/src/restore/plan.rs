@@ -2,36 +2,102 @@
 //! are created on the way; regular files, hard links and completed directories
 //! are collected into bounded batches, each handed to the writer when full.
 //! See docs/design.md#restore.
+//!
+//! The walk keeps an explicit stack of the directories from the restore's root
+//! down to the one being walked (no recursion per level), and one snapshot path
+//! buffer that grows and shrinks with it. Each directory of the stack that was
+//! made in the target may hold an open handle; to keep the number of open
+//! handles bounded however deep the tree, only some are kept (see [`keep`]) and
+//! the others are opened again, when needed, from the nearest one kept.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
+use super::handles::{self, DirName, Handle, Place};
 use super::{BatchLimits, RestoreOptions, RestoreSummary, Selector};
 use crate::error::{Error, Result};
-use crate::format::tree::{Node, NodeKind};
-use crate::fsmeta;
+use crate::format::tree::{Node, NodeKind, Tree};
+use crate::fsmeta::{self, MODE_BITS, RestorePolicy};
 use crate::id::Id;
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::walk::Located;
+
+/// The most distinct directory handles one batch holds; the batch is handed
+/// over when it reaches this many, so that the handles open at any time stay
+/// bounded (two batches, the walk's stack, and the files being written).
+const MAX_BATCH_HANDLES: usize = 256;
+
+/// The spacing of the directory handles the walk keeps; see [`keep`].
+const SPAN: usize = 16;
+
+/// Whether the walk, at depth `current`, keeps the handle of the directory on its
+/// stack at depth `depth`: the `SPAN` deepest ones, every `SPAN`-th one among the
+/// `SPAN²` deepest, every `SPAN²`-th among the `SPAN³` deepest, and so on. That
+/// is at most `SPAN` per power of `SPAN` in the depth (80 handles for a million
+/// levels), and any directory of the stack is at most `SPAN^(k+1)` levels below
+/// a kept one, where `SPAN^k` divides its depth.
+fn keep(depth: usize, current: usize) -> bool {
+    if depth == 0 || current - depth < SPAN {
+        return true;
+    }
+    let mut unit = SPAN;
+    while unit <= depth {
+        if !depth.is_multiple_of(unit) {
+            return false;
+        }
+        match unit.checked_mul(SPAN) {
+            Some(next) if current - depth >= next => unit = next,
+            _ => return true,
+        }
+    }
+    false
+}
+
+/// A regular file to write, the first restored name of its inode.
+pub(super) struct FileJob {
+    pub place: Place,
+    pub node: Node,
+}
+
+/// A hard link to make: `place` is another name of the inode `key`, first
+/// written as `first_name` in directory `first_dir`.
+pub(super) struct Link {
+    pub key: (u64, u64),
+    pub first_dir: Arc<DirName>,
+    pub first_name: Vec<u8>,
+    pub place: Place,
+}
+
+/// A directory whose contents are all planned: its metadata is applied through `handle`.
+pub(super) struct DirJob {
+    pub handle: Handle,
+    pub name: Arc<DirName>,
+    pub node: Node,
+}
 
 /// What the writer does for one batch, in this order: write `files` (with their
 /// metadata), create `links`, then apply the metadata of `dirs`.
 #[derive(Default)]
 pub(super) struct Batch {
     /// Regular files to write, each the first restored name of its inode.
-    pub files: Vec<(PathBuf, Node)>,
+    pub files: Vec<FileJob>,
     /// Further names of inodes written in this or an earlier batch.
     pub links: Vec<Link>,
     /// Directories whose whole contents were planned in this or an earlier
     /// batch, children before their parents.
-    pub dirs: Vec<(PathBuf, Node)>,
+    pub dirs: Vec<DirJob>,
     /// Chunk references of `files`.
     chunks: usize,
+    /// Distinct directory handles held (counted when they change from one entry to the next).
+    handles: usize,
+    last_handle: usize,
 }
 
 impl Batch {
@@ -44,21 +110,40 @@ impl Batch {
     }
 
     fn is_full(&self, limits: &BatchLimits) -> bool {
-        self.entries() >= limits.entries || self.chunks >= limits.chunks
+        self.entries() >= limits.entries || self.chunks >= limits.chunks || self.handles >= MAX_BATCH_HANDLES
     }
-}
 
-/// A hard link to make: `path` is another name of the file written at `first`.
-pub(super) struct Link {
-    pub first: PathBuf,
-    pub path: PathBuf,
+    fn hold(&mut self, h: &Handle) {
+        let p = Arc::as_ptr(h) as usize;
+        if p != self.last_handle {
+            self.last_handle = p;
+            self.handles += 1;
+        }
+    }
 }
 
 /// The first restored name of an inode with several names, and how many more
 /// names it is expected to have.
 struct FirstName {
-    path: PathBuf,
+    dir: Arc<DirName>,
+    name: Vec<u8>,
     names_left: u64,
+}
+
+/// One directory on the walk's stack.
+struct Frame {
+    name: Arc<DirName>,
+    /// Its open handle, if made and kept (see [`keep`]).
+    handle: Option<Handle>,
+    /// Whether it exists in the target.
+    made: bool,
+    /// Its node (none for the restore's root, which is the target).
+    node: Option<Node>,
+    /// Its entries not walked yet.
+    rest: std::vec::IntoIter<Node>,
+    selected: bool,
+    /// The length of the snapshot path buffer without this directory's name.
+    snap_len: usize,
 }
 
 /// Walks trees and plans the restore; see the module documentation.
@@ -67,16 +152,22 @@ pub(super) struct Planner<'a> {
     select: &'a Selector,
     overwrite: bool,
     as_root: bool,
+    policy: RestorePolicy,
     progress: &'a dyn Progress,
-    target: PathBuf,
     limits: BatchLimits,
     /// Inodes with several names whose names are not all planned yet.
     first_names: HashMap<(u64, u64), FirstName>,
-    /// Directories on the path being walked that are known to exist.
-    made: HashSet<PathBuf>,
+    stack: Vec<Frame>,
+    /// The snapshot path of the entry being walked.
+    snap: Vec<u8>,
     batch: Batch,
     to_writer: SyncSender<Batch>,
     summary: RestoreSummary,
+}
+
+/// Loads a tree for the restore: the one place the restore reads trees.
+pub(super) fn load_tree(repo: &Repository, id: &Id) -> Result<Tree> {
+    repo.load_tree(id)
 }
 
 impl<'a> Planner<'a> {
@@ -84,7 +175,7 @@ impl<'a> Planner<'a> {
         repo: &'a Repository,
         select: &'a Selector,
         opts: &RestoreOptions,
-        as_root: bool,
+        policy: RestorePolicy,
         progress: &'a dyn Progress,
         to_writer: SyncSender<Batch>,
     ) -> Planner<'a> {
@@ -92,12 +183,13 @@ impl<'a> Planner<'a> {
             repo,
             select,
             overwrite: opts.overwrite,
-            as_root,
+            as_root: fsmeta::is_root(),
+            policy,
             progress,
-            target: opts.target.clone(),
             limits: BatchLimits { entries: opts.batch.entries.max(1), chunks: opts.batch.chunks.max(1) },
             first_names: HashMap::new(),
-            made: HashSet::new(),
+            stack: Vec::new(),
+            snap: Vec::new(),
             batch: Batch::default(),
             to_writer,
             summary: RestoreSummary::default(),
@@ -105,22 +197,32 @@ impl<'a> Planner<'a> {
     }
 
     /// Plans everything `located` (found at `snap_root` in the snapshot) holds
-    /// into the target, handing every batch to the writer. Returns what the walk
-    /// itself restored (directories, symlinks, special files) and warned about.
-    pub fn run(&mut self, located: Located, snap_root: &Path) -> Result<RestoreSummary> {
-        let target = self.target.clone();
-        match located {
-            Located::Root(id) => {
-                self.plan_dir(id, &target, snap_root, false)?;
-            }
+    /// into the target (open as `root`, named `target`), handing every batch to
+    /// the writer. Returns what the walk itself restored (directories, symlinks,
+    /// special files), warned about and failed to restore.
+    pub fn run(&mut self, located: Located, snap_root: &Path, target: &Path, root: Handle) -> Result<RestoreSummary> {
+        let (nodes, snap) = match located {
+            Located::Root(id) => (load_tree(self.repo, &id)?.nodes, snap_root.to_path_buf()),
             Located::Entry(node) if node.kind == NodeKind::Dir => {
                 let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
-                self.plan_dir(sub, &target, snap_root, false)?;
+                (load_tree(self.repo, &sub)?.nodes, snap_root.to_path_buf())
             }
-            Located::Entry(node) => {
-                let name = OsStr::from_bytes(&node.name.0).to_owned();
-                let parent = snap_root.parent().unwrap_or(Path::new("/")).to_path_buf();
-                self.plan_node(*node, &target.join(&name), &parent.join(&name), false)?;
+            Located::Entry(node) => (vec![*node], snap_root.parent().unwrap_or(Path::new("/")).to_path_buf()),
+        };
+        self.snap = snap.as_os_str().as_bytes().to_vec();
+        self.stack.push(Frame {
+            name: DirName::root(target),
+            handle: Some(root),
+            made: true,
+            node: None,
+            rest: nodes.into_iter(),
+            selected: false,
+            snap_len: self.snap.len(),
+        });
+        while let Some(top) = self.stack.last_mut() {
+            match top.rest.next() {
+                Some(node) => self.visit(node)?,
+                None => self.finish_dir()?,
             }
         }
         self.hand_over()?;
@@ -148,162 +250,279 @@ impl<'a> Planner<'a> {
         self.progress.warn(path, &msg);
     }
 
-    /// Removes what stands at `path` unless it is a directory and `keep_dir`.
-    fn clear(&self, path: &Path, keep_dir: bool) -> Result<()> {
-        let Ok(md) = std::fs::symlink_metadata(path) else {
+    fn fail(&mut self, path: PathBuf, e: Error) {
+        self.summary.failures.push((path, e));
+    }
+
+    /// The snapshot path of the entry being walked.
+    fn snap_path(&self) -> &Path {
+        Path::new(OsStr::from_bytes(&self.snap))
+    }
+
+    fn push_name(&mut self, name: &[u8]) -> usize {
+        let len = self.snap.len();
+        if !self.snap.ends_with(b"/") {
+            self.snap.push(b'/');
+        }
+        self.snap.extend_from_slice(name);
+        len
+    }
+
+    /// The handle of the directory at `depth` on the stack (which must be made),
+    /// opened again from the nearest kept one if it was let go.
+    fn resolve(&mut self, depth: usize) -> io::Result<Handle> {
+        if let Some(h) = &self.stack[depth].handle {
+            return Ok(h.clone());
+        }
+        let mut from = depth;
+        while self.stack[from].handle.is_none() {
+            from -= 1;
+        }
+        let current = self.stack.len() - 1;
+        let mut h = self.stack[from].handle.clone().expect("found above");
+        for d in from + 1..=depth {
+            h = Arc::new(handles::open_dir(h.as_fd(), self.stack[d].name.name())?);
+            if d == depth || keep(d, current) {
+                self.stack[d].handle = Some(h.clone());
+            }
+        }
+        Ok(h)
+    }
+
+    /// Lets go of the handles [`keep`] no longer keeps now that the stack is one deeper.
+    fn release(&mut self) {
+        let current = self.stack.len() - 1;
+        let mut gap = SPAN;
+        while gap <= current {
+            let depth = current - gap;
+            if !keep(depth, current) {
+                self.stack[depth].handle = None;
+            }
+            match gap.checked_mul(SPAN) {
+                Some(g) => gap = g,
+                None => break,
+            }
+        }
+    }
+
+    /// Makes every directory of the stack that is not made yet (a selected
+    /// entry below needs them). Returns the top's handle.
+    fn make_stack(&mut self) -> Result<Handle> {
+        let top = self.stack.len() - 1;
+        if self.stack[top].made {
+            return self.resolve(top).map_err(|e| Error::io(self.stack[top].name.path(), e));
+        }
+        let mut first = top;
+        while !self.stack[first].made {
+            first -= 1;
+        }
+        let mut parent = self.resolve(first).map_err(|e| Error::io(self.stack[first].name.path(), e))?;
+        for d in first + 1..=top {
+            let h = handles::make_dir(parent.as_fd(), self.stack[d].name.name(), self.overwrite)
+                .map_err(|e| self.dir_error(&self.stack[d].name.path(), e))?;
+            parent = Arc::new(h);
+            self.stack[d].made = true;
+            if d == top || keep(d, top) {
+                self.stack[d].handle = Some(parent.clone());
+            }
+        }
+        Ok(parent)
+    }
+
+    /// The error for an entry that could not be created.
+    fn dir_error(&self, path: &Path, e: io::Error) -> Error {
+        if handles::exists(&e) && !self.overwrite {
+            Error::TargetNotEmpty { path: path.to_path_buf() }
+        } else {
+            Error::io(path, e)
+        }
+    }
+
+    /// Plans one entry of the directory on top of the stack.
+    fn visit(&mut self, node: Node) -> Result<()> {
+        let snap_len = self.push_name(&node.name.0);
+        let is_dir = node.kind == NodeKind::Dir;
+        let ancestor = self.stack.last().expect("not empty").selected;
+        let Some(selected) = self.select.judge(self.snap_path(), is_dir, ancestor) else {
+            self.snap.truncate(snap_len);
             return Ok(());
         };
-        if !self.overwrite {
-            return Err(Error::TargetNotEmpty { path: path.to_path_buf() });
+        if is_dir {
+            return self.enter(node, selected, snap_len);
         }
-        let r = if md.is_dir() {
-            if keep_dir {
+        self.snap.truncate(snap_len);
+        if !selected || node.kind == NodeKind::Socket {
+            return Ok(());
+        }
+        let dir = match self.make_stack() {
+            Ok(h) => h,
+            Err(e) => {
+                let path = self.stack.last().expect("not empty").name.join(&node.name.0);
+                self.fail(path, e);
                 return Ok(());
             }
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_file(path)
         };
-        r.map_err(|e| Error::io(path, e))
-    }
-
-    /// Plans the contents of tree `id` into `dir`. Returns whether anything below
-    /// was restored (which forces `dir` to exist).
-    fn plan_dir(&mut self, id: Id, dir: &Path, snap_dir: &Path, selected: bool) -> Result<bool> {
-        let tree = self.repo.load_tree(&id)?;
-        let mut any = false;
-        for node in tree.nodes {
-            let name = OsStr::from_bytes(&node.name.0).to_owned();
-            any |= self.plan_node(node, &dir.join(&name), &snap_dir.join(&name), selected)?;
+        let dir_name = self.stack.last().expect("not empty").name.clone();
+        let place = Place { dir, dir_name, name: node.name.0.clone() };
+        self.check_mode(|| place.path(), &node);
+        match node.kind {
+            NodeKind::File => self.plan_file(node, place),
+            NodeKind::Symlink => {
+                self.make_symlink(&node, &place);
+                Ok(())
+            }
+            _ => {
+                self.make_special(&node, &place);
+                Ok(())
+            }
         }
-        Ok(any)
     }
 
-    /// Makes `dir` and every directory between the target and it exist as real
-    /// directories. Never follows a symlink found in the target: with
-    /// `--overwrite` it is replaced by a directory, otherwise it is an error.
-    fn ensure_dir(&mut self, dir: &Path) -> Result<()> {
-        if dir == self.target || self.made.contains(dir) {
+    /// Reports a mode with bits outside what a mode holds: the entry is restored
+    /// without it.
+    fn check_mode(&mut self, path: impl FnOnce() -> PathBuf, node: &Node) {
+        if node.mode & !MODE_BITS != 0 {
+            let path = path();
+            let e = Error::corrupt(
+                format!("tree entry {}", path.display()),
+                format!("mode {:o} has bits outside {MODE_BITS:o}; it was restored without its mode", node.mode),
+            );
+            self.fail(path, e);
+        }
+    }
+
+    /// Enters a directory: makes it if it is selected and pushes it on the stack
+    /// with its entries. A directory whose tree cannot be loaded is reported and
+    /// restored empty (if selected).
+    fn enter(&mut self, node: Node, selected: bool, snap_len: usize) -> Result<()> {
+        let parent = self.stack.last().expect("not empty").name.clone();
+        let name = parent.child(&node.name.0);
+        self.stack.push(Frame {
+            name: name.clone(),
+            handle: None,
+            made: false,
+            node: None,
+            rest: Vec::new().into_iter(),
+            selected,
+            snap_len,
+        });
+        self.release();
+        let path = || name.path();
+        if selected && let Err(e) = self.make_stack() {
+            self.fail(path(), e);
+            self.stack.pop();
+            self.snap.truncate(snap_len);
             return Ok(());
         }
-        if let Some(parent) = dir.parent().filter(|p| p.starts_with(&self.target)) {
-            self.ensure_dir(parent)?;
+        let loaded = match node.subtree {
+            Some(id) => load_tree(self.repo, &id),
+            None => Err(Error::corrupt("tree", "directory without subtree")),
+        };
+        match loaded {
+            Ok(tree) => self.stack.last_mut().expect("pushed").rest = tree.nodes.into_iter(),
+            Err(e) => self.fail(path(), e),
         }
-        match std::fs::symlink_metadata(dir) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => {
-                self.clear(dir, true)?;
-                std::fs::create_dir(dir).map_err(|e| Error::io(dir, e))?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                std::fs::create_dir(dir).map_err(|e| Error::io(dir, e))?;
-            }
-            Err(e) => return Err(Error::io(dir, e)),
-        }
-        self.made.insert(dir.to_path_buf());
+        self.stack.last_mut().expect("pushed").node = Some(Node { subtree: None, ..node });
         Ok(())
     }
 
-    fn ensure_parent(&mut self, path: &Path) -> Result<()> {
-        match path.parent() {
-            Some(p) => self.ensure_dir(p),
-            None => Ok(()),
-        }
-    }
-
-    /// Plans one entry. Returns whether it (or anything below it) is restored.
-    fn plan_node(&mut self, node: Node, path: &Path, snap_path: &Path, ancestor_selected: bool) -> Result<bool> {
-        let is_dir = node.kind == NodeKind::Dir;
-        let Some(selected) = self.select.judge(snap_path, is_dir, ancestor_selected) else {
-            return Ok(false);
-        };
-        if is_dir {
-            return self.plan_subdir(node, path, snap_path, selected);
-        }
-        if !selected {
-            return Ok(false);
-        }
-        self.clear(path, false)?;
-        self.ensure_parent(path)?;
-        match node.kind {
-            NodeKind::File => self.plan_file(node, path)?,
-            NodeKind::Symlink => {
-                let target = OsStr::from_bytes(node.target.as_ref().map(|t| t.0.as_slice()).unwrap_or_default());
-                std::os::unix::fs::symlink(target, path).map_err(|e| Error::io(path, e))?;
-                self.summary.others += 1;
-                self.apply(path, &node);
+    /// Leaves the directory on top of the stack, all of its entries planned:
+    /// if it was made, it joins the batch so that its metadata is applied after
+    /// its contents are written.
+    fn finish_dir(&mut self) -> Result<()> {
+        let top = self.stack.len() - 1;
+        if self.stack[top].node.is_some() && self.stack[top].made {
+            match self.resolve(top) {
+                Ok(handle) => {
+                    let frame = &mut self.stack[top];
+                    let node = frame.node.take().expect("checked");
+                    let name = frame.name.clone();
+                    self.check_mode(|| name.path(), &node);
+                    self.batch.hold(&handle);
+                    self.batch.dirs.push(DirJob { handle, name, node });
+                    self.summary.dirs += 1;
+                }
+                Err(e) => {
+                    let path = self.stack[top].name.path();
+                    self.warn(&path, format!("cannot restore the directory's metadata: {e}"));
+                }
             }
-            NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => return Ok(self.make_special(&node, path)),
-            NodeKind::Socket => return Ok(false),
-            NodeKind::Dir => unreachable!("handled above"),
         }
-        Ok(true)
-    }
-
-    /// Plans a directory and everything below it; once all of that is planned,
-    /// the directory joins the batch so that its metadata is applied after its
-    /// contents are written.
-    fn plan_subdir(&mut self, node: Node, path: &Path, snap_path: &Path, selected: bool) -> Result<bool> {
-        if selected {
-            self.ensure_dir(path)?;
-        }
-        let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
-        let below = self.plan_dir(sub, path, snap_path, selected)?;
-        // Nothing more is restored below `path`.
-        self.made.remove(path);
-        if !(selected || below) {
-            return Ok(false);
-        }
-        self.summary.dirs += 1;
-        self.batch.dirs.push((path.to_path_buf(), node));
-        self.hand_over_if_full()?;
-        Ok(true)
+        let frame = self.stack.pop().expect("not empty");
+        self.snap.truncate(frame.snap_len);
+        drop(frame);
+        self.hand_over_if_full()
     }
 
     /// Plans a regular file: its content, or a hard link to the first restored
     /// name of its inode.
-    fn plan_file(&mut self, node: Node, path: &Path) -> Result<()> {
+    fn plan_file(&mut self, node: Node, place: Place) -> Result<()> {
         if node.links > 1 {
             let key = (node.device, node.inode);
             if let Some(first) = self.first_names.get_mut(&key) {
-                let link = Link { first: first.path.clone(), path: path.to_path_buf() };
+                let link = Link { key, first_dir: first.dir.clone(), first_name: first.name.clone(), place };
                 first.names_left = first.names_left.saturating_sub(1);
                 if first.names_left == 0 {
                     self.first_names.remove(&key);
                 }
+                self.batch.hold(&link.place.dir);
                 self.batch.links.push(link);
                 return self.hand_over_if_full();
             }
-            self.first_names.insert(key, FirstName { path: path.to_path_buf(), names_left: node.links - 1 });
+            let first = FirstName { dir: place.dir_name.clone(), name: place.name.clone(), names_left: node.links - 1 };
+            self.first_names.insert(key, first);
         }
         self.batch.chunks += node.content.len();
-        self.batch.files.push((path.to_path_buf(), node));
+        self.batch.hold(&place.dir);
+        self.batch.files.push(FileJob { place, node });
         self.hand_over_if_full()
     }
 
-    /// Creates a FIFO or device node. Returns false only for a device node that
-    /// needs root to be made.
-    fn make_special(&mut self, node: &Node, path: &Path) -> bool {
-        if node.kind != NodeKind::Fifo && !self.as_root {
-            self.warn(path, "device node not recreated: restoring device nodes needs root".into());
-            return false;
+    /// Creates a symlink with its exact target and its metadata.
+    fn make_symlink(&mut self, node: &Node, place: &Place) {
+        let target = node.target.as_ref().map(|t| t.0.as_slice()).unwrap_or_default();
+        if target.is_empty() || target.contains(&0) {
+            let e =
+                Error::corrupt(format!("tree entry {}", place.path().display()), "symlink target empty or holding NUL");
+            return self.fail(place.path(), e);
         }
-        match fsmeta::create_special(path, node) {
-            Ok(()) => {
-                self.summary.others += 1;
-                self.apply(path, node);
-                true
-            }
-            Err(e) => {
-                self.warn(path, format!("cannot create special file: {e}"));
-                true
-            }
+        let dir = place.dir.as_fd();
+        let made = handles::make_entry(dir, &place.name, self.overwrite, || handles::symlink(dir, &place.name, target));
+        if let Err(e) = made {
+            let e = self.dir_error(&place.path(), e);
+            return self.fail(place.path(), e);
+        }
+        self.summary.others += 1;
+        let r = fsmeta::apply_to_symlink(dir, &place.name, node, &self.policy, &mut self.summary.withheld);
+        if let Err(e) = r {
+            self.warn(&place.path(), format!("cannot restore all metadata: {e}"));
         }
     }
 
-    fn apply(&mut self, path: &Path, node: &Node) {
-        if let Err(e) = fsmeta::apply_metadata(path, node, self.as_root) {
-            self.warn(path, format!("cannot restore all metadata: {e}"));
+    /// Creates a FIFO or device node with its metadata; device nodes only as
+    /// root, and only when the policy restores privileged things.
+    fn make_special(&mut self, node: &Node, place: &Place) {
+        if node.kind != NodeKind::Fifo {
+            if !self.as_root {
+                return self.warn(&place.path(), "device node not recreated: restoring device nodes needs root".into());
+            }
+            if !self.policy.owners {
+                self.summary.withheld.devices += 1;
+                return;
+            }
+        }
+        let dir = place.dir.as_fd();
+        let (policy, withheld) = (&self.policy, &mut self.summary.withheld);
+        let made = handles::make_entry(dir, &place.name, self.overwrite, || {
+            fsmeta::create_special(dir, &place.name, node, policy, withheld)
+        });
+        match made {
+            Ok(()) => self.summary.others += 1,
+            Err(e) if handles::exists(&e) || e.kind() == io::ErrorKind::NotFound => {
+                let e = self.dir_error(&place.path(), e);
+                self.fail(place.path(), e)
+            }
+            Err(e) => self.warn(&place.path(), format!("cannot create special file: {e}")),
         }
     }
 }

@@ -19,12 +19,13 @@ use crate::repo::InitOptions;
 use crate::sign::SigningKey;
 use crate::testutil::noise;
 
-const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+pub(super) const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 
 /// Small chunks, so that files of a few tens of KiB have several.
-const SMALL_CHUNKS: ChunkerParams = ChunkerParams { min_size: 1 << 10, avg_size: 4 << 10, max_size: 16 << 10 };
+pub(super) const SMALL_CHUNKS: ChunkerParams =
+    ChunkerParams { min_size: 1 << 10, avg_size: 4 << 10, max_size: 16 << 10 };
 
-fn write(path: impl AsRef<Path>, data: &[u8]) {
+pub(super) fn write(path: impl AsRef<Path>, data: &[u8]) {
     std::fs::write(path, data).unwrap();
 }
 
@@ -39,7 +40,7 @@ fn set_mtime(path: &Path, secs: i64, nanos: u32) {
 
 /// Every entry below `root` (relative paths, sorted), children before parents
 /// when reversed.
-fn entries(root: &Path) -> Vec<PathBuf> {
+pub(super) fn entries(root: &Path) -> Vec<PathBuf> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
         let mut names: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
         names.sort();
@@ -100,7 +101,7 @@ fn build_source(src: &Path) {
 /// Asserts that `got` holds what `want` holds: the same entries, kinds,
 /// contents, symlink targets, modes, mtimes (directories included), the same
 /// grouping of names into inodes, and holes where `want` has them.
-fn assert_same(want: &Path, got: &Path) {
+pub(super) fn assert_same(want: &Path, got: &Path) {
     let names = entries(want);
     assert_eq!(names, entries(got), "entries differ");
     let mut inodes: HashMap<u64, u64> = HashMap::new();
@@ -130,7 +131,7 @@ fn assert_same(want: &Path, got: &Path) {
 
 /// A repository in `dir` holding one backup of `src`, opened afresh with its
 /// index loaded, and the snapshot.
-fn backed_up(dir: &Path, src: &Path) -> (Repository, Snapshot) {
+pub(super) fn backed_up(dir: &Path, src: &Path) -> (Repository, Snapshot) {
     let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
     let opts = InitOptions { kdf: FAST, chunker: SMALL_CHUNKS, pack_size: 1 << 20, ..InitOptions::default() };
     let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();
@@ -197,8 +198,8 @@ fn restore_with(
     };
     let seen = Mutex::new(Vec::new());
     let observe = |b: &plan::Batch| {
-        let chunks = b.files.iter().map(|(_, n)| n.content.len()).sum();
-        let last_file_chunks = b.files.last().map_or(0, |(_, n)| n.content.len());
+        let chunks = b.files.iter().map(|f| f.node.content.len()).sum();
+        let last_file_chunks = b.files.last().map_or(0, |f| f.node.content.len());
         let entries = b.files.len() + b.links.len() + b.dirs.len();
         seen.lock().unwrap().push(Seen { entries, chunks, last_file_chunks });
     };

@@ -1,6 +1,7 @@
 //! The totals a progress display shows: a separate walk of the trees, made only
 //! when the display wants them, that counts what the restore will write without
-//! keeping any of it.
+//! keeping any of it. Like the restore's own walk, it keeps an explicit stack
+//! and one path buffer, so its depth costs no recursion.
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -8,9 +9,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::Selector;
+use super::plan::load_tree;
 use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind};
-use crate::id::Id;
 use crate::repo::Repository;
 use crate::walk::Located;
 
@@ -21,57 +22,58 @@ pub(super) struct Totals {
     pub files: u64,
 }
 
-struct Counter<'a> {
-    repo: &'a Repository,
-    select: &'a Selector,
-    /// Inodes with several names already counted.
-    seen: HashSet<(u64, u64)>,
-    totals: Totals,
+/// One directory being counted: its entries not counted yet, whether it is
+/// selected, and the path length without its name.
+struct Frame {
+    rest: std::vec::IntoIter<Node>,
+    selected: bool,
+    snap_len: usize,
 }
 
-/// Counts what restoring `located` (found at `snap_root`) writes.
+/// Counts what restoring `located` (found at `snap_root`) writes. A tree that
+/// cannot be loaded counts as empty (the restore reports it).
 pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, snap_root: &Path) -> Result<Totals> {
-    let mut c = Counter { repo, select, seen: HashSet::new(), totals: Totals::default() };
-    match located {
-        Located::Root(id) => c.dir(*id, snap_root, false)?,
-        Located::Entry(node) if node.kind == NodeKind::Dir => c.dir(subtree(node)?, snap_root, false)?,
-        Located::Entry(node) => {
-            let parent = snap_root.parent().unwrap_or(Path::new("/"));
-            c.node(node, &parent.join(OsStr::from_bytes(&node.name.0)), false)?;
+    let (nodes, snap) = match located {
+        Located::Root(id) => (load_tree(repo, id)?.nodes, snap_root),
+        Located::Entry(node) if node.kind == NodeKind::Dir => {
+            let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
+            (load_tree(repo, &sub)?.nodes, snap_root)
         }
-    }
-    Ok(c.totals)
-}
-
-fn subtree(node: &Node) -> Result<Id> {
-    node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))
-}
-
-impl Counter<'_> {
-    fn dir(&mut self, id: Id, snap_dir: &Path, selected: bool) -> Result<()> {
-        let tree = self.repo.load_tree(&id)?;
-        for node in &tree.nodes {
-            self.node(node, &snap_dir.join(OsStr::from_bytes(&node.name.0)), selected)?;
-        }
-        Ok(())
-    }
-
-    fn node(&mut self, node: &Node, snap_path: &Path, ancestor_selected: bool) -> Result<()> {
-        let is_dir = node.kind == NodeKind::Dir;
-        let Some(selected) = self.select.judge(snap_path, is_dir, ancestor_selected) else {
-            return Ok(());
+        Located::Entry(node) => (vec![(**node).clone()], snap_root.parent().unwrap_or(Path::new("/"))),
+    };
+    let mut snap = snap.as_os_str().as_bytes().to_vec();
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut totals = Totals::default();
+    let mut stack = vec![Frame { rest: nodes.into_iter(), selected: false, snap_len: snap.len() }];
+    while let Some(top) = stack.last_mut() {
+        let Some(node) = top.rest.next() else {
+            snap.truncate(top.snap_len);
+            stack.pop();
+            continue;
         };
-        if is_dir {
-            return self.dir(subtree(node)?, snap_path, selected);
+        let ancestor = top.selected;
+        let snap_len = snap.len();
+        if !snap.ends_with(b"/") {
+            snap.push(b'/');
         }
-        if !selected || node.kind != NodeKind::File {
-            return Ok(());
+        snap.extend_from_slice(&node.name.0);
+        let is_dir = node.kind == NodeKind::Dir;
+        let judged = select.judge(Path::new(OsStr::from_bytes(&snap)), is_dir, ancestor);
+        match (judged, node.subtree) {
+            (Some(selected), Some(id)) if is_dir => {
+                let rest = load_tree(repo, &id).map(|t| t.nodes).unwrap_or_default();
+                stack.push(Frame { rest: rest.into_iter(), selected, snap_len });
+                continue;
+            }
+            (Some(true), _)
+                if node.kind == NodeKind::File && (node.links <= 1 || seen.insert((node.device, node.inode))) =>
+            {
+                totals.bytes += node.size;
+                totals.files += 1;
+            }
+            _ => {}
         }
-        if node.links > 1 && !self.seen.insert((node.device, node.inode)) {
-            return Ok(());
-        }
-        self.totals.bytes += node.size;
-        self.totals.files += 1;
-        Ok(())
+        snap.truncate(snap_len);
     }
+    Ok(totals)
 }

@@ -1,9 +1,10 @@
 //! Executing one batch of a restore: file contents and their metadata, then hard
-//! links, then the metadata of the directories the batch completes.
+//! links, then the metadata of the directories the batch completes. Every step
+//! goes through the handle of the entry's directory, or of the entry itself.
 //! See docs/design.md#restore.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,10 +12,10 @@ use rayon::prelude::*;
 
 use super::RestoreSummary;
 use super::content;
-use super::plan::{Batch, Link};
+use super::handles::{self, Handle};
+use super::plan::{Batch, DirJob, FileJob, Link};
 use crate::error::Error;
-use crate::format::tree::Node;
-use crate::fsmeta;
+use crate::fsmeta::{self, RestorePolicy, Withheld};
 use crate::progress::Progress;
 use crate::repo::Repository;
 
@@ -22,16 +23,33 @@ use crate::repo::Repository;
 pub(super) struct Writer<'a> {
     repo: &'a Repository,
     progress: &'a dyn Progress,
-    as_root: bool,
-    /// Files with several names that could not be restored, so that their other
-    /// names, in this batch or a later one, are reported rather than linked.
-    failed_firsts: HashSet<PathBuf>,
+    policy: RestorePolicy,
+    overwrite: bool,
+    /// The target, from which the first name of a hard-linked file is found again.
+    root: Handle,
+    /// Inodes with several names whose first name could not be restored, so that
+    /// their other names, in this batch or a later one, are reported rather than linked.
+    failed_firsts: HashSet<(u64, u64)>,
     summary: RestoreSummary,
 }
 
 impl<'a> Writer<'a> {
-    pub fn new(repo: &'a Repository, progress: &'a dyn Progress, as_root: bool) -> Writer<'a> {
-        Writer { repo, progress, as_root, failed_firsts: HashSet::new(), summary: RestoreSummary::default() }
+    pub fn new(
+        repo: &'a Repository,
+        progress: &'a dyn Progress,
+        policy: RestorePolicy,
+        overwrite: bool,
+        root: Handle,
+    ) -> Writer<'a> {
+        Writer {
+            repo,
+            progress,
+            policy,
+            overwrite,
+            root,
+            failed_firsts: HashSet::new(),
+            summary: RestoreSummary::default(),
+        }
     }
 
     /// Restores everything `batch` holds.
@@ -47,37 +65,52 @@ impl<'a> Writer<'a> {
     }
 
     /// Writes the files' contents, then their metadata; removes those that failed.
-    fn write_files(&mut self, files: &[(PathBuf, Node)]) {
+    fn write_files(&mut self, files: &[FileJob]) {
         if files.is_empty() {
             return;
         }
-        let results = content::write_contents(self.repo, files, self.progress);
-        let (progress, as_root) = (self.progress, self.as_root);
+        let results = content::write_contents(self.repo, files, self.overwrite, self.progress);
+        let (progress, policy) = (self.progress, &self.policy);
         let warnings = AtomicU64::new(0);
         let bytes = AtomicU64::new(0);
+        let withheld = Mutex::new(Withheld::default());
         let failures = Mutex::new(Vec::new());
-        files.par_iter().zip(results).for_each(|((path, node), r)| match r {
-            Ok(n) => {
-                bytes.fetch_add(n, Ordering::Relaxed);
-                if let Err(e) = fsmeta::apply_metadata(path, node, as_root) {
+        files.par_iter().zip(results).for_each(|(FileJob { place, node }, w)| {
+            let dir = place.dir.as_fd();
+            let result = w.result.and_then(|n| {
+                let created = w.created.expect("a file written was created");
+                let fd = handles::reopen_file(dir, &place.name, created).map_err(|e| Error::io(place.path(), e))?;
+                let mut held = Withheld::default();
+                if let Err(e) = fsmeta::apply_to_fd(fd.as_fd(), node, policy, &mut held) {
                     warnings.fetch_add(1, Ordering::Relaxed);
-                    progress.warn(path, &format!("cannot restore all metadata: {e}"));
+                    progress.warn(&place.path(), &format!("cannot restore all metadata: {e}"));
                 }
-                progress.add_item(path);
-            }
-            Err(e) => {
-                // Never leave a half-written file that looks restored.
-                let _ = std::fs::remove_file(path);
-                failures.lock().expect("poisoned").push((path.clone(), node.links > 1, e));
+                withheld.lock().expect("poisoned").add(&held);
+                Ok(n)
+            });
+            match result {
+                Ok(n) => {
+                    bytes.fetch_add(n, Ordering::Relaxed);
+                    progress.add_item(&place.path());
+                }
+                Err(e) => {
+                    // Never leave a half-written file that looks restored.
+                    if let Some(created) = w.created {
+                        handles::remove_created(dir, &place.name, created);
+                    }
+                    let key = (node.links > 1).then_some((node.device, node.inode));
+                    failures.lock().expect("poisoned").push((place.path(), key, e));
+                }
             }
         });
         let failures = failures.into_inner().expect("poisoned");
         self.summary.files += (files.len() - failures.len()) as u64;
         self.summary.bytes += bytes.into_inner();
         self.summary.warnings += warnings.into_inner();
-        for (path, linked, e) in failures {
-            if linked {
-                self.failed_firsts.insert(path.clone());
+        self.summary.withheld.add(&withheld.into_inner().expect("poisoned"));
+        for (path, key, e) in failures {
+            if let Some(key) = key {
+                self.failed_firsts.insert(key);
             }
             self.summary.failures.push((path, e));
         }
@@ -85,32 +118,39 @@ impl<'a> Writer<'a> {
 
     /// Links further names to files already written.
     fn make_links(&mut self, links: Vec<Link>) {
-        for Link { first, path } in links {
-            if self.failed_firsts.contains(&first) {
-                let why = format!("hard link to {} not created: that file could not be restored", first.display());
+        for Link { key, first_dir, first_name, place } in links {
+            let path = place.path();
+            if self.failed_firsts.contains(&key) {
+                let why = format!(
+                    "hard link to {} not created: that file could not be restored",
+                    first_dir.join(&first_name).display()
+                );
                 self.summary.failures.push((path, Error::InvalidInput(why)));
                 continue;
             }
-            match std::fs::hard_link(&first, &path) {
+            let dir = place.dir.as_fd();
+            let made = handles::open_from_root(&self.root, &first_dir).and_then(|first| {
+                handles::make_entry(dir, &place.name, self.overwrite, || {
+                    handles::link(first.as_fd(), &first_name, dir, &place.name)
+                })
+            });
+            match made {
                 Ok(()) => self.summary.others += 1,
-                Err(e) => self.summary.failures.push((path.clone(), Error::io(&path, e))),
+                Err(e) if handles::exists(&e) => {
+                    self.summary.failures.push((path.clone(), Error::TargetNotEmpty { path }))
+                }
+                Err(e) => self.summary.failures.push((path.clone(), Error::io(path, e))),
             }
         }
     }
 
     /// Applies directory metadata, children before their parents.
-    fn finish_dirs(&mut self, dirs: Vec<(PathBuf, Node)>) {
-        for (path, node) in dirs {
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
-                self.apply(&path, &node);
+    fn finish_dirs(&mut self, dirs: Vec<DirJob>) {
+        for DirJob { handle, name, node } in dirs {
+            if let Err(e) = fsmeta::apply_to_fd(handle.as_fd(), &node, &self.policy, &mut self.summary.withheld) {
+                self.summary.warnings += 1;
+                self.progress.warn(&name.path(), &format!("cannot restore all metadata: {e}"));
             }
-        }
-    }
-
-    fn apply(&mut self, path: &Path, node: &Node) {
-        if let Err(e) = fsmeta::apply_metadata(path, node, self.as_root) {
-            self.summary.warnings += 1;
-            self.progress.warn(path, &format!("cannot restore all metadata: {e}"));
         }
     }
 }

@@ -5,11 +5,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
-use coffer_core::repo::SnapshotFilter;
-use coffer_core::restore::{BatchLimits, RestoreOptions, restore};
+use coffer_core::format::signed::SignatureStatus;
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::repo::{Repository, SnapshotFilter, WRITER_KEY_FILE};
+use coffer_core::restore::{BatchLimits, RestoreOptions, RestoreSummary, restore};
+use coffer_core::sign::PublicKey;
+use coffer_core::{Error, Id};
 use serde_json::json;
 
-use crate::args::{GlobalArgs, RestoreArgs};
+use crate::args::{GlobalArgs, Privileged, RestoreArgs};
 use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
@@ -29,6 +33,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         includes: a.includes.clone(),
         excludes: a.excludes.clone(),
         overwrite: a.overwrite,
+        privileged: privileged(&repo, &snap, a.privileged)?,
         batch: batch_limits()?,
     };
     let display = Display::new(global.json, global.quiet, "restore");
@@ -60,11 +65,71 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             output::bytes(summary.bytes)
         );
     }
+    report_withheld(global, &id, a.privileged, &summary);
     let n = summary.failures.len();
-    if let Some((path, err)) = summary.failures.into_iter().next() {
-        return Err(anyhow!(err).context(format!("{n} entries could not be restored (first: {})", path.display())));
+    // The exit code is the damage code if any entry was lost to damage.
+    let damaged = summary.damaged();
+    let first = summary.failures.into_iter().find(|(_, e)| !damaged || matches!(e, Error::Corrupt { .. }));
+    if let Some((path, err)) = first {
+        let what = if damaged { "first damaged" } else { "first" };
+        return Err(anyhow!(err).context(format!(
+            "{n} entries could not be restored ({what}: {}); everything else was restored",
+            path.display()
+        )));
     }
     Ok(exit::OK)
+}
+
+/// Whether to restore what only root can create: with `auto`, only if the
+/// snapshot carries a valid signature by this client's own writer key (anyone
+/// holding the passphrase can write a snapshot). Not running as root, it makes
+/// no difference.
+fn privileged(repo: &Repository, snap: &Snapshot, choice: Privileged) -> Result<bool> {
+    Ok(match choice {
+        Privileged::All => true,
+        Privileged::None => false,
+        Privileged::Auto => match (&snap.signature, own_writer_key(repo)?) {
+            (SignatureStatus::Valid { key, .. }, Some(own)) => *key == own,
+            _ => false,
+        },
+    })
+}
+
+/// This client's writer key for the repository, if it has one (never created here).
+fn own_writer_key(repo: &Repository) -> Result<Option<PublicKey>> {
+    let state = repo_open::local_state(repo)?;
+    let Some(bytes) = state.read(WRITER_KEY_FILE)? else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    Ok(v.get("public_key").and_then(|k| k.as_str()).and_then(PublicKey::from_hex))
+}
+
+/// Says what only root can create was left out, and how to get it.
+fn report_withheld(global: &GlobalArgs, id: &Id, choice: Privileged, summary: &RestoreSummary) {
+    let w = &summary.withheld;
+    if w.is_empty() {
+        return;
+    }
+    let why = match choice {
+        Privileged::Auto => format!("snapshot {} is not signed by this client's own writer key", id.short()),
+        _ => "--privileged none".to_string(),
+    };
+    let message = format!(
+        "{why}, so what only root can create was not restored: {} owners, {} setuid/setgid bits, \
+         {} security./trusted. attributes, {} device nodes; if you trust the snapshot's author, \
+         restore again with --privileged all",
+        w.owners, w.setid, w.xattrs, w.devices
+    );
+    if global.json {
+        eprintln!(
+            "{}",
+            json!({"type": "withheld", "snapshot_id": id, "owners": w.owners, "setid_bits": w.setid,
+                   "xattrs": w.xattrs, "device_nodes": w.devices, "message": message})
+        );
+    } else {
+        eprintln!("warning: {message}");
+    }
 }
 
 /// The batch limits of the restore: the default, or for tests

@@ -88,7 +88,12 @@ pub(crate) fn tombstone_batches(forgotten: Vec<Forgotten>) -> Vec<Vec<Forgotten>
     let mut out = vec![Vec::new()];
     let mut bytes = 0;
     for f in forgotten {
-        let len = 300 + f.paths.iter().map(|p| p.len() + 8).sum::<usize>() + f.history.len() * 70;
+        let len = 300
+            + f.hostname.len()
+            + f.time.len()
+            + f.end.len()
+            + f.paths.iter().map(|p| p.len() + 8).sum::<usize>()
+            + f.history.len() * 70;
         let cur = out.last_mut().expect("never empty");
         if !cur.is_empty() && (cur.len() >= limits::TOMBSTONE_SNAPSHOTS || bytes + len > TOMBSTONE_TARGET) {
             out.push(Vec::new());

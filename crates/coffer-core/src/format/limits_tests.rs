@@ -141,6 +141,7 @@ fn the_largest_tombstones_are_accepted() {
         .map(|n| Forgotten {
             id: id(n),
             time: String::new(),
+            end: String::new(),
             hostname: "h".into(),
             paths: big_paths.clone(),
             history: vec![id(7); 100],
@@ -149,6 +150,7 @@ fn the_largest_tombstones_are_accepted() {
     forgotten.extend((10..30_000).map(|n| Forgotten {
         id: id(n),
         time: "2026-11-24T00:00:00Z".into(),
+        end: "2026-11-24T00:01:00.123Z".into(),
         hostname: "h".into(),
         paths: vec!["/home".into()],
         history: vec![id(n - 1)],

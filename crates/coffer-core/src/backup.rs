@@ -617,10 +617,10 @@ impl Archiver<'_> {
                             });
                             match examined {
                                 Ok((md, read)) => self.save_entry(path, &md, read, pnode, None),
-                            Err(e) => {
-                                self.skip(path, e.to_string());
-                                Ok(None)
-                            }
+                                Err(e) => {
+                                    self.skip(path, e.to_string());
+                                    Ok(None)
+                                }
                             }
                         }
                         VirtualNode::Dir(path, sub) => {
@@ -690,8 +690,7 @@ impl Archiver<'_> {
                 self.dirs.fetch_add(1, Ordering::Relaxed);
                 let crosses = dev.is_some_and(|d| self.opts.one_file_system && d != md.dev());
                 let parent_sub = parent.filter(|p| p.kind == NodeKind::Dir).and_then(|p| p.subtree);
-                let (sub, below) =
-                    if crosses { self.save_empty_tree()? } else { self.save_dir(path, md, parent_sub)? };
+                let (sub, below) = if crosses { self.save_empty_tree()? } else { self.save_dir(path, md, parent_sub)? };
                 node.subtree = Some(sub);
                 leaves = below;
             }

@@ -22,11 +22,11 @@ use std::sync::mpsc::SyncSender;
 use super::handles::{self, DirName, Handle, Place};
 use super::{BatchLimits, RestoreOptions, RestoreSummary, Selector};
 use crate::error::{Error, Result};
-use crate::format::tree::{Node, NodeKind, Tree};
+use crate::format::tree::{Node, NodeKind};
 use crate::fsmeta::{self, MODE_BITS, RestorePolicy};
 use crate::id::Id;
 use crate::progress::Progress;
-use crate::repo::Repository;
+use crate::repo::{Repository, TreeNodes};
 use crate::walk::Located;
 
 /// The most distinct directory handles one batch holds; the batch is handed
@@ -131,7 +131,7 @@ struct FirstName {
 }
 
 /// One directory on the walk's stack.
-struct Frame {
+struct Frame<'a> {
     name: Arc<DirName>,
     /// Its open handle, if made and kept (see [`keep`]).
     handle: Option<Handle>,
@@ -140,7 +140,7 @@ struct Frame {
     /// Its node (none for the restore's root, which is the target).
     node: Option<Node>,
     /// Its entries not walked yet.
-    rest: std::vec::IntoIter<Node>,
+    rest: Entries<'a>,
     selected: bool,
     /// The length of the snapshot path buffer without this directory's name.
     snap_len: usize,
@@ -157,7 +157,7 @@ pub(super) struct Planner<'a> {
     limits: BatchLimits,
     /// Inodes with several names whose names are not all planned yet.
     first_names: HashMap<(u64, u64), FirstName>,
-    stack: Vec<Frame>,
+    stack: Vec<Frame<'a>>,
     /// The snapshot path of the entry being walked.
     snap: Vec<u8>,
     batch: Batch,
@@ -165,9 +165,31 @@ pub(super) struct Planner<'a> {
     summary: RestoreSummary,
 }
 
-/// Loads a tree for the restore: the one place the restore reads trees.
-pub(super) fn load_tree(repo: &Repository, id: &Id) -> Result<Tree> {
-    repo.load_tree(id)
+/// A directory's entries still to walk: read from its tree part by part, so a
+/// directory of any size costs one part of its listing in memory
+/// ([split listings](docs/design.md#split-trees)), or the one entry a restore
+/// of a single file starts from. Files keep their content parts unresolved.
+pub(super) enum Entries<'a> {
+    /// Entries at hand.
+    Listed(std::vec::IntoIter<Node>),
+    /// Entries of a tree, loaded as they are reached.
+    Streamed(TreeNodes<'a>),
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Result<Node>;
+
+    fn next(&mut self) -> Option<Result<Node>> {
+        match self {
+            Entries::Listed(nodes) => nodes.next().map(Ok),
+            Entries::Streamed(nodes) => nodes.next(),
+        }
+    }
+}
+
+/// Starts reading a tree for the restore: the one place the restore reads trees.
+pub(super) fn load_tree<'a>(repo: &'a Repository, id: &Id) -> Result<Entries<'a>> {
+    Ok(Entries::Streamed(repo.tree_nodes(id)?))
 }
 
 impl<'a> Planner<'a> {
@@ -202,12 +224,14 @@ impl<'a> Planner<'a> {
     /// special files), warned about and failed to restore.
     pub fn run(&mut self, located: Located, snap_root: &Path, target: &Path, root: Handle) -> Result<RestoreSummary> {
         let (nodes, snap) = match located {
-            Located::Root(id) => (load_tree(self.repo, &id)?.nodes, snap_root.to_path_buf()),
+            Located::Root(id) => (load_tree(self.repo, &id)?, snap_root.to_path_buf()),
             Located::Entry(node) if node.kind == NodeKind::Dir => {
                 let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
-                (load_tree(self.repo, &sub)?.nodes, snap_root.to_path_buf())
+                (load_tree(self.repo, &sub)?, snap_root.to_path_buf())
             }
-            Located::Entry(node) => (vec![*node], snap_root.parent().unwrap_or(Path::new("/")).to_path_buf()),
+            Located::Entry(node) => {
+                (Entries::Listed(vec![*node].into_iter()), snap_root.parent().unwrap_or(Path::new("/")).to_path_buf())
+            }
         };
         self.snap = snap.as_os_str().as_bytes().to_vec();
         self.stack.push(Frame {
@@ -215,13 +239,19 @@ impl<'a> Planner<'a> {
             handle: Some(root),
             made: true,
             node: None,
-            rest: nodes.into_iter(),
+            rest: nodes,
             selected: false,
             snap_len: self.snap.len(),
         });
         while let Some(top) = self.stack.last_mut() {
             match top.rest.next() {
-                Some(node) => self.visit(node)?,
+                Some(Ok(node)) => self.visit(node)?,
+                // A part of the listing that does not load: what it and the parts
+                // after it hold is not restored; the rest of the directory is.
+                Some(Err(e)) => {
+                    let path = top.name.path();
+                    self.fail(path, e);
+                }
                 None => self.finish_dir()?,
             }
         }
@@ -402,7 +432,7 @@ impl<'a> Planner<'a> {
             handle: None,
             made: false,
             node: None,
-            rest: Vec::new().into_iter(),
+            rest: Entries::Listed(Vec::new().into_iter()),
             selected,
             snap_len,
         });
@@ -419,7 +449,7 @@ impl<'a> Planner<'a> {
             None => Err(Error::corrupt("tree", "directory without subtree")),
         };
         match loaded {
-            Ok(tree) => self.stack.last_mut().expect("pushed").rest = tree.nodes.into_iter(),
+            Ok(entries) => self.stack.last_mut().expect("pushed").rest = entries,
             Err(e) => self.fail(path(), e),
         }
         self.stack.last_mut().expect("pushed").node = Some(Node { subtree: None, ..node });
@@ -456,7 +486,7 @@ impl<'a> Planner<'a> {
 
     /// Plans a regular file: its content, or a hard link to the first restored
     /// name of its inode.
-    fn plan_file(&mut self, node: Node, place: Place) -> Result<()> {
+    fn plan_file(&mut self, mut node: Node, place: Place) -> Result<()> {
         if node.links > 1 {
             let key = (node.device, node.inode);
             if let Some(first) = self.first_names.get_mut(&key) {
@@ -471,6 +501,20 @@ impl<'a> Planner<'a> {
             }
             let first = FirstName { dir: place.dir_name.clone(), name: place.name.clone(), names_left: node.links - 1 };
             self.first_names.insert(key, first);
+        }
+        if !node.content_parts.is_empty() {
+            match self.repo.resolve_content(&node, &mut |_| {}) {
+                Ok(content) => {
+                    node.content = content;
+                    node.content_parts.clear();
+                }
+                Err(e) => {
+                    // Its other names, if any, try again on their own.
+                    self.first_names.remove(&(node.device, node.inode));
+                    self.fail(place.path(), e);
+                    return Ok(());
+                }
+            }
         }
         self.batch.chunks += node.content.len();
         self.batch.hold(&place.dir);

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::Selector;
-use super::plan::load_tree;
+use super::plan::{Entries, load_tree};
 use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind};
 use crate::repo::Repository;
@@ -24,8 +24,8 @@ pub(super) struct Totals {
 
 /// One directory being counted: its entries not counted yet, whether it is
 /// selected, and the path length without its name.
-struct Frame {
-    rest: std::vec::IntoIter<Node>,
+struct Frame<'a> {
+    rest: Entries<'a>,
     selected: bool,
     snap_len: usize,
 }
@@ -34,19 +34,22 @@ struct Frame {
 /// cannot be loaded counts as empty (the restore reports it).
 pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, snap_root: &Path) -> Result<Totals> {
     let (nodes, snap) = match located {
-        Located::Root(id) => (load_tree(repo, id)?.nodes, snap_root),
+        Located::Root(id) => (load_tree(repo, id)?, snap_root),
         Located::Entry(node) if node.kind == NodeKind::Dir => {
             let sub = node.subtree.ok_or_else(|| Error::corrupt("tree", "directory without subtree"))?;
-            (load_tree(repo, &sub)?.nodes, snap_root)
+            (load_tree(repo, &sub)?, snap_root)
         }
-        Located::Entry(node) => (vec![(**node).clone()], snap_root.parent().unwrap_or(Path::new("/"))),
+        Located::Entry(node) => {
+            (Entries::Listed(vec![(**node).clone()].into_iter()), snap_root.parent().unwrap_or(Path::new("/")))
+        }
     };
     let mut snap = snap.as_os_str().as_bytes().to_vec();
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut totals = Totals::default();
-    let mut stack = vec![Frame { rest: nodes.into_iter(), selected: false, snap_len: snap.len() }];
+    let mut stack = vec![Frame { rest: nodes, selected: false, snap_len: snap.len() }];
     while let Some(top) = stack.last_mut() {
-        let Some(node) = top.rest.next() else {
+        // A part that does not load ends its directory here (the restore reports it).
+        let Some(Ok(node)) = top.rest.next() else {
             snap.truncate(top.snap_len);
             stack.pop();
             continue;
@@ -61,8 +64,8 @@ pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, sna
         let judged = select.judge(Path::new(OsStr::from_bytes(&snap)), is_dir, ancestor);
         match (judged, node.subtree) {
             (Some(selected), Some(id)) if is_dir => {
-                let rest = load_tree(repo, &id).map(|t| t.nodes).unwrap_or_default();
-                stack.push(Frame { rest: rest.into_iter(), selected, snap_len });
+                let rest = load_tree(repo, &id).unwrap_or(Entries::Listed(Vec::new().into_iter()));
+                stack.push(Frame { rest, selected, snap_len });
                 continue;
             }
             (Some(true), _)

@@ -11,7 +11,7 @@ use std::path::Path;
 use super::Selector;
 use super::plan::{Entries, load_tree};
 use crate::error::{Error, Result};
-use crate::format::tree::{Node, NodeKind};
+use crate::format::tree::NodeKind;
 use crate::repo::Repository;
 use crate::walk::Located;
 

@@ -140,6 +140,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         (walked, reading.map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))))
     });
     walked?;
+    let data = data.map(|(d, good)| good.map(|g| (d, g))).transpose()?;
     // Copies that failed while another served: damage in their packs.
     r.errors.extend(repo.take_bad_copies());
     if let (Some(plan), Some((d, good))) = (plan, data) {
@@ -220,6 +221,9 @@ pub struct PackVerdict {
     pub problems: Vec<String>,
     /// The blobs the index serves from this pack that cannot be read intact.
     pub damaged: Vec<PackEntry>,
+    /// The storage failed to serve the pack (after retries): not damage, and
+    /// nothing is known of its content.
+    pub storage: Option<BackendError>,
 }
 
 /// Packs read ahead of the one being verified, so that reading overlaps verifying.
@@ -252,8 +256,16 @@ fn verify_read_pack(
     let bytes = match read {
         Ok(b) => b,
         Err(e) => {
-            if e.kind == crate::backend::ErrorKind::NotFound {
-                v.damaged = indexed.to_vec();
+            use crate::backend::ErrorKind;
+            match e.kind {
+                ErrorKind::NotFound => v.damaged = indexed.to_vec(),
+                ErrorKind::TooLarge => {}
+                // A refused permission or a storage that keeps failing says nothing
+                // about the pack's content.
+                ErrorKind::Transient | ErrorKind::Permanent => {
+                    v.storage = Some(e);
+                    return v;
+                }
             }
             v.problems.push(e.to_string());
             return v;
@@ -359,7 +371,12 @@ fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<OpenedPack,
 /// Reads and verifies `packs` (id, size); returns the packs found intact. One
 /// thread reads the packs in order, at most [`PACKS_AHEAD`] ahead, while each
 /// read pack is verified using every core.
-fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progress: &dyn Progress) -> HashSet<Id> {
+fn read_data(
+    repo: &Repository,
+    packs: &[(Id, u64)],
+    r: &mut CheckReport,
+    progress: &dyn Progress,
+) -> Result<HashSet<Id>> {
     let mut by_pack: HashMap<Id, Vec<PackEntry>> = HashMap::new();
     {
         let idx = repo.index();
@@ -392,6 +409,9 @@ fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progre
     let mut good = HashSet::new();
     let mut problems = Vec::new();
     for (id, v) in verdicts {
+        if let Some(e) = v.storage {
+            return Err(e.into());
+        }
         if v.problems.is_empty() && v.damaged.is_empty() {
             good.insert(id);
         }
@@ -403,7 +423,7 @@ fn read_data(repo: &Repository, packs: &[(Id, u64)], r: &mut CheckReport, progre
     }
     problems.sort();
     r.errors.extend(problems);
-    good
+    Ok(good)
 }
 
 #[cfg(test)]
@@ -441,6 +461,57 @@ mod tests {
         let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
         let id = backup(&repo, &opts, &key, &NoProgress).unwrap().id.unwrap();
         (be, key, id, src)
+    }
+
+    /// Refuses every read of a pack, as a storage that denies permission does.
+    struct PacksRefused(Arc<dyn Backend>);
+
+    impl PacksRefused {
+        fn refuse(name: &str) -> crate::backend::BackendResult<()> {
+            if name.starts_with("data/") {
+                return Err(BackendError::new(crate::backend::ErrorKind::Permanent, name, "permission denied"));
+            }
+            Ok(())
+        }
+    }
+
+    impl Backend for PacksRefused {
+        fn location(&self) -> String {
+            self.0.location()
+        }
+        fn read_max(&self, name: &str, max: u64) -> crate::backend::BackendResult<Vec<u8>> {
+            Self::refuse(name)?;
+            self.0.read_max(name, max)
+        }
+        fn read_range(&self, name: &str, offset: u64, len: u64) -> crate::backend::BackendResult<Vec<u8>> {
+            Self::refuse(name)?;
+            self.0.read_range(name, offset, len)
+        }
+        fn write(&self, name: &str, data: Vec<u8>) -> crate::backend::BackendResult<()> {
+            self.0.write(name, data)
+        }
+        fn stat(&self, name: &str) -> crate::backend::BackendResult<u64> {
+            self.0.stat(name)
+        }
+        fn list(&self, prefix: &str) -> crate::backend::BackendResult<Vec<crate::backend::ObjectInfo>> {
+            self.0.list(prefix)
+        }
+        fn delete(&self, name: &str) -> crate::backend::BackendResult<()> {
+            self.0.delete(name)
+        }
+    }
+
+    #[test]
+    fn a_pack_the_storage_refuses_is_a_storage_error_not_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (be, _, _, _) = backed_up(dir.path());
+        let refused: Arc<dyn Backend> = Arc::new(PacksRefused(be));
+        let repo = Repository::open(refused, b"pw").unwrap();
+        let r = check(&repo, &CheckOptions { read_data: true, ..CheckOptions::default() }, &NoProgress);
+        match r {
+            Err(Error::Backend(e)) => assert!(e.to_string().contains("permission denied"), "{e}"),
+            other => panic!("expected a storage error, got {other:?}"),
+        }
     }
 
     fn run(be: &Arc<dyn Backend>, read_data: bool) -> CheckReport {

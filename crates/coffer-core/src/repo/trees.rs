@@ -125,8 +125,8 @@ impl Repository {
                 ),
             ));
         }
-        let sealed = self.read_pack_range(&pack, entry.offset, entry.length as u64)?;
-        self.decode_blob(&pack, &entry, &sealed)
+        // Like any blob, a tree whose copy is missing or damaged is read from another.
+        self.load_blob(BlobType::Tree, id)
     }
 
     /// The key that chooses where a writer cuts large listings.

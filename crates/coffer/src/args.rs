@@ -99,6 +99,13 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct RepairConfigArgs {
+    #[command(flatten)]
+    pub settings: RepoSettings,
+}
+
+/// The settings a repository's config fixes for its life.
+#[derive(Args, Debug)]
+pub struct RepoSettings {
     /// Minimum chunk size (e.g. 512K).
     #[arg(long, default_value = "512K", value_parser = parse_size)]
     pub chunk_min: u64,
@@ -118,21 +125,8 @@ pub struct RepairConfigArgs {
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
-    /// Minimum chunk size (e.g. 512K).
-    #[arg(long, default_value = "512K", value_parser = parse_size)]
-    pub chunk_min: u64,
-    /// Average chunk size, a power of two (e.g. 1M).
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
-    pub chunk_avg: u64,
-    /// Maximum chunk size (e.g. 4M).
-    #[arg(long, default_value = "4M", value_parser = parse_size)]
-    pub chunk_max: u64,
-    /// zstd compression level, 0 to disable.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=22))]
-    pub compression: i32,
-    /// Target pack size (e.g. 16M).
-    #[arg(long, default_value = "16M", value_parser = parse_size)]
-    pub pack_size: u64,
+    #[command(flatten)]
+    pub settings: RepoSettings,
     /// scrypt cost: log2(N). Lower is faster to open and weaker against guessing;
     /// below 15 (the default) only with --insecure-kdf.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]

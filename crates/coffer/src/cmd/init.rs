@@ -6,27 +6,32 @@ use coffer_core::chunker::ChunkerParams;
 use coffer_core::repo::InitOptions;
 use serde_json::json;
 
-use crate::args::{GlobalArgs, InitArgs};
+use crate::args::{GlobalArgs, InitArgs, RepoSettings};
 use crate::{exit, output, repo_open};
 
 fn to_u32(v: u64, what: &str) -> Result<u32> {
     u32::try_from(v).or_else(|_| bail!("{what} {v} is too large"))
 }
 
-/// The init options from the command line.
-pub fn options(a: &InitArgs) -> Result<InitOptions> {
+/// The repository settings from the command line, with the default key derivation.
+pub fn settings(s: &RepoSettings) -> Result<InitOptions> {
     let chunker = ChunkerParams {
-        min_size: to_u32(a.chunk_min, "--chunk-min")?,
-        avg_size: to_u32(a.chunk_avg, "--chunk-avg")?,
-        max_size: to_u32(a.chunk_max, "--chunk-max")?,
+        min_size: to_u32(s.chunk_min, "--chunk-min")?,
+        avg_size: to_u32(s.chunk_avg, "--chunk-avg")?,
+        max_size: to_u32(s.chunk_max, "--chunk-max")?,
     };
     chunker.validate().map_err(anyhow::Error::msg)?;
     Ok(InitOptions {
         chunker,
-        compression_level: a.compression,
-        pack_size: to_u32(a.pack_size, "--pack-size")?,
-        kdf: crate::password::kdf(a.kdf_log_n, a.insecure_kdf)?,
+        compression_level: s.compression,
+        pack_size: to_u32(s.pack_size, "--pack-size")?,
+        ..InitOptions::default()
     })
+}
+
+/// The init options from the command line.
+pub fn options(a: &InitArgs) -> Result<InitOptions> {
+    Ok(InitOptions { kdf: crate::password::kdf(a.kdf_log_n, a.insecure_kdf)?, ..settings(&a.settings)? })
 }
 
 pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {

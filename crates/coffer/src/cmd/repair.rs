@@ -1,9 +1,8 @@
 //! `coffer repair`: the index from the packs, or a lost config.
 
 use anyhow::{Result, bail};
-use coffer_core::chunker::ChunkerParams;
 use coffer_core::repair::repair_index;
-use coffer_core::repo::{InitOptions, Repository};
+use coffer_core::repo::Repository;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, RepairArgs, RepairCommand, RepairConfigArgs};
@@ -69,24 +68,9 @@ fn index(global: &GlobalArgs, dry_run: bool) -> Result<u8> {
     Ok(code)
 }
 
-fn to_u32(v: u64, what: &str) -> Result<u32> {
-    u32::try_from(v).or_else(|_| bail!("{what} {v} is too large"))
-}
-
 /// Writes a new config sealed under the existing keys.
 fn config(global: &GlobalArgs, a: &RepairConfigArgs) -> Result<u8> {
-    let chunker = ChunkerParams {
-        min_size: to_u32(a.chunk_min, "--chunk-min")?,
-        avg_size: to_u32(a.chunk_avg, "--chunk-avg")?,
-        max_size: to_u32(a.chunk_max, "--chunk-max")?,
-    };
-    chunker.validate().map_err(anyhow::Error::msg)?;
-    let opts = InitOptions {
-        chunker,
-        compression_level: a.compression,
-        pack_size: to_u32(a.pack_size, "--pack-size")?,
-        ..InitOptions::default()
-    };
+    let opts = crate::cmd::init::settings(&a.settings)?;
     let (path, _) = repo_open::location(global)?;
     if !path.is_dir() {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());

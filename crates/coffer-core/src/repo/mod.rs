@@ -155,6 +155,21 @@ pub(crate) fn check_storable(kind: ObjectKind, len: usize) -> Result<()> {
     Ok(())
 }
 
+/// A new config with a new repository id and the settings of `opts`, checked as
+/// a reader would check it.
+fn new_config(opts: &InitOptions) -> Result<Config> {
+    opts.chunker.validate().map_err(Error::InvalidInput)?;
+    let config = Config {
+        version: FORMAT_VERSION,
+        id: Id(random_array()),
+        chunker: opts.chunker,
+        compression_level: opts.compression_level,
+        pack_size: opts.pack_size,
+    };
+    Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
+    Ok(config)
+}
+
 impl Repository {
     /// Whether a repository exists at `backend` (its `config` object is there).
     pub fn exists(backend: &dyn Backend) -> Result<bool> {
@@ -193,15 +208,7 @@ impl Repository {
         if passphrase.is_empty() {
             return Err(Error::InvalidInput(crate::keys::EMPTY_PASSPHRASE.into()));
         }
-        opts.chunker.validate().map_err(Error::InvalidInput)?;
-        let config = Config {
-            version: FORMAT_VERSION,
-            id: Id(random_array()),
-            chunker: opts.chunker,
-            compression_level: opts.compression_level,
-            pack_size: opts.pack_size,
-        };
-        Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
+        let config = new_config(opts)?;
         let keys = MasterKeys::random();
         let cipher = Cipher::preferred();
         let kf =
@@ -267,16 +274,8 @@ impl Repository {
         if Self::exists(backend.as_ref())? {
             return Err(Error::RepoExists { location: backend.location() });
         }
-        opts.chunker.validate().map_err(Error::InvalidInput)?;
+        let config = new_config(opts)?;
         let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
-        let config = Config {
-            version: FORMAT_VERSION,
-            id: Id(random_array()),
-            chunker: opts.chunker,
-            compression_level: opts.compression_level,
-            pack_size: opts.pack_size,
-        };
-        Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
         let config_key = keys.data.get(0).expect("a key file holds epoch 0");
         let sealed = envelope::seal(config_key, 0, Cipher::preferred(), SealedKind::Config, &config.encode());
         check_storable(ObjectKind::Config, sealed.len())?;

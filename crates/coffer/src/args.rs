@@ -520,7 +520,10 @@ mod tests {
             panic!("not init");
         };
         let d = coffer_core::chunker::ChunkerParams::default();
-        assert_eq!((a.chunk_min, a.chunk_avg, a.chunk_max), (d.min_size.into(), d.avg_size.into(), d.max_size.into()));
+        let s = &a.settings;
+        assert_eq!((s.chunk_min, s.chunk_avg, s.chunk_max), (d.min_size.into(), d.avg_size.into(), d.max_size.into()));
+        let lib = coffer_core::repo::InitOptions::default();
+        assert_eq!((s.compression, s.pack_size), (lib.compression_level, lib.pack_size.into()));
     }
 
     #[test]

@@ -681,13 +681,7 @@ impl Repository {
     /// ([`Repository::take_bad_copies`]); when no other copy serves, `err` is
     /// returned, saying how many other copies failed too.
     pub fn load_other_copy(&self, blob_type: BlobType, id: &Id, bad_pack: &Id, err: Error) -> Result<Vec<u8>> {
-        let copies: Vec<(PackEntry, PackInfo)> = self
-            .index()
-            .copies(id)
-            .into_iter()
-            .filter(|(e, p)| p.id != *bad_pack && e.entry.blob_type == blob_type)
-            .map(|(e, p)| (e.entry, p.clone()))
-            .collect();
+        let copies = self.other_copies(blob_type, id, bad_pack);
         let mut failed = Vec::new();
         for (entry, pack_info) in &copies {
             match self.load_copy(pack_info, entry) {
@@ -718,15 +712,19 @@ impl Repository {
         })
     }
 
-    /// Whether blob `id` has a copy outside pack `bad_pack` that reads and verifies.
-    pub fn has_good_copy_elsewhere(&self, blob_type: BlobType, id: &Id, bad_pack: &Id) -> bool {
-        let copies: Vec<(PackEntry, PackInfo)> = self
-            .index()
+    /// The copies of blob `id` the index knows outside pack `bad_pack`.
+    fn other_copies(&self, blob_type: BlobType, id: &Id, bad_pack: &Id) -> Vec<(PackEntry, PackInfo)> {
+        self.index()
             .copies(id)
             .into_iter()
             .filter(|(e, p)| p.id != *bad_pack && e.entry.blob_type == blob_type)
             .map(|(e, p)| (e.entry, p.clone()))
-            .collect();
+            .collect()
+    }
+
+    /// Whether blob `id` has a copy outside pack `bad_pack` that reads and verifies.
+    pub fn has_good_copy_elsewhere(&self, blob_type: BlobType, id: &Id, bad_pack: &Id) -> bool {
+        let copies = self.other_copies(blob_type, id, bad_pack);
         copies.iter().any(|(e, p)| self.load_copy(p, e).is_ok())
     }
 

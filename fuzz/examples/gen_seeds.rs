@@ -24,7 +24,7 @@ use coffer_core::format::tree::{Node, NodeKind, Timestamp, Tree, Xattr};
 use coffer_core::format::writer::WriterRecord;
 use coffer_core::id::Id;
 use coffer_core::merkle;
-use coffer_core::proof::Proof;
+use coffer_core::ops::prove::Proof;
 use coffer_fuzz::{
     COMMITMENT, DATA_KEY, DATA_KEY_EPOCH_1, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, data_keys, seal_blob,
     signing_key,
@@ -55,6 +55,7 @@ fn node(name: &[u8], kind: NodeKind) -> Node {
         target: None,
         xattrs: vec![],
         content: vec![],
+        content_parts: vec![],
         digest: (kind == NodeKind::File).then_some(Id([4; 32])),
         sparse: false,
         subtree: None,
@@ -286,6 +287,7 @@ fn tombstones() -> Vec<Tombstone> {
                 hostname: "host".into(),
                 paths: vec!["/home/user".into()],
                 history: vec![Id([0x22; 32])],
+                end: "2026-01-02T03:04:05.123456789Z".into(),
             },
             Forgotten {
                 id: Id([0x23; 32]),
@@ -293,6 +295,7 @@ fn tombstones() -> Vec<Tombstone> {
                 hostname: "other".into(),
                 paths: vec![],
                 history: vec![],
+                end: String::new(),
             },
         ],
         ..empty.clone()
@@ -332,8 +335,8 @@ fn proofs() -> Vec<Proof> {
         let stored = signed::sign(sealed, &snap.commitment(), &signing_key());
         let (path, digest) = &files[index];
         out.push(Proof {
-            magic: coffer_core::proof::MAGIC.into(),
-            version: coffer_core::proof::VERSION,
+            magic: coffer_core::ops::prove::MAGIC.into(),
+            version: coffer_core::ops::prove::VERSION,
             snapshot_id: Id::hash_of(&stored),
             snapshot: stored.iter().map(|b| format!("{b:02x}")).collect(),
             path: Bytes(path.clone()),

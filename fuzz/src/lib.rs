@@ -5,7 +5,7 @@
 use coffer_core::crypto::{AeadKey, Cipher, DataKeys, Key, Nonce};
 use coffer_core::format::pack::{BLOB_NONCE_DOMAIN, BlobType, PackEntry, pack_key};
 use coffer_core::id::Id;
-use coffer_core::sign::SigningKey;
+use coffer_core::crypto::sign::SigningKey;
 
 /// The data key of `envelope_open` and `pack_open_blob`. Fixed, so that seeds sealed with
 /// it open; the fuzzer cannot forge a tag, so inputs it derives from them mostly exercise

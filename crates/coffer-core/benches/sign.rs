@@ -1,4 +1,4 @@
-//! Cost of writer signatures (Ed25519 through `coffer_core::sign`): signing a 256-byte
+//! Cost of writer signatures (Ed25519 through `coffer_core::crypto::sign`): signing a 256-byte
 //! message, verifying a valid signature, and verifying invalid signatures of several kinds.
 //! Signatures are verified one at a time (no batch verification), so an invalid signature
 //! should cost no more than a valid one. Run with
@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 
-use coffer_core::sign::{PublicKey, SIGNATURE_LEN, SigningKey};
+use coffer_core::crypto::sign::{PublicKey, SIGNATURE_LEN, SigningKey};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 mod common;

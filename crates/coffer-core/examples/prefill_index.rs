@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use coffer_core::backend::OpendalBackend;
+use coffer_backend::OpendalBackend;
 use coffer_core::crypto::Cipher;
 use coffer_core::format::envelope::SealedKind;
 use coffer_core::format::index::{self, PackRecord};

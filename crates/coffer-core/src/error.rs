@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::backend::BackendError;
+use coffer_backend::BackendError;
 
 /// Result alias used throughout the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

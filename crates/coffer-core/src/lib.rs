@@ -3,48 +3,43 @@
 //! The library behind the `coffer` command: it backs up directory trees into an
 //! encrypted, deduplicated, compressed repository and restores them exactly.
 //!
-//! The repository format is specified in `docs/design.md`; each module below
-//! mirrors one part of it:
+//! The repository format is specified in `docs/design.md`; `docs/internals.md`
+//! maps the code. The subsystems, lowest first:
 //!
-//! - [`id`], [`crypto`], [`chunker`]: pure functions (ids, AEAD and KDF, content-defined chunking).
-//! - [`format`]: the byte layouts of every stored object, each with a decoder that never panics.
-//! - [`backend`]: stores opaque named objects; OpenDAL underneath.
-//! - [`repo`]: keys, index, packer, blob load/save, snapshots.
-//! - [`keys`]: the key files of an open repository: add, remove, change a passphrase, rotate.
-//! - [`backup`], [`restore`], [`check`], [`diff`]: the operations a user runs.
+//! - [`id`], [`crypto`], [`chunker`], [`compress`], [`merkle`]: pure primitives
+//!   (ids, AEAD, key derivation and signatures, content-defined chunking, zstd
+//!   policy, the content Merkle tree).
+//! - [`format`]: the byte layout of every stored object, each with a decoder that
+//!   never panics and checks its size limit first.
+//! - storage lives in its own crate, `coffer-backend` (re-exported as [`backend`]).
+//! - [`repo`]: an open repository: keys, config, index, blob load and save,
+//!   trees, signed snapshots and the history.
+//! - [`lifecycle`]: how writers and prune share a repository without locks.
+//! - [`fs`]: the local file system: reading sources without following planted
+//!   links, reading and applying metadata.
+//! - [`local_state`]: what a client remembers between runs.
+//! - [`ops`]: one module per user operation: backup, restore, check, prune,
+//!   forget, diff, prove, keys, repair.
 //!
 //! Libraries never print: progress and warnings reach the caller through [`progress::Progress`].
 #![deny(missing_docs)]
 
-pub mod backend;
-pub mod backup;
-
-pub mod check;
 pub mod chunker;
 pub mod compress;
 pub mod crypto;
-pub mod diff;
 pub mod error;
-pub mod forget;
 pub mod format;
-pub mod fsmeta;
-pub mod history;
+pub mod fs;
 pub mod id;
-pub mod keys;
-mod leaves;
+pub mod lifecycle;
+pub mod local_state;
 pub mod merkle;
+pub mod ops;
 pub mod progress;
-pub mod proof;
-pub mod prune;
-pub mod repair;
 pub mod repo;
-pub mod restore;
-pub mod retention;
-pub mod session;
-pub mod sign;
-pub mod source;
-pub mod state;
-pub mod walk;
+
+/// The storage layer, re-exported so that callers name one crate.
+pub use coffer_backend as backend;
 
 pub use error::{Error, Result};
 pub use id::Id;

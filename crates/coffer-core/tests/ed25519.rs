@@ -1,5 +1,5 @@
 //! Known-answer and edge-case tests for writer signatures: Ed25519 through
-//! `coffer_core::sign` (ring 0.17 underneath), checked through the public API only.
+//! `coffer_core::crypto::sign` (ring 0.17 underneath), checked through the public API only.
 //!
 //! Sources:
 //! - RFC 8032 §7.1: TEST 1, TEST 2, TEST 3, TEST 1024 and TEST SHA(abc), typed in below.
@@ -20,7 +20,7 @@
 //!   message). `PublicKey::verify` refuses every such key before ring sees it
 //!   (`PublicKey::is_weak`); keys derived from a seed are never weak.
 
-use coffer_core::sign::{PublicKey, SEED_LEN, SIGNATURE_LEN, SigningKey};
+use coffer_core::crypto::sign::{PublicKey, SEED_LEN, SIGNATURE_LEN, SigningKey};
 
 fn unhex(s: &str) -> Vec<u8> {
     hex::decode(s).unwrap_or_else(|e| panic!("bad hex in test vector {s:?}: {e}"))
@@ -403,7 +403,7 @@ fn small_order_public_key_with_identity_r_and_zero_s() {
     }
     // No key from a seed is weak.
     for i in 0..64u8 {
-        assert!(!coffer_core::sign::SigningKey::from_seed(&[i; 32]).public().is_weak());
+        assert!(!coffer_core::crypto::sign::SigningKey::from_seed(&[i; 32]).public().is_weak());
     }
 }
 

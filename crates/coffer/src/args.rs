@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use coffer_core::check::DataSubset;
+use coffer_core::ops::check::DataSubset;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -315,7 +315,7 @@ pub struct ForgetArgs {
     /// Keep snapshots newer than the group's newest minus this span: years, months,
     /// days, hours, e.g. 30d or 1y5m7d2h.
     #[arg(long, value_name = "DURATION")]
-    pub keep_within: Option<coffer_core::retention::Span>,
+    pub keep_within: Option<coffer_core::ops::retention::Span>,
     /// Keep snapshots carrying this tag; TAG,TAG... means all of them (repeatable:
     /// any of the lists).
     #[arg(long = "keep-tag", value_name = "TAG[,TAG...]", value_parser = parse_tag_list)]
@@ -323,7 +323,7 @@ pub struct ForgetArgs {
     /// Apply the policy to each group of snapshots sharing these fields: a
     /// comma-separated subset of host, paths, tags; "" for one group.
     #[arg(long, value_name = "FIELDS", default_value = "host,paths")]
-    pub group_by: coffer_core::retention::GroupBy,
+    pub group_by: coffer_core::ops::retention::GroupBy,
     /// Only consider snapshots that pass these filters.
     #[command(flatten)]
     pub filter: FilterArgs,

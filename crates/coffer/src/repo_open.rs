@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use coffer_backend::{Backend, Faults, FaultyBackend, LocalBackend, Modes, RetryBackend, RetryPolicy};
 use coffer_core::Id;
-use coffer_core::backend::{Backend, Faults, FaultyBackend, LocalBackend, Modes, RetryBackend, RetryPolicy};
 use coffer_core::format::snapshot::Snapshot;
-use coffer_core::history::{HEADS_FILE, History};
+use coffer_core::repo::history::{HEADS_FILE, History};
 use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository, SnapshotFilter};
 
 use crate::args::GlobalArgs;
@@ -40,7 +40,7 @@ pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
 /// Opens the storage backend at `path`, with transient errors retried.
 ///
 /// Two variables exist for tests: `COFFER_TEST_FAULTS` injects storage faults
-/// (see `coffer_core::backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
+/// (see `coffer_backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
 /// the first retry delay.
 pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
     backend_with_modes(path, Modes::PRIVATE)
@@ -156,8 +156,8 @@ pub fn state_base() -> Result<PathBuf> {
 }
 
 /// The local state of an open repository.
-pub fn local_state(repo: &Repository) -> Result<coffer_core::state::LocalState> {
-    Ok(coffer_core::state::LocalState::new(&state_base()?, &repo.config().id))
+pub fn local_state(repo: &Repository) -> Result<coffer_core::local_state::LocalState> {
+    Ok(coffer_core::local_state::LocalState::new(&state_base()?, &repo.config().id))
 }
 
 /// Finds a snapshot by `latest` (the newest passing `filter`) or by id prefix.

@@ -155,10 +155,10 @@ fn a_snapshot_planted_by_another_writer_is_not_taken_as_parent() {
 
     // Another key holder plants a snapshot of the same host and paths, newer,
     // claiming the unchanged file holds its content.
-    let backend = coffer_core::backend::OpendalBackend::local(&env.repo()).unwrap();
+    let backend = coffer_backend::OpendalBackend::local(&env.repo()).unwrap();
     let repo = Repository::open(Arc::new(backend), PASSWORD.as_bytes()).unwrap();
     repo.load_index().unwrap();
-    let stranger = coffer_core::sign::SigningKey::generate();
+    let stranger = coffer_core::crypto::sign::SigningKey::generate();
     repo.register_writer(&stranger.public(), "mallory".into(), "elsewhere".into()).unwrap();
     let mut planted = repo.load_snapshot(&Id::from_hex(&first).unwrap()).unwrap();
     let saver = BlobSaver::new(&repo);

@@ -339,10 +339,10 @@ fn a_flipped_byte_in_a_writer_record_is_reported() {
 #[test]
 fn a_snapshot_signed_by_an_unregistered_key_is_flagged() {
     let (env, _, ids) = with_snapshots(1);
-    let backend = coffer_core::backend::OpendalBackend::local(&env.repo()).unwrap();
+    let backend = coffer_backend::OpendalBackend::local(&env.repo()).unwrap();
     let repo = coffer_core::repo::Repository::open(std::sync::Arc::new(backend), PASSWORD.as_bytes()).unwrap();
     let id = coffer_core::Id::from_hex(&ids[0]).unwrap();
-    let stranger = coffer_core::sign::SigningKey::generate();
+    let stranger = coffer_core::crypto::sign::SigningKey::generate();
 
     // The stored snapshot re-signed by another key: the signature names a key that the
     // content does not.

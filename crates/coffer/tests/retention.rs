@@ -1,6 +1,6 @@
 //! `coffer forget` with a retention policy, run as a user would: which snapshots
 //! remain, that one tombstone records each real run, and that a dry run changes
-//! nothing. Time buckets are covered by the unit tests of `coffer_core::retention`;
+//! nothing. Time buckets are covered by the unit tests of `coffer_core::ops::retention`;
 //! here snapshots differ by host and tag, and by order.
 
 mod common;

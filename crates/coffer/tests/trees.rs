@@ -10,15 +10,15 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use coffer_core::backend::Backend;
-use coffer_core::backend::OpendalBackend;
-use coffer_core::backup::{BackupOptions, backup_with_limits};
+use coffer_backend::Backend;
+use coffer_backend::OpendalBackend;
+use coffer_core::crypto::sign::SigningKey;
 use coffer_core::format::pack::BlobType;
 use coffer_core::format::tree::{SplitLimits, TreeBlob};
+use coffer_core::ops::backup::{BackupOptions, backup_with_limits};
 use coffer_core::progress::NoProgress;
 use coffer_core::repo::Repository;
-use coffer_core::sign::SigningKey;
-use coffer_core::walk::{Located, locate};
+use coffer_core::repo::tree_walk::{Located, locate};
 use common::*;
 
 /// Parts of about a kilobyte: a few thousand entries make a split listing
@@ -176,7 +176,7 @@ fn deep_chain(env: &Env, key: &SigningKey, depth: usize, content: &[u8]) -> Stri
     path.extend_from_slice(b"/f");
     let merkle_key = [5u8; 32];
     let root = coffer_core::merkle::file_leaf(&coffer_core::merkle::leaf_salt(&merkle_key, &path), &digest.0, &path);
-    let history = coffer_core::history::History::load(&repo).unwrap();
+    let history = coffer_core::repo::history::History::load(&repo).unwrap();
     let snap = Snapshot {
         version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
@@ -233,12 +233,12 @@ fn a_200000_level_chain_is_checked_diffed_proven_forgotten_and_pruned() {
     // Walks through the library (the path is longer than a command line takes).
     let repo = open(&env);
     let id = coffer_core::Id::from_hex(&new).unwrap();
-    let proof = within("prove", limit, || coffer_core::proof::prove(&repo, &id, bottom.as_bytes()).unwrap());
+    let proof = within("prove", limit, || coffer_core::ops::prove::prove(&repo, &id, bottom.as_bytes()).unwrap());
     proof.verify().unwrap();
     let (_, snap) = repo.find_snapshot(&new, &Default::default()).unwrap();
     let mut entries = 0;
     within("walk", limit, || {
-        coffer_core::walk::walk(&repo, snap.tree, Path::new("/"), &mut |p, _| {
+        coffer_core::repo::tree_walk::walk(&repo, snap.tree, Path::new("/"), &mut |p, _| {
             entries += 1;
             assert!(p.as_os_str().len() <= bottom.len());
             Ok(())

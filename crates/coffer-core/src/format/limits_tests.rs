@@ -11,13 +11,13 @@ use super::pack::{BlobType, ENTRY_LEN, PackEntry};
 use super::snapshot::{MAX_SKIPPED_LISTED, MAX_SKIPPED_TEXT, Skipped, Snapshot, Summary};
 use super::tombstone::{Forgotten, Tombstone};
 use super::{FORMAT_VERSION, ObjectKind};
-use crate::backend::{Backend, LocalBackend};
+use crate::crypto::sign::SigningKey;
 use crate::crypto::{Cipher, DataKeys, Key, ScryptParams};
 use crate::error::Error;
 use crate::format::envelope::SealedKind;
 use crate::id::Id;
 use crate::repo::{InitOptions, Repository};
-use crate::sign::SigningKey;
+use coffer_backend::{Backend, LocalBackend};
 
 const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 
@@ -155,7 +155,7 @@ fn the_largest_tombstones_are_accepted() {
         paths: vec!["/home".into()],
         history: vec![id(n - 1)],
     }));
-    let batches = crate::forget::tombstone_batches(forgotten);
+    let batches = crate::ops::forget::tombstone_batches(forgotten);
     assert!(batches.len() >= 4);
     for batch in batches {
         let t = Tombstone {
@@ -180,7 +180,7 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let repo = repo(dir.path());
     // A prune notice of the most packs one lists.
-    let notice = crate::prune::PruneNotice {
+    let notice = crate::ops::prune::PruneNotice {
         version: FORMAT_VERSION,
         time: "2026-11-24T00:00:00Z".into(),
         hostname: "h".repeat(255),
@@ -188,10 +188,10 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
     };
     let nid = repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).unwrap()).unwrap();
     assert!(stored_len(&repo, ObjectKind::PruneNotice, &nid) <= limits::PRUNE_NOTICE);
-    let (ids, packs) = crate::prune::notices(&repo).unwrap();
+    let (ids, packs) = crate::ops::prune::notices(&repo).unwrap();
     assert_eq!((ids, packs.len()), (vec![nid], limits::PRUNE_NOTICE_PACKS));
     // A session marker of a backup that wrote 200,000 index files.
-    let rec = crate::session::SessionRecord {
+    let rec = crate::lifecycle::session::SessionRecord {
         version: FORMAT_VERSION,
         hostname: "h".repeat(255),
         started: "2026-11-24T00:00:00Z".into(),
@@ -202,7 +202,7 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
     let sealed = repo.seal(SealedKind::Session, &serde_json::to_vec(&rec).unwrap());
     assert!(sealed.len() as u64 <= limits::SESSION, "{} bytes", sealed.len());
     repo.backend().write(&ObjectKind::Session.path(&id(1)), sealed).unwrap();
-    let listed = crate::session::list(&repo).unwrap();
+    let listed = crate::lifecycle::session::list(&repo).unwrap();
     assert_eq!(listed[0].1.as_ref().unwrap().index_files.len(), 200_000);
 }
 
@@ -242,7 +242,7 @@ fn planted_objects_above_their_limit_are_damage_that_names_them() {
     // A planted session marker counts as a writer that may be running.
     std::fs::create_dir_all(dir.path().join("sessions")).unwrap();
     std::fs::File::create(dir.path().join(ObjectKind::Session.path(&id(5)))).unwrap().set_len(giant).unwrap();
-    assert_eq!(crate::session::list(&repo).unwrap(), vec![(id(5), None)]);
+    assert_eq!(crate::lifecycle::session::list(&repo).unwrap(), vec![(id(5), None)]);
     // A giant config is damage, not an allocation failure.
     std::fs::File::create(dir.path().join("config")).unwrap().set_len(giant).unwrap();
     let e = Repository::open(be, b"pw").err().unwrap();

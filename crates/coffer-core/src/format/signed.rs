@@ -10,7 +10,7 @@
 //! commitment is a hash the object vouches for in the clear: a snapshot's Merkle
 //! root, zeros for a tombstone.
 
-use crate::sign::{PUBLIC_KEY_LEN, PublicKey, SIGNATURE_LEN, SigningKey};
+use crate::crypto::sign::{PUBLIC_KEY_LEN, PublicKey, SIGNATURE_LEN, SigningKey};
 
 /// The magic that ends every signed object.
 pub const MAGIC: &[u8; 4] = b"csig";

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::signed::SignatureStatus;
+use crate::crypto::sign::PublicKey;
 use crate::id::Id;
-use crate::sign::PublicKey;
 
 /// Counts recorded at the end of a backup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

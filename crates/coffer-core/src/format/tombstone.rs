@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::signed::SignatureStatus;
+use crate::crypto::sign::PublicKey;
 use crate::id::Id;
-use crate::sign::PublicKey;
 
 /// What a tombstone remembers of one forgotten snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

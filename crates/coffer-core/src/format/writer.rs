@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sign::PublicKey;
+use crate::crypto::sign::PublicKey;
 
 /// One registered writer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, OpendalBackend};
-use crate::backup::{BackupOptions, backup};
 use crate::crypto::ScryptParams;
+use crate::crypto::sign::SigningKey;
+use crate::ops::backup::{BackupOptions, backup};
 use crate::progress::NoProgress;
-use crate::sign::SigningKey;
 use crate::testutil::noise;
+use coffer_backend::{Backend, OpendalBackend};
 
 const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 
@@ -108,8 +108,8 @@ fn a_damaged_copy_gives_way() {
     // A restore reads packs by ranges: it falls back the same way.
     let (_, snap) = repo.find_snapshot("latest", &SnapshotFilter::default()).unwrap();
     let target = s.dir.path().join("target");
-    let opts = crate::restore::RestoreOptions { target: target.clone(), ..Default::default() };
-    let summary = crate::restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
+    let opts = crate::ops::restore::RestoreOptions { target: target.clone(), ..Default::default() };
+    let summary = crate::ops::restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
     assert!(summary.failures.is_empty(), "{:?}", summary.failures);
     let restored = std::fs::read(target.join(s.dir.path().strip_prefix("/").unwrap()).join("src/f")).unwrap();
     assert_eq!(restored, s.content);
@@ -156,8 +156,9 @@ fn check_counts_a_blob_lost_only_when_no_copy_is_good() {
     s.be.write(&ObjectKind::Pack.path(&damaged.id), bytes.clone()).unwrap();
     store_index_loading_first(&repo, &damaged, &s.index_file);
 
-    let opts = crate::check::CheckOptions { read_data: true, ..Default::default() };
-    let check = || crate::check::check(&Repository::open(s.be.clone(), b"pw").unwrap(), &opts, &NoProgress).unwrap();
+    let opts = crate::ops::check::CheckOptions { read_data: true, ..Default::default() };
+    let check =
+        || crate::ops::check::check(&Repository::open(s.be.clone(), b"pw").unwrap(), &opts, &NoProgress).unwrap();
     let r = check();
     assert!(r.errors.iter().any(|e| e.contains(&damaged.id.short())), "{:?}", r.errors);
     assert!(r.damaged_blobs.iter().all(|d| d.id != s.blob), "{:?}", r.damaged_blobs);

@@ -4,9 +4,11 @@
 
 #[cfg(test)]
 mod copies_tests;
+pub mod history;
 mod index;
 mod saver;
 mod signed;
+pub mod tree_walk;
 mod trees;
 mod uploader;
 
@@ -19,9 +21,9 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use rayon::prelude::*;
 
-use crate::backend::{Backend, ErrorKind};
 use crate::chunker::{Chunker, ChunkerParams};
 use crate::crypto::{AeadKey, Cipher, Epoch, Key, ScryptParams, blob_id, random_array};
+use coffer_backend::{Backend, ErrorKind};
 
 /// Derivation context of the key for tree blob ids (from the id key).
 pub const TREE_ID_CONTEXT: &str = "coffer v1 tree id";
@@ -117,8 +119,8 @@ const SPOOL_BUFFER: usize = 256 << 10;
 /// A spool file that could not be created or written: local storage trouble
 /// (often a full disk), reported like a storage error, and never as temporary.
 pub(crate) fn spool_error(dir: &std::path::Path, e: std::io::Error) -> Error {
-    let e = crate::backend::local_io_error(&dir.display().to_string(), e);
-    Error::Backend(crate::backend::BackendError::new(
+    let e = coffer_backend::local_io_error(&dir.display().to_string(), e);
+    Error::Backend(coffer_backend::BackendError::new(
         match e.kind {
             ErrorKind::Transient | ErrorKind::NotFound => ErrorKind::Permanent,
             k => k,
@@ -128,7 +130,7 @@ pub(crate) fn spool_error(dir: &std::path::Path, e: std::io::Error) -> Error {
     ))
 }
 
-fn is_not_found(e: &crate::backend::BackendError) -> bool {
+fn is_not_found(e: &coffer_backend::BackendError) -> bool {
     e.kind == ErrorKind::NotFound
 }
 
@@ -206,14 +208,20 @@ impl Repository {
     pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
         Self::check_new_location(backend.as_ref())?;
         if passphrase.is_empty() {
-            return Err(Error::InvalidInput(crate::keys::EMPTY_PASSPHRASE.into()));
+            return Err(Error::InvalidInput(crate::ops::keys::EMPTY_PASSPHRASE.into()));
         }
         let config = new_config(opts)?;
         let keys = MasterKeys::random();
         let cipher = Cipher::preferred();
-        let kf =
-            KeyFile::create(&keys, passphrase, opts.kdf, cipher, crate::fsmeta::hostname(), crate::fsmeta::username())
-                .map_err(Error::InvalidInput)?;
+        let kf = KeyFile::create(
+            &keys,
+            passphrase,
+            opts.kdf,
+            cipher,
+            crate::fs::meta::hostname(),
+            crate::fs::meta::username(),
+        )
+        .map_err(Error::InvalidInput)?;
         let kbytes = kf.encode();
         let key_id = Id::hash_of(&kbytes);
         backend.write(&ObjectKind::Key.path(&key_id), kbytes)?;
@@ -408,7 +416,7 @@ impl Repository {
         let dir = self.spool_dir();
         let file = match self.backend.spool_file() {
             Some(f) => f.map_err(|e| {
-                Error::Backend(crate::backend::BackendError::new(
+                Error::Backend(coffer_backend::BackendError::new(
                     e.kind,
                     dir.display().to_string(),
                     format!("cannot create a file for a pack being assembled: {}", e.message),

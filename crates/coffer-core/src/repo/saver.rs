@@ -287,9 +287,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::backend::{Backend, LocalBackend};
     use crate::format::limits;
     use crate::repo::InitOptions;
+    use coffer_backend::{Backend, LocalBackend};
 
     #[test]
     fn a_pack_of_tiny_blobs_closes_at_its_blob_limit() {

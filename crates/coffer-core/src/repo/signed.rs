@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 
 use super::Repository;
+use crate::crypto::sign::{PublicKey, SigningKey};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::envelope::SealedKind;
@@ -14,8 +15,7 @@ use crate::format::snapshot::Snapshot;
 use crate::format::tombstone::Tombstone;
 use crate::format::writer::WriterRecord;
 use crate::id::Id;
-use crate::sign::{PublicKey, SigningKey};
-use crate::state::LocalState;
+use crate::local_state::LocalState;
 
 /// Name of the local state file holding this client's signing key.
 pub const WRITER_KEY_FILE: &str = "writer.key";
@@ -210,7 +210,7 @@ impl Repository {
             }
         };
         if self.writer(&key.public())?.is_none() {
-            self.register_writer(&key.public(), crate::fsmeta::hostname(), crate::fsmeta::username())?;
+            self.register_writer(&key.public(), crate::fs::meta::hostname(), crate::fs::meta::username())?;
         }
         Ok(key)
     }
@@ -232,7 +232,7 @@ pub(crate) fn split_damaged<T>(loaded: Vec<(Id, Result<T>)>) -> Result<Loaded<T>
     for (id, r) in loaded {
         match r {
             Ok(t) => ok.push((id, t)),
-            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => {}
+            Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => {}
             Err(Error::Backend(e)) => return Err(Error::Backend(e)),
             Err(e) => damaged.push(e),
         }

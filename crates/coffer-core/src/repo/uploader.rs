@@ -9,11 +9,11 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::index::PackRecord;
 use crate::format::pack::FinishedPack;
+use coffer_backend::Backend;
 
 /// Packs that may wait for an upload thread. Packs wait in their spool files,
 /// so the queue costs no memory; it bounds the spool space.

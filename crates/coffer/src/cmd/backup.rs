@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use coffer_core::backup::{BackupOptions, backup};
 use coffer_core::format::ObjectKind;
+use coffer_core::ops::backup::{BackupOptions, backup};
 use coffer_core::repo::InitOptions;
 use serde_json::json;
 
@@ -34,7 +34,7 @@ fn own_files(repo: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for d in dirs {
         out.extend(std::fs::canonicalize(&d).ok());
-        out.extend(coffer_core::backup::clean_absolute(&d).ok());
+        out.extend(coffer_core::ops::backup::clean_absolute(&d).ok());
     }
     out.sort();
     out.dedup();
@@ -59,7 +59,7 @@ fn with_own_files_excluded(mut patterns: Vec<String>, own: &[PathBuf]) -> Vec<St
 /// Refuses a path to back up that lies inside coffer's own files.
 fn refuse_own_files(paths: &[PathBuf], own: &[PathBuf]) -> Result<()> {
     for p in paths {
-        let resolved = coffer_core::backup::resolve_path(p)?;
+        let resolved = coffer_core::ops::backup::resolve_path(p)?;
         if let Some(o) = own.iter().find(|o| resolved.starts_with(o)) {
             bail!(
                 "{} is inside {}, which holds coffer's repository or local state (signing keys): it is never \
@@ -94,7 +94,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     let key = if a.dry_run {
         // A dry run writes nothing, not even a writer registration; this client's
         // key, if it has one, still finds the parent it signed.
-        repo.existing_writer_key(&state)?.unwrap_or_else(coffer_core::sign::SigningKey::generate)
+        repo.existing_writer_key(&state)?.unwrap_or_else(coffer_core::crypto::sign::SigningKey::generate)
     } else {
         repo.writer_key(&state)?
     };

@@ -7,8 +7,8 @@ use coffer_core::format::ObjectKind;
 use coffer_core::format::keyfile::KeyFile;
 use coffer_core::format::tree::NodeKind;
 use coffer_core::id::Id;
+use coffer_core::repo::tree_walk::{Located, locate};
 use coffer_core::repo::{Repository, SnapshotFilter};
-use coffer_core::walk::{Located, locate};
 use serde_json::{Value, json};
 
 use crate::args::{CatArgs, GlobalArgs};

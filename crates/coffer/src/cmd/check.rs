@@ -1,7 +1,7 @@
 //! `coffer check`.
 
 use anyhow::Result;
-use coffer_core::check::{AffectedFile, AffectedKind, CheckOptions, CheckReport, check};
+use coffer_core::ops::check::{AffectedFile, AffectedKind, CheckOptions, CheckReport, check};
 use serde_json::json;
 
 use crate::args::{CheckArgs, GlobalArgs};

@@ -4,9 +4,9 @@ use std::io::{BufWriter, Write};
 
 use anyhow::Result;
 use coffer_core::Error;
-use coffer_core::diff::{Change, ChangeKind, DiffStats, diff};
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::tree::NodeKind;
+use coffer_core::ops::diff::{Change, ChangeKind, DiffStats, diff};
 use coffer_core::repo::SnapshotFilter;
 use serde_json::json;
 
@@ -83,7 +83,7 @@ pub fn run(global: &GlobalArgs, a: &DiffArgs) -> Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coffer_core::diff::Field;
+    use coffer_core::ops::diff::Field;
 
     #[test]
     fn text_and_json_lines() {

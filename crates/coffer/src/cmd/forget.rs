@@ -5,12 +5,12 @@ use std::collections::HashMap;
 
 use anyhow::{Result, anyhow};
 use coffer_core::Id;
-use coffer_core::forget::forget;
 use coffer_core::format::ObjectKind;
 use coffer_core::format::snapshot::Snapshot;
-use coffer_core::history::History;
+use coffer_core::ops::forget::forget;
+use coffer_core::ops::retention::{self, Decision, GroupKey, Policy};
+use coffer_core::repo::history::History;
 use coffer_core::repo::{Repository, SnapshotFilter};
-use coffer_core::retention::{self, Decision, GroupKey, Policy};
 use serde_json::{Value, json};
 
 use crate::args::{ForgetArgs, GlobalArgs};

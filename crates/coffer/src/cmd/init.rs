@@ -1,7 +1,7 @@
 //! `coffer init`.
 
 use anyhow::{Result, bail};
-use coffer_core::backend::Modes;
+use coffer_backend::Modes;
 use coffer_core::chunker::ChunkerParams;
 use coffer_core::repo::InitOptions;
 use serde_json::json;

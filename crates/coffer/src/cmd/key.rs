@@ -4,7 +4,7 @@ use anyhow::{Result, bail};
 use coffer_core::Id;
 use coffer_core::crypto::ScryptParams;
 use coffer_core::format::ObjectKind;
-use coffer_core::keys;
+use coffer_core::ops::keys;
 use coffer_core::repo::Repository;
 use serde_json::json;
 

@@ -8,7 +8,7 @@ use anyhow::Result;
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::tree::{Node, NodeKind};
 use coffer_core::repo::SnapshotFilter;
-use coffer_core::walk::{Located, locate, walk};
+use coffer_core::repo::tree_walk::{Located, locate, walk};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, LsArgs};

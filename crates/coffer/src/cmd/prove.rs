@@ -4,9 +4,9 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
 use anyhow::{Context, Result};
-use coffer_core::proof::{Proof, prove};
+use coffer_core::crypto::sign::PublicKey;
+use coffer_core::ops::prove::{Proof, prove};
 use coffer_core::repo::SnapshotFilter;
-use coffer_core::sign::PublicKey;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ProveArgs, VerifyProofArgs};

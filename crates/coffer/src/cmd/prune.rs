@@ -1,8 +1,8 @@
 //! `coffer prune`.
 
 use anyhow::{Result, bail};
-use coffer_core::prune::{PruneOptions, prune};
-use coffer_core::session;
+use coffer_core::lifecycle::session;
+use coffer_core::ops::prune::{PruneOptions, prune};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, PruneArgs};

@@ -1,7 +1,7 @@
 //! `coffer repair`: the index from the packs, or a lost config.
 
 use anyhow::{Result, bail};
-use coffer_core::repair::repair_index;
+use coffer_core::ops::repair::repair_index;
 use coffer_core::repo::Repository;
 use serde_json::json;
 

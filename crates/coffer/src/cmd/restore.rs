@@ -5,11 +5,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
+use coffer_core::crypto::sign::PublicKey;
 use coffer_core::format::signed::SignatureStatus;
 use coffer_core::format::snapshot::Snapshot;
+use coffer_core::ops::restore::{BatchLimits, RestoreOptions, RestoreSummary, restore};
 use coffer_core::repo::{Repository, SnapshotFilter, WRITER_KEY_FILE};
-use coffer_core::restore::{BatchLimits, RestoreOptions, RestoreSummary, restore};
-use coffer_core::sign::PublicKey;
 use coffer_core::{Error, Id};
 use serde_json::json;
 

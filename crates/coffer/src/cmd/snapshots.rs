@@ -1,8 +1,8 @@
 //! `coffer snapshots`.
 
 use anyhow::Result;
-use coffer_core::history::History;
 use coffer_core::repo::SnapshotFilter;
+use coffer_core::repo::history::History;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, SnapshotsArgs};

@@ -8,6 +8,8 @@
 //! a fresh subkey derived from a random 32-byte salt, and the messages under it get
 //! distinct counter nonces (see [`Nonce`]).
 
+pub mod sign;
+
 use ring::aead::{self, Aad, LessSafeKey, UnboundKey};
 use serde::{Deserialize, Serialize};
 use zeroize::{Zeroize, ZeroizeOnDrop};

@@ -10,14 +10,14 @@ use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
 
-use crate::backend::ErrorKind;
 use crate::error::{Error, Result};
 use crate::format::envelope::SealedKind;
 use crate::format::{ObjectKind, index as index_file};
 use crate::id::Id;
+use crate::lifecycle::session;
 use crate::progress::Progress;
 use crate::repo::Repository;
-use crate::session;
+use coffer_backend::ErrorKind;
 
 /// Packs per index file written, as a backup writes them.
 const PACKS_PER_FILE: usize = 32;
@@ -185,12 +185,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::backend::{Backend, OpendalBackend};
-    use crate::backup::{BackupOptions, backup};
     use crate::crypto::ScryptParams;
+    use crate::crypto::sign::SigningKey;
+    use crate::ops::backup::{BackupOptions, backup};
     use crate::progress::NoProgress;
     use crate::repo::{InitOptions, SaverEvent};
-    use crate::sign::SigningKey;
+    use coffer_backend::{Backend, OpendalBackend};
 
     /// A repository with one backup, and its backend.
     fn backed_up(dir: &std::path::Path) -> Arc<dyn Backend> {

@@ -24,11 +24,11 @@ use crate::format::envelope::SealedKind;
 use crate::format::pack::BlobType;
 use crate::format::tree::NodeKind;
 use crate::format::{FORMAT_VERSION, ObjectKind, index as index_file};
-use crate::history::History;
 use crate::id::Id;
+use crate::lifecycle::session;
 use crate::progress::Progress;
+use crate::repo::history::History;
 use crate::repo::{BlobSaver, MasterIndex, Repository};
-use crate::session;
 
 /// What to prune and how.
 #[derive(Clone, Debug)]
@@ -119,7 +119,7 @@ pub fn notices(repo: &Repository) -> Result<(Vec<Id>, HashSet<Id>)> {
     for id in ids {
         let plain = match repo.load_sealed(ObjectKind::PruneNotice, SealedKind::PruneNotice, &id) {
             Ok(p) => p,
-            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => continue,
+            Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
         let n = PruneNotice::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::PruneNotice.describe(&id), e))?;
@@ -396,7 +396,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         let notice = PruneNotice {
             version: FORMAT_VERSION,
             time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-            hostname: crate::fsmeta::hostname(),
+            hostname: crate::fs::meta::hostname(),
             packs: packs.to_vec(),
         };
         notice_ids.push(repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).expect("serializes"))?);

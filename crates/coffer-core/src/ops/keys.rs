@@ -39,7 +39,7 @@ pub fn list(repo: &Repository) -> Result<KeyFiles> {
             .and_then(|bytes| KeyFile::decode(&bytes).map_err(|e| Error::corrupt(ObjectKind::Key.describe(&id), e)));
         match decoded {
             Ok(kf) => ok.push((id, kf)),
-            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => {} // removed meanwhile
+            Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => {} // removed meanwhile
             Err(Error::Backend(e)) => return Err(Error::Backend(e)),
             Err(e) => damaged.push(e),
         }
@@ -68,7 +68,7 @@ fn store(repo: &Repository, keys: &MasterKeys, passphrase: &[u8], kdf: ScryptPar
         return Err(Error::InvalidInput(EMPTY_PASSPHRASE.into()));
     }
     let kf =
-        KeyFile::create(keys, passphrase, kdf, repo.cipher(), crate::fsmeta::hostname(), crate::fsmeta::username())
+        KeyFile::create(keys, passphrase, kdf, repo.cipher(), crate::fs::meta::hostname(), crate::fs::meta::username())
             .map_err(Error::InvalidInput)?;
     let bytes = kf.encode();
     let id = Id::hash_of(&bytes);
@@ -136,7 +136,7 @@ pub fn newest_epoch_in_use(repo: &Repository) -> Result<Epoch> {
         for id in repo.list_ids(kind)? {
             let header = match repo.backend().read_range(&kind.path(&id), 0, HEADER_LEN as u64) {
                 Ok(h) => h,
-                Err(e) if e.kind == crate::backend::ErrorKind::NotFound => continue,
+                Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e.into()),
             };
             newest = newest.max(envelope::epoch(&header).unwrap_or(0));
@@ -187,9 +187,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::backend::{Backend, OpendalBackend};
     use crate::format::envelope::SealedKind;
     use crate::repo::InitOptions;
+    use coffer_backend::{Backend, OpendalBackend};
 
     const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 

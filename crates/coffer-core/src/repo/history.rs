@@ -13,15 +13,15 @@ use std::time::SystemTime;
 
 use rayon::prelude::*;
 
-use crate::backend::ErrorKind;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::snapshot::Snapshot;
 use crate::format::tombstone::{Forgotten, Tombstone};
 use crate::id::Id;
-use crate::proof::RootCheck;
+use crate::local_state::LocalState;
+use crate::ops::prove::RootCheck;
 use crate::repo::Repository;
-use crate::state::LocalState;
+use coffer_backend::ErrorKind;
 
 /// Local state file: the heads this client saw last.
 pub const HEADS_FILE: &str = "heads";
@@ -265,7 +265,7 @@ pub fn check(repo: &Repository, state: Option<&LocalState>, roots: &HashMap<Id, 
     let differs: Vec<Option<String>> = history
         .snapshots
         .par_iter()
-        .map(|(id, s)| match roots.get(id).copied().unwrap_or_else(|| crate::proof::check_root(repo, s)) {
+        .map(|(id, s)| match roots.get(id).copied().unwrap_or_else(|| crate::ops::prove::check_root(repo, s)) {
             RootCheck::Differs => Some(format!(
                 "snapshot {}: its Merkle root does not match its files (the snapshot or a tree was forged by a key \
                  holder)",
@@ -285,12 +285,12 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::backend::{Backend, OpendalBackend};
-    use crate::backup::{BackupOptions, backup};
     use crate::crypto::ScryptParams;
+    use crate::crypto::sign::SigningKey;
+    use crate::ops::backup::{BackupOptions, backup};
     use crate::progress::Progress;
     use crate::repo::InitOptions;
-    use crate::sign::SigningKey;
+    use coffer_backend::{Backend, OpendalBackend};
 
     /// Runs `f` once, the first time the backup reports an item: something done
     /// by another client while this backup runs.
@@ -322,7 +322,7 @@ mod tests {
         // The second backup starts, then another client forgets the first.
         let during = Meanwhile(Mutex::new(Some(|| {
             std::thread::sleep(std::time::Duration::from_millis(20));
-            crate::forget::forget(&repo, &History::load(&repo).unwrap(), &[first], &key).unwrap();
+            crate::ops::forget::forget(&repo, &History::load(&repo).unwrap(), &[first], &key).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(20));
         })));
         let second = backup(&repo, &bopts, &key, &during).unwrap().id.unwrap();
@@ -330,7 +330,7 @@ mod tests {
         let f = h.verify(&[]);
         assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
         // Now the second snapshot is forgotten: its links live on in the tombstone.
-        crate::forget::forget(&repo, &h, &[second], &key).unwrap();
+        crate::ops::forget::forget(&repo, &h, &[second], &key).unwrap();
         let f = History::load(&repo).unwrap().verify(&[]);
         assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
         assert_eq!(f.forgotten, 2);

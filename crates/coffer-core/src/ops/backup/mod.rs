@@ -8,6 +8,8 @@
 //! Entries that cannot be read are reported through [`Progress::warn`], left out,
 //! and counted in the snapshot, which is then marked incomplete.
 
+mod leaves;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, Metadata};
 use std::io::{Read, Take};
@@ -22,23 +24,23 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rayon::prelude::*;
 
 use crate::chunker::{Block, BlockBuffers, BlockReader};
+use crate::crypto::sign::SigningKey;
 use crate::error::{Error, Result};
 use crate::format::pack::BlobType;
 use crate::format::signed::SignatureStatus;
 use crate::format::snapshot::{MAX_SKIPPED_LISTED, SNAPSHOT_VERSION, Skipped, Snapshot, Summary};
 use crate::format::tree::{self, ListingWriter, MAX_XATTR_BYTES, Node, NodeKind, SplitLimits};
-use crate::fsmeta::{self, NameCache};
-use crate::history::{HEADS_FILE, History};
+use crate::fs::meta::{self, NameCache};
+use crate::fs::source;
 use crate::id::Id;
-use crate::leaves::{self, Leaves, Spill};
+use crate::lifecycle::session::{self, Session};
+use crate::local_state::LocalState;
 use crate::merkle;
+use crate::ops::prune;
 use crate::progress::Progress;
-use crate::prune;
+use crate::repo::history::{HEADS_FILE, History};
 use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
-use crate::session::{self, Session};
-use crate::sign::SigningKey;
-use crate::source;
-use crate::state::LocalState;
+use leaves::{Leaves, Spill};
 
 /// Bytes read from a file at a time (plus the part of a chunk left from the
 /// previous read); the chunks cut in them are stored in parallel.
@@ -255,7 +257,7 @@ pub fn backup_with_limits(
         return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
     }
     let paths: Vec<PathBuf> = opts.paths.iter().map(|p| resolve_path(p)).collect::<Result<_>>()?;
-    let hostname = opts.hostname.clone().unwrap_or_else(fsmeta::hostname);
+    let hostname = opts.hostname.clone().unwrap_or_else(meta::hostname);
     let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     path_strings.sort();
     path_strings.dedup();
@@ -303,7 +305,7 @@ pub fn backup_with_limits(
     };
     let parent = match parent.map(|id| (id, repo.load_snapshot(&id))) {
         // Forgotten since it was listed: back up without a parent.
-        Some((_, Err(Error::Backend(e)))) if e.kind == crate::backend::ErrorKind::NotFound => None,
+        Some((_, Err(Error::Backend(e)))) if e.kind == coffer_backend::ErrorKind::NotFound => None,
         Some((id, r)) => Some((id, r?)),
         None => None,
     };
@@ -410,7 +412,7 @@ pub fn backup_with_limits(
         version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
         hostname,
-        username: fsmeta::username(),
+        username: meta::username(),
         paths: path_strings,
         tags: opts.tags.clone(),
         tree,
@@ -612,7 +614,7 @@ impl Archiver<'_> {
                             let examined = source::Dir::open_parent_of(path).and_then(|d| {
                                 let base = path.file_name().unwrap_or_default();
                                 let md = d.metadata(base).map_err(source::Refused::Io)?;
-                                let read = fsmeta::read_node(name, &d.entry_path(base, path), &md, &self.names);
+                                let read = meta::read_node(name, &d.entry_path(base, path), &md, &self.names);
                                 Ok((md, read))
                             });
                             match examined {
@@ -626,7 +628,7 @@ impl Archiver<'_> {
                         VirtualNode::Dir(path, sub) => {
                             let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
                             let (mut node, warning) =
-                                fsmeta::read_node(name, path, &md, &self.names).map_err(Error::InvalidInput)?;
+                                meta::read_node(name, path, &md, &self.names).map_err(Error::InvalidInput)?;
                             if let Some(w) = warning {
                                 self.progress.warn(path, &w);
                             }
@@ -660,7 +662,7 @@ impl Archiver<'_> {
         self.dir_writer().finish(self, ParentDir { nodes: None, same: false })
     }
 
-    /// Saves one entry from its node as read by [`fsmeta::read_node`] (or why it
+    /// Saves one entry from its node as read by [`meta::read_node`] (or why it
     /// could not be); `Ok(None)` when it was skipped.
     fn save_entry(
         &self,
@@ -786,7 +788,7 @@ impl Archiver<'_> {
                     if self.excludes.matched(&child, md.is_dir()).is_ignore() {
                         return None;
                     }
-                    let read = fsmeta::read_node(name.as_bytes(), &d.entry_path(name, &child), &md, &self.names);
+                    let read = meta::read_node(name.as_bytes(), &d.entry_path(name, &child), &md, &self.names);
                     Some((child, md, read))
                 })
                 .collect();

@@ -26,16 +26,16 @@ use std::collections::{HashMap, HashSet};
 
 use rayon::prelude::*;
 
-use crate::backend::BackendError;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::keyfile::KeyFile;
 use crate::format::pack::{self, PackEntry, TRAILER_LEN};
 use crate::id::Id;
+use crate::local_state::LocalState;
+use crate::ops::prove::RootCheck;
 use crate::progress::Progress;
-use crate::proof::RootCheck;
 use crate::repo::Repository;
-use crate::state::LocalState;
+use coffer_backend::BackendError;
 
 /// What to check.
 #[derive(Clone, Debug, Default)]
@@ -194,7 +194,7 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 /// The structure of every snapshot and the history, Merkle roots included, into `r`.
 fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut CheckReport) -> Result<()> {
     let roots = check_snapshots(repo, r)?;
-    let history = crate::history::check(repo, opts.state.as_ref(), &roots)?;
+    let history = crate::repo::history::check(repo, opts.state.as_ref(), &roots)?;
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;
@@ -256,7 +256,7 @@ fn verify_read_pack(
     let bytes = match read {
         Ok(b) => b,
         Err(e) => {
-            use crate::backend::ErrorKind;
+            use coffer_backend::ErrorKind;
             match e.kind {
                 ErrorKind::NotFound => v.damaged = indexed.to_vec(),
                 ErrorKind::TooLarge => {}
@@ -432,14 +432,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::backend::{Backend, OpendalBackend};
-    use crate::backup::{BackupOptions, backup};
     use crate::crypto::ScryptParams;
+    use crate::crypto::sign::SigningKey;
     use crate::format::pack::BlobType;
+    use crate::ops::backup::{BackupOptions, backup};
     use crate::progress::NoProgress;
     use crate::repo::InitOptions;
-    use crate::sign::SigningKey;
     use crate::testutil::noise;
+    use coffer_backend::{Backend, OpendalBackend};
 
     const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 
@@ -467,9 +467,9 @@ mod tests {
     struct PacksRefused(Arc<dyn Backend>);
 
     impl PacksRefused {
-        fn refuse(name: &str) -> crate::backend::BackendResult<()> {
+        fn refuse(name: &str) -> coffer_backend::BackendResult<()> {
             if name.starts_with("data/") {
-                return Err(BackendError::new(crate::backend::ErrorKind::Permanent, name, "permission denied"));
+                return Err(BackendError::new(coffer_backend::ErrorKind::Permanent, name, "permission denied"));
             }
             Ok(())
         }
@@ -479,24 +479,24 @@ mod tests {
         fn location(&self) -> String {
             self.0.location()
         }
-        fn read_max(&self, name: &str, max: u64) -> crate::backend::BackendResult<Vec<u8>> {
+        fn read_max(&self, name: &str, max: u64) -> coffer_backend::BackendResult<Vec<u8>> {
             Self::refuse(name)?;
             self.0.read_max(name, max)
         }
-        fn read_range(&self, name: &str, offset: u64, len: u64) -> crate::backend::BackendResult<Vec<u8>> {
+        fn read_range(&self, name: &str, offset: u64, len: u64) -> coffer_backend::BackendResult<Vec<u8>> {
             Self::refuse(name)?;
             self.0.read_range(name, offset, len)
         }
-        fn write(&self, name: &str, data: Vec<u8>) -> crate::backend::BackendResult<()> {
+        fn write(&self, name: &str, data: Vec<u8>) -> coffer_backend::BackendResult<()> {
             self.0.write(name, data)
         }
-        fn stat(&self, name: &str) -> crate::backend::BackendResult<u64> {
+        fn stat(&self, name: &str) -> coffer_backend::BackendResult<u64> {
             self.0.stat(name)
         }
-        fn list(&self, prefix: &str) -> crate::backend::BackendResult<Vec<crate::backend::ObjectInfo>> {
+        fn list(&self, prefix: &str) -> coffer_backend::BackendResult<Vec<coffer_backend::ObjectInfo>> {
             self.0.list(prefix)
         }
-        fn delete(&self, name: &str) -> crate::backend::BackendResult<()> {
+        fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
             self.0.delete(name)
         }
     }

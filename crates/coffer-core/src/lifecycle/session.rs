@@ -10,13 +10,13 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
 use crate::crypto::{Cipher, Epoch, Key};
 use crate::error::{Error, Result};
 use crate::format::envelope::{self, SealedKind};
 use crate::format::{FORMAT_VERSION, ObjectKind};
 use crate::id::Id;
 use crate::repo::{Repository, SaverEvent};
+use coffer_backend::Backend;
 
 /// How often a running backup rewrites its marker, unless the environment says
 /// otherwise (`COFFER_TEST_PRUNE_GRACE_MS`, for tests, sets it to a quarter of the grace).
@@ -110,7 +110,7 @@ impl Session {
         let cipher = repo.cipher();
         let mut rec = SessionRecord {
             version: FORMAT_VERSION,
-            hostname: crate::fsmeta::hostname(),
+            hostname: crate::fs::meta::hostname(),
             started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             beat: 0,
             index_files: Vec::new(),
@@ -139,7 +139,7 @@ impl Session {
                         if *stop {
                             return;
                         }
-                        if matches!(backend.stat(&name), Err(e) if e.kind == crate::backend::ErrorKind::NotFound) {
+                        if matches!(backend.stat(&name), Err(e) if e.kind == coffer_backend::ErrorKind::NotFound) {
                             shared.lost.store(true, std::sync::atomic::Ordering::SeqCst);
                         }
                         rec.beat += 1;
@@ -172,7 +172,7 @@ impl Session {
     /// process was paused longer than the grace period).
     pub fn was_lost(&self) -> bool {
         self.shared.lost.load(std::sync::atomic::Ordering::SeqCst)
-            || matches!(self.backend.stat(&self.name), Err(e) if e.kind == crate::backend::ErrorKind::NotFound)
+            || matches!(self.backend.stat(&self.name), Err(e) if e.kind == coffer_backend::ErrorKind::NotFound)
     }
 
     /// The index files this writer stored so far.
@@ -216,7 +216,7 @@ pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
             Ok(b) => envelope::open(&repo.keys().data, SealedKind::Session, &b)
                 .ok()
                 .and_then(|p| SessionRecord::decode(&p).ok()),
-            Err(Error::Backend(e)) if e.kind == crate::backend::ErrorKind::NotFound => continue, // finished meanwhile
+            Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => continue, // finished meanwhile
             // Too large to be a marker coffer wrote: like one that does not decode.
             Err(Error::Corrupt { .. }) => None,
             Err(e) => return Err(e),
@@ -232,8 +232,8 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::backend::LocalBackend;
     use crate::repo::InitOptions;
+    use coffer_backend::LocalBackend;
 
     #[test]
     fn a_session_stopped_at_once_does_not_wait_for_its_heartbeat() {

@@ -14,7 +14,7 @@ use std::str::FromStr;
 use crate::crypto::random_array;
 use crate::error::Result;
 use crate::id::Id;
-use crate::state::LocalState;
+use crate::local_state::LocalState;
 
 /// Local state file holding the ids of the packs verified in the current round.
 pub const VERIFIED_PACKS: &str = "verified-packs";

@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::backend::{Backend, OpendalBackend};
-use crate::backup::{BackupOptions, backup};
 use crate::chunker::ChunkerParams;
 use crate::crypto::ScryptParams;
+use crate::crypto::sign::SigningKey;
+use crate::ops::backup::{BackupOptions, backup};
 use crate::progress::NoProgress;
 use crate::repo::InitOptions;
-use crate::sign::SigningKey;
 use crate::testutil::noise;
+use coffer_backend::{Backend, OpendalBackend};
 
 pub(super) const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
 

@@ -32,7 +32,7 @@ impl RetryPolicy {
     /// so that many clients do not retry in step.
     fn delay(&self, n: u32) -> Duration {
         let exp = self.base_delay.saturating_mul(1u32 << (n - 1).min(20)).min(self.max_delay);
-        let jitter = u16::from_le_bytes(crate::crypto::random_array()) as u32;
+        let jitter = u16::from_le_bytes(crate::random_array()) as u32;
         exp + exp.mul_f64(jitter as f64 / u16::MAX as f64 / 4.0)
     }
 }

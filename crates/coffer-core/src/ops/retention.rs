@@ -16,7 +16,7 @@
 //! - `tags`: snapshots carrying every tag of one of the given tag lists.
 //!
 //! Everything here is pure: nothing is read or written. The forgetting itself is
-//! [`crate::forget::forget`], called with the snapshots decided against.
+//! [`crate::ops::forget::forget`], called with the snapshots decided against.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -461,7 +461,7 @@ fn days_in_month(y: i64, m: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sign::PublicKey;
+    use crate::crypto::sign::PublicKey;
 
     /// A snapshot at `time` (RFC 3339), with the host, paths and tags given.
     fn snap(time: &str, host: &str, paths: &[&str], tags: &[&str]) -> Snapshot {

@@ -23,11 +23,11 @@ use super::handles::{self, DirName, Handle, Place};
 use super::{BatchLimits, RestoreOptions, RestoreSummary, Selector};
 use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind};
-use crate::fsmeta::{self, MODE_BITS, RestorePolicy};
+use crate::fs::meta::{self, MODE_BITS, RestorePolicy};
 use crate::id::Id;
 use crate::progress::Progress;
+use crate::repo::tree_walk::Located;
 use crate::repo::{Repository, TreeNodes};
-use crate::walk::Located;
 
 /// The most distinct directory handles one batch holds; the batch is handed
 /// over when it reaches this many, so that the handles open at any time stay
@@ -205,7 +205,7 @@ impl<'a> Planner<'a> {
             repo,
             select,
             overwrite: opts.overwrite,
-            as_root: fsmeta::is_root(),
+            as_root: meta::is_root(),
             policy,
             progress,
             limits: BatchLimits { entries: opts.batch.entries.max(1), chunks: opts.batch.chunks.max(1) },
@@ -537,7 +537,7 @@ impl<'a> Planner<'a> {
             return self.fail(place.path(), e);
         }
         self.summary.others += 1;
-        let r = fsmeta::apply_to_symlink(dir, &place.name, node, &self.policy, &mut self.summary.withheld);
+        let r = meta::apply_to_symlink(dir, &place.name, node, &self.policy, &mut self.summary.withheld);
         if let Err(e) = r {
             self.warn(&place.path(), format!("cannot restore all metadata: {e}"));
         }
@@ -558,7 +558,7 @@ impl<'a> Planner<'a> {
         let dir = place.dir.as_fd();
         let (policy, withheld) = (&self.policy, &mut self.summary.withheld);
         let made = handles::make_entry(dir, &place.name, self.overwrite, || {
-            fsmeta::create_special(dir, &place.name, node, policy, withheld)
+            meta::create_special(dir, &place.name, node, policy, withheld)
         });
         match made {
             Ok(()) => self.summary.others += 1,

@@ -36,7 +36,7 @@ use crate::format::snapshot::Snapshot;
 use crate::format::tree::{NodeKind, Tree};
 use crate::id::Id;
 use crate::merkle::{self, Hash, ReverseBuilder};
-use crate::proof::RootCheck;
+use crate::ops::prove::RootCheck;
 use crate::repo::Repository;
 
 use super::{CheckReport, DamagedBlob};
@@ -461,10 +461,10 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::backend::{BackendError, ErrorKind};
+    use crate::crypto::sign::PublicKey;
     use crate::format::bytes::Bytes;
     use crate::format::tree::Node;
-    use crate::sign::PublicKey;
+    use coffer_backend::{BackendError, ErrorKind};
 
     /// Trees in memory, counting loads; `broken` trees fail with a storage error.
     #[derive(Default)]

@@ -41,14 +41,14 @@ mod tests_hostile;
 mod totals;
 mod write;
 
-use crate::backup::build_excludes;
 use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
-use crate::fsmeta::RestorePolicy;
-pub use crate::fsmeta::Withheld;
+use crate::fs::meta::RestorePolicy;
+pub use crate::fs::meta::Withheld;
+use crate::ops::backup::build_excludes;
 use crate::progress::Progress;
 use crate::repo::Repository;
-use crate::walk::locate;
+use crate::repo::tree_walk::locate;
 
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
@@ -188,7 +188,7 @@ fn restore_observed(
     }
     prepare_target(&opts.target, opts.overwrite)?;
     let root: handles::Handle = Arc::new(handles::open_target(&opts.target).map_err(|e| Error::io(&opts.target, e))?);
-    let policy = RestorePolicy::new(crate::fsmeta::is_root(), opts.privileged);
+    let policy = RestorePolicy::new(crate::fs::meta::is_root(), opts.privileged);
     let mut writer = write::Writer::new(repo, progress, policy, opts.overwrite, root.clone());
     std::thread::scope(|s| {
         // A rendezvous channel: the walk plans the next batch while the writer

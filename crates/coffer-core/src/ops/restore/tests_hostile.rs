@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::tests::{assert_same, backed_up, entries, write};
 use super::*;
-use crate::backend::OpendalBackend;
 use crate::format::bytes::Bytes;
 use crate::format::pack::BlobType;
 use crate::format::tree::{Node, NodeKind, Timestamp, Tree};
@@ -20,6 +19,7 @@ use crate::id::Id;
 use crate::progress::NoProgress;
 use crate::repo::BlobSaver;
 use crate::testutil::noise;
+use coffer_backend::OpendalBackend;
 
 fn is_root() -> bool {
     let root = rustix::process::geteuid().is_root();
@@ -232,7 +232,7 @@ fn save_tree(saver: &BlobSaver, mut nodes: Vec<Node>) -> Id {
 
 /// The repository in `dir` opened afresh, with its index.
 fn reopen(dir: &Path) -> Repository {
-    let be: Arc<dyn crate::backend::Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
+    let be: Arc<dyn coffer_backend::Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
     let repo = Repository::open(be, b"pw").unwrap();
     repo.load_index().unwrap();
     repo

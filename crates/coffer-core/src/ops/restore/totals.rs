@@ -13,7 +13,7 @@ use super::plan::{Entries, load_tree};
 use crate::error::{Error, Result};
 use crate::format::tree::NodeKind;
 use crate::repo::Repository;
-use crate::walk::Located;
+use crate::repo::tree_walk::Located;
 
 /// Regular files a restore writes (each inode once) and their bytes.
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use super::content;
 use super::handles::{self, Handle};
 use super::plan::{Batch, DirJob, FileJob, Link};
 use crate::error::Error;
-use crate::fsmeta::{self, RestorePolicy, Withheld};
+use crate::fs::meta::{self, RestorePolicy, Withheld};
 use crate::progress::Progress;
 use crate::repo::Repository;
 
@@ -81,7 +81,7 @@ impl<'a> Writer<'a> {
                 let created = w.created.expect("a file written was created");
                 let fd = handles::reopen_file(dir, &place.name, created).map_err(|e| Error::io(place.path(), e))?;
                 let mut held = Withheld::default();
-                if let Err(e) = fsmeta::apply_to_fd(fd.as_fd(), node, policy, &mut held) {
+                if let Err(e) = meta::apply_to_fd(fd.as_fd(), node, policy, &mut held) {
                     warnings.fetch_add(1, Ordering::Relaxed);
                     progress.warn(&place.path(), &format!("cannot restore all metadata: {e}"));
                 }
@@ -147,7 +147,7 @@ impl<'a> Writer<'a> {
     /// Applies directory metadata, children before their parents.
     fn finish_dirs(&mut self, dirs: Vec<DirJob>) {
         for DirJob { handle, name, node } in dirs {
-            if let Err(e) = fsmeta::apply_to_fd(handle.as_fd(), &node, &self.policy, &mut self.summary.withheld) {
+            if let Err(e) = meta::apply_to_fd(handle.as_fd(), &node, &self.policy, &mut self.summary.withheld) {
                 self.summary.warnings += 1;
                 self.progress.warn(&name.path(), &format!("cannot restore all metadata: {e}"));
             }

@@ -13,13 +13,13 @@
 
 mod faulty;
 mod local;
-mod opendal_fs;
+mod opendal;
 mod retry;
 
+pub use self::opendal::OpendalBackend;
 pub use faulty::{Faults, FaultyBackend};
-pub(crate) use local::io_err as local_io_error;
+pub use local::io_err as local_io_error;
 pub use local::{LocalBackend, Modes};
-pub use opendal_fs::OpendalBackend;
 pub use retry::{RetryBackend, RetryPolicy};
 
 use std::fmt;
@@ -193,4 +193,12 @@ pub(crate) fn read_spool(name: &str, file: &File, offset: u64, len: u64) -> Back
         BackendError::new(ErrorKind::Permanent, name, format!("cannot read the local file being uploaded: {e}"))
     })?;
     Ok(buf)
+}
+
+/// `N` bytes from the operating system's random source, for names and jitter
+/// that must not collide between processes.
+fn random_array<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    getrandom::fill(&mut out).expect("the operating system's random source failed");
+    out
 }

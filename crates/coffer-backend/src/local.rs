@@ -126,7 +126,7 @@ fn err(object: &str, e: Errno) -> BackendError {
 /// A local I/O error about `object`, classified and explained like the local
 /// backend's own (a full disk or read-only file system is permanent, with what
 /// to do about it).
-pub(crate) fn io_err(object: &str, e: std::io::Error) -> BackendError {
+pub fn io_err(object: &str, e: std::io::Error) -> BackendError {
     match e.raw_os_error() {
         Some(n) => err(object, Errno::from_raw_os_error(n)),
         None => BackendError::new(ErrorKind::Permanent, object, e.to_string()),
@@ -158,7 +158,7 @@ fn dir_flags() -> OFlags {
 
 /// A random name for a temporary file in `tmp/`.
 fn temp_name() -> String {
-    format!(".{}.tmp", hex::encode(crate::crypto::random_array::<12>()))
+    format!(".{}.tmp", hex::encode(crate::random_array::<12>()))
 }
 
 impl LocalBackend {

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::crypto::sign::PublicKey;
 use crate::error::{Error, Result};
 use crate::format::bytes::Bytes;
 use crate::format::envelope::{self, SealedKind};
@@ -16,8 +17,7 @@ use crate::format::{ObjectKind, tree::Node};
 use crate::id::Id;
 use crate::merkle::{self, Hash};
 use crate::repo::Repository;
-use crate::sign::PublicKey;
-use crate::walk;
+use crate::repo::tree_walk;
 
 /// The `magic` field of every proof.
 pub const MAGIC: &str = "coffer inclusion proof";
@@ -32,7 +32,7 @@ pub fn for_each_leaf(
     visit: &mut dyn FnMut(&Path, &Node, Hash) -> Result<()>,
 ) -> Result<()> {
     let key = snap.merkle_key.0;
-    walk::walk(repo, snap.tree, Path::new("/"), &mut |path, node| {
+    tree_walk::walk(repo, snap.tree, Path::new("/"), &mut |path, node| {
         if node.kind != NodeKind::File {
             return Ok(());
         }

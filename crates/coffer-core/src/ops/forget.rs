@@ -3,13 +3,13 @@
 
 use std::time::SystemTime;
 
+use crate::crypto::sign::SigningKey;
 use crate::error::{Error, Result};
 use crate::format::tombstone::{Forgotten, Tombstone};
 use crate::format::{FORMAT_VERSION, ObjectKind, limits};
-use crate::history::History;
 use crate::id::Id;
 use crate::repo::Repository;
-use crate::sign::SigningKey;
+use crate::repo::history::History;
 
 /// Forgets the snapshots `ids`: writes a tombstone recording them (with the
 /// history links they held; several tombstones when there are more than one may
@@ -59,8 +59,8 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
         let tombstone = Tombstone {
             version: FORMAT_VERSION,
             time: humantime::format_rfc3339_nanos(SystemTime::now()).to_string(),
-            hostname: crate::fsmeta::hostname(),
-            username: crate::fsmeta::username(),
+            hostname: crate::fs::meta::hostname(),
+            username: crate::fs::meta::username(),
             writer: key.public(),
             history: history.heads(),
             forgotten: batch,

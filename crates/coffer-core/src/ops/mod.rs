@@ -1,0 +1,13 @@
+//! The operations a user runs, one module each. They use [`crate::repo`] and
+//! [`crate::lifecycle`]; nothing below this module imports from it.
+
+pub mod backup;
+pub mod check;
+pub mod diff;
+pub mod forget;
+pub mod keys;
+pub mod prove;
+pub mod prune;
+pub mod repair;
+pub mod restore;
+pub mod retention;

@@ -13,6 +13,7 @@
 
 mod faulty;
 mod local;
+mod mem;
 mod opendal;
 mod retry;
 
@@ -20,6 +21,7 @@ pub use self::opendal::OpendalBackend;
 pub use faulty::{Faults, FaultyBackend};
 pub use local::io_err as local_io_error;
 pub use local::{LocalBackend, Modes};
+pub use mem::MemBackend;
 pub use retry::{RetryBackend, RetryPolicy};
 
 use std::fmt;

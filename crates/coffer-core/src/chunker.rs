@@ -286,7 +286,7 @@ impl<'p, R: Read> BlockReader<'p, R> {
 mod tests {
     use super::*;
 
-    use crate::testutil::noise as pseudo_random;
+    use crate::testing::noise as pseudo_random;
 
     fn small() -> ChunkerParams {
         ChunkerParams { min_size: 2 << 10, avg_size: 8 << 10, max_size: 32 << 10 }

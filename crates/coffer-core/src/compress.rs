@@ -100,7 +100,7 @@ mod tests {
     use super::*;
 
     fn noise(len: usize) -> Vec<u8> {
-        crate::testutil::noise(len, 0x1234_5678_9abc_def1)
+        crate::testing::noise(len, 0x1234_5678_9abc_def1)
     }
 
     #[test]

@@ -44,19 +44,5 @@ pub use coffer_backend as backend;
 pub use error::{Error, Result};
 pub use id::Id;
 
-/// Helpers shared by the unit tests.
-#[cfg(test)]
-pub(crate) mod testutil {
-    /// Deterministic incompressible bytes (xorshift64).
-    pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-}
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

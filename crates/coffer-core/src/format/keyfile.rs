@@ -174,7 +174,7 @@ impl KeyFile {
 mod tests {
     use super::*;
 
-    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+    use crate::testing::FAST_KDF as FAST;
 
     #[test]
     fn wrap_unwrap() {

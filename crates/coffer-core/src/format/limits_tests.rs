@@ -12,14 +12,14 @@ use super::snapshot::{MAX_SKIPPED_LISTED, MAX_SKIPPED_TEXT, Skipped, Snapshot, S
 use super::tombstone::{Forgotten, Tombstone};
 use super::{FORMAT_VERSION, ObjectKind};
 use crate::crypto::sign::SigningKey;
-use crate::crypto::{Cipher, DataKeys, Key, ScryptParams};
+use crate::crypto::{Cipher, DataKeys, Key};
 use crate::error::Error;
 use crate::format::envelope::SealedKind;
 use crate::id::Id;
 use crate::repo::{InitOptions, Repository};
 use coffer_backend::{Backend, LocalBackend};
 
-const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+use crate::testing::FAST_KDF as FAST;
 
 fn repo(dir: &std::path::Path) -> Repository {
     let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir).unwrap());

@@ -191,7 +191,7 @@ mod tests {
     use crate::repo::InitOptions;
     use coffer_backend::{Backend, OpendalBackend};
 
-    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+    use crate::testing::FAST_KDF as FAST;
 
     fn init(dir: &std::path::Path) -> Arc<dyn Backend> {
         let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(dir).unwrap());

@@ -196,7 +196,7 @@ mod tests {
     fn backed_up(dir: &std::path::Path) -> Arc<dyn Backend> {
         let src = dir.join("src");
         std::fs::create_dir(&src).unwrap();
-        std::fs::write(src.join("f"), crate::testutil::noise(50_000, 3)).unwrap();
+        std::fs::write(src.join("f"), crate::testing::noise(50_000, 3)).unwrap();
         let be: Arc<dyn Backend> = Arc::new(OpendalBackend::local(&dir.join("repo")).unwrap());
         let opts = InitOptions { kdf: ScryptParams { log_n: 4, r: 8, p: 1 }, ..InitOptions::default() };
         let repo = Repository::init(be.clone(), b"pw", &opts).unwrap();

@@ -5,14 +5,13 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::crypto::ScryptParams;
 use crate::crypto::sign::SigningKey;
 use crate::ops::backup::{BackupOptions, backup};
 use crate::progress::NoProgress;
-use crate::testutil::noise;
+use crate::testing::noise;
 use coffer_backend::{Backend, OpendalBackend};
 
-const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+use crate::testing::FAST_KDF as FAST;
 
 struct Setup {
     dir: tempfile::TempDir,

@@ -432,16 +432,15 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::crypto::ScryptParams;
     use crate::crypto::sign::SigningKey;
     use crate::format::pack::BlobType;
     use crate::ops::backup::{BackupOptions, backup};
     use crate::progress::NoProgress;
     use crate::repo::InitOptions;
-    use crate::testutil::noise;
+    use crate::testing::noise;
     use coffer_backend::{Backend, OpendalBackend};
 
-    const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+    use crate::testing::FAST_KDF as FAST;
 
     /// A repository in `dir` with one backup of twelve incompressible files of
     /// one blob each, in packs of about 1 MiB. Returns its backend, the writer's

@@ -11,15 +11,14 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::chunker::ChunkerParams;
-use crate::crypto::ScryptParams;
 use crate::crypto::sign::SigningKey;
 use crate::ops::backup::{BackupOptions, backup};
 use crate::progress::NoProgress;
 use crate::repo::InitOptions;
-use crate::testutil::noise;
+use crate::testing::noise;
 use coffer_backend::{Backend, OpendalBackend};
 
-pub(super) const FAST: ScryptParams = ScryptParams { log_n: 4, r: 8, p: 1 };
+pub(super) use crate::testing::FAST_KDF as FAST;
 
 /// Small chunks, so that files of a few tens of KiB have several.
 pub(super) const SMALL_CHUNKS: ChunkerParams =

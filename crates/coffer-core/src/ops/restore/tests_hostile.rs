@@ -18,7 +18,7 @@ use crate::format::tree::{Node, NodeKind, Timestamp, Tree};
 use crate::id::Id;
 use crate::progress::NoProgress;
 use crate::repo::BlobSaver;
-use crate::testutil::noise;
+use crate::testing::noise;
 use coffer_backend::OpendalBackend;
 
 fn is_root() -> bool {

@@ -4,6 +4,8 @@
 
 mod args;
 mod cmd;
+mod foreign;
+mod interrupt;
 mod output;
 mod password;
 mod progress;
@@ -109,10 +111,38 @@ fn default_sigpipe() {
 #[cfg(not(unix))]
 fn default_sigpipe() {}
 
+/// `--repository-file`: the repository location is the file's first line. Given
+/// with `--repo` (or COFFER_REPOSITORY) as well, it is a usage error, as in restic.
+fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Some(file) = &global.repository_file else {
+        return Ok(());
+    };
+    if global.repo.is_some() {
+        anyhow::bail!(
+            "--repository-file {} and --repo (or COFFER_REPOSITORY) both name a repository: give one",
+            file.display()
+        );
+    }
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the repository file {}: check --repository-file", file.display()))?;
+    let location = text.lines().next().unwrap_or("").trim();
+    if location.is_empty() {
+        anyhow::bail!("the repository file {} is empty: write the repository location on its first line", file.display());
+    }
+    global.repo = Some(location.to_string());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     default_sigpipe();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let json = cli.global.json;
+    output::set_utc(cli.global.utc);
+    if let Err(e) = repository_from_file(&mut cli.global) {
+        output::error(json, &e, exit::USAGE);
+        return ExitCode::from(exit::USAGE);
+    }
     let result = match &cli.command {
         Command::Init(a) => cmd::init::run(&cli.global, a),
         Command::Backup(a) => {

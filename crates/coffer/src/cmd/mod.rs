@@ -19,7 +19,7 @@ use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::repo::SnapshotFilter;
 
-use crate::args::FilterArgs;
+use crate::args::{FilterArgs, ForgetFilterArgs};
 
 /// Flags a snapshot whose signature is missing, bad or by an unknown writer.
 pub fn flag_signature(id: &Id, s: &Snapshot) {
@@ -34,6 +34,12 @@ pub fn flag_signature(id: &Id, s: &Snapshot) {
 
 impl From<&FilterArgs> for SnapshotFilter {
     fn from(f: &FilterArgs) -> Self {
+        SnapshotFilter { host: f.host.clone(), tags: f.tags.clone(), paths: f.paths.clone() }
+    }
+}
+
+impl From<&ForgetFilterArgs> for SnapshotFilter {
+    fn from(f: &ForgetFilterArgs) -> Self {
         SnapshotFilter { host: f.host.clone(), tags: f.tags.clone(), paths: f.paths.clone() }
     }
 }

@@ -189,9 +189,22 @@ pub struct ForgetFilterArgs {
 
 #[derive(Args, Debug)]
 pub struct BackupArgs {
-    /// Files and directories to back up.
-    #[arg(required = true)]
+    /// Files and directories to back up. One that does not exist is warned about
+    /// and the rest is backed up (exit code 3).
+    #[arg(required_unless_present_any = ["files_from", "files_from_verbatim", "files_from_raw"])]
     pub paths: Vec<PathBuf>,
+    /// Read paths to back up from this file (`-` for standard input), one per line;
+    /// empty lines and lines starting with `#` are ignored, and paths are taken as
+    /// written, without expanding patterns (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Vec<PathBuf>,
+    /// Read paths from this file, one per line, every non-empty line verbatim (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub files_from_verbatim: Vec<PathBuf>,
+    /// Read paths from this file, separated by NUL bytes, as `find -print0` writes
+    /// them (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub files_from_raw: Vec<PathBuf>,
     /// Tag the snapshot (repeat, or separate with commas).
     #[arg(long = "tag", value_delimiter = ',')]
     pub tags: Vec<String>,
@@ -204,6 +217,28 @@ pub struct BackupArgs {
     /// Read exclude patterns from a file, one per line (repeatable).
     #[arg(long = "exclude-file")]
     pub exclude_files: Vec<PathBuf>,
+    /// Like --exclude, ignoring case (repeatable).
+    #[arg(long = "iexclude", value_name = "PATTERN")]
+    pub iexcludes: Vec<String>,
+    /// Like --exclude-file, ignoring case (repeatable).
+    #[arg(long = "iexclude-file", value_name = "FILE")]
+    pub iexclude_files: Vec<PathBuf>,
+    /// Leave out directories holding a CACHEDIR.TAG file with the standard signature.
+    #[arg(long)]
+    pub exclude_caches: bool,
+    /// Leave out directories that hold an entry of this name (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub exclude_if_present: Vec<String>,
+    /// Leave out files larger than this size (e.g. 512K, 2G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub exclude_larger_than: Option<u64>,
+    /// The snapshot's time instead of now: `YYYY-MM-DD HH:MM:SS` in local time
+    /// (UTC with --utc), or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// Write no snapshot when nothing changed since the parent snapshot.
+    #[arg(long)]
+    pub skip_if_unchanged: bool,
     /// Do not cross file system boundaries.
     #[arg(long, short = 'x')]
     pub one_file_system: bool,
@@ -228,6 +263,16 @@ pub struct BackupArgs {
 pub struct SnapshotsArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Only the N newest snapshots of each group (see --group-by; default: host and paths).
+    #[arg(long, value_name = "N")]
+    pub latest: Option<usize>,
+    /// Fewer columns: id, time, host, tags.
+    #[arg(long, short = 'c')]
+    pub compact: bool,
+    /// List snapshots in groups sharing these fields: a comma-separated subset of
+    /// host, paths, tags.
+    #[arg(long, short = 'g', value_name = "FIELDS")]
+    pub group_by: Option<coffer_core::ops::retention::GroupBy>,
 }
 
 #[derive(Args, Debug)]

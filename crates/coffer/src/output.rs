@@ -20,6 +20,20 @@ pub fn time_zone() -> jiff::tz::TimeZone {
     if UTC.load(Ordering::Relaxed) { jiff::tz::TimeZone::UTC } else { jiff::tz::TimeZone::system() }
 }
 
+/// Whether times are shown in UTC (`--utc`).
+pub fn is_utc() -> bool {
+    UTC.load(Ordering::Relaxed)
+}
+
+/// Formats a file time (seconds since the epoch) as `YYYY-MM-DD HH:MM:SS` in the
+/// display time zone; one out of range is shown as the number of seconds.
+pub fn file_time(secs: i64) -> String {
+    match jiff::Timestamp::from_second(secs) {
+        Ok(ts) => ts.to_zoned(time_zone()).strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => secs.to_string(),
+    }
+}
+
 /// Seconds east of UTC in [`time_zone`] at `t`.
 pub fn utc_offset(t: std::time::SystemTime) -> i64 {
     match jiff::Timestamp::try_from(t) {

@@ -112,6 +112,52 @@ pub enum Command {
     /// Rebuild what a damaged repository lost: its index from the packs, or a lost config.
     #[command(after_help = EXIT_CODES)]
     Repair(RepairArgs),
+    /// Print coffer's version, and the system it was built for.
+    Version,
+    /// Write shell completions (bash, zsh, fish) and man pages.
+    Generate(GenerateArgs),
+    /// Sizes: what a restore would write, and the data stored for it after deduplication.
+    #[command(after_help = EXIT_CODES)]
+    Stats(StatsArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true)))]
+pub struct GenerateArgs {
+    /// Write the bash completion script to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE", group = "what")]
+    pub bash_completion: Option<PathBuf>,
+    /// Write the zsh completion script to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE", group = "what")]
+    pub zsh_completion: Option<PathBuf>,
+    /// Write the fish completion script to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE", group = "what")]
+    pub fish_completion: Option<PathBuf>,
+    /// Write man pages (coffer.1 and one per command) into DIR.
+    #[arg(long, value_name = "DIR", group = "what")]
+    pub man: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Snapshots to count (ids, unique prefixes or `latest`); default: every snapshot
+    /// that passes the filters.
+    pub snapshots: Vec<String>,
+    /// `restore-size`: the files a restore writes (sizes and counts, each snapshot
+    /// counted in full); `raw-data`: the stored blobs they use, each counted once.
+    #[arg(long, value_enum, default_value_t = StatsMode::RestoreSize)]
+    pub mode: StatsMode,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `stats --mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsMode {
+    /// What restoring the snapshots would write.
+    RestoreSize,
+    /// The deduplicated data stored for them.
+    RawData,
 }
 
 #[derive(Args, Debug)]

@@ -162,6 +162,9 @@ fn main() -> ExitCode {
         Command::Prune(a) => cmd::prune::run(&cli.global, a),
         Command::Key(a) => cmd::key::run(&cli.global, a),
         Command::Repair(a) => cmd::repair::run(&cli.global, a),
+        Command::Version => cmd::generate::version(&cli.global),
+        Command::Generate(a) => cmd::generate::run(&cli.global, a),
+        Command::Stats(a) => cmd::stats::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

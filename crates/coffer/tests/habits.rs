@@ -162,3 +162,57 @@ fn prune_announces_its_wait_and_its_dry_run_figures_match_the_real_run() {
     let err = text(&out.stderr);
     assert!(err.contains("prune: waiting 1s (until ") && err.contains("for running backups"), "{err}");
 }
+
+#[test]
+fn version_generate_and_stats() {
+    let env = Env::new();
+    let out = env.run(&["version"]);
+    assert_success(&out);
+    assert!(text(&out.stdout).starts_with(&format!("coffer {} (", env!("CARGO_PKG_VERSION"))), "{}", text(&out.stdout));
+    assert_eq!(env.json(&["version"])["version"], env!("CARGO_PKG_VERSION"));
+
+    let dir = env.path("gen");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bash, zsh, fish, man) = (dir.join("coffer.bash"), dir.join("_coffer"), dir.join("coffer.fish"), dir.join("man"));
+    let out = env.run(&[
+        "generate",
+        "--bash-completion",
+        bash.to_str().unwrap(),
+        "--zsh-completion",
+        zsh.to_str().unwrap(),
+        "--fish-completion",
+        fish.to_str().unwrap(),
+        "--man",
+        man.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let bash = std::fs::read_to_string(bash).unwrap();
+    assert!(bash.contains("_coffer()") && bash.contains("--keep-hourly") && bash.contains("forget"), "bash");
+    assert!(std::fs::read_to_string(zsh).unwrap().starts_with("#compdef coffer"));
+    assert!(std::fs::read_to_string(fish).unwrap().contains("complete -c coffer"));
+    let page = std::fs::read_to_string(man.join("coffer-forget.1")).unwrap();
+    assert!(page.contains(".TH coffer-forget") && page.contains("unsafe\\-allow\\-remove\\-all"), "{page}");
+    assert!(man.join("coffer.1").exists() && man.join("coffer-backup.1").exists());
+    let out = env.run(&["generate", "--fish-completion", "-"]);
+    assert!(text(&out.stdout).contains("complete -c coffer"));
+    assert_code(&env.run(&["generate"]), 2);
+
+    // Two snapshots of the same 300 KB: restore size counts both, raw data once.
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(300_000, 1)).unwrap();
+    std::fs::write(src.join("b"), b"small").unwrap();
+    let first = env.backup(&[&src]);
+    env.json(&["backup", src.to_str().unwrap(), "--force"]);
+    let v = env.json(&["stats"]);
+    assert_eq!((v["snapshots_count"].as_u64(), v["total_file_count"].as_u64()), (Some(2), Some(4)));
+    assert_eq!(v["total_size"], 2 * 300_005);
+    let raw = env.json(&["stats", "--mode", "raw-data"]);
+    let stored = raw["total_size"].as_u64().unwrap();
+    assert!((300_000..330_000).contains(&stored), "random data is stored once: {raw}");
+    assert!(raw["dedup_ratio"].as_f64().unwrap() > 1.8, "{raw}");
+    let one = env.json(&["stats", &first[..8]]);
+    assert_eq!((one["snapshots_count"].as_u64(), one["total_size"].as_u64()), (Some(1), Some(300_005)));
+    let out = env.run(&["stats", "--mode", "raw-data"]);
+    assert!(text(&out.stdout).contains("Restore size:"), "{}", text(&out.stdout));
+}

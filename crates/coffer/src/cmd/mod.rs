@@ -5,6 +5,7 @@ pub mod cat;
 pub mod check;
 pub mod diff;
 pub mod forget;
+pub mod generate;
 pub mod init;
 pub mod key;
 pub mod ls;
@@ -13,6 +14,7 @@ pub mod prune;
 pub mod repair;
 pub mod restore;
 pub mod snapshots;
+pub mod stats;
 pub mod writers;
 
 use coffer_core::Id;

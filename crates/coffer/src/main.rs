@@ -128,7 +128,10 @@ fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read the repository file {}: check --repository-file", file.display()))?;
     let location = text.lines().next().unwrap_or("").trim();
     if location.is_empty() {
-        anyhow::bail!("the repository file {} is empty: write the repository location on its first line", file.display());
+        anyhow::bail!(
+            "the repository file {} is empty: write the repository location on its first line",
+            file.display()
+        );
     }
     global.repo = Some(location.to_string());
     Ok(())

@@ -18,6 +18,8 @@ pub struct Display {
     quiet: bool,
     verb: String,
     template: String,
+    /// Print each item processed (`-v`).
+    list_items: bool,
 }
 
 impl Display {
@@ -33,7 +35,14 @@ impl Display {
             b.set_style(ProgressStyle::with_template(&template).expect("valid template"));
             b
         });
-        Display { bar, json, quiet, verb: verb.to_string(), template }
+        Display { bar, json, quiet, verb: verb.to_string(), template, list_items: false }
+    }
+
+    /// Lists every item (file) processed on stderr when `verbose` is at least 1
+    /// (`-v`), a JSON line each with --json.
+    pub fn listing_items(mut self, verbose: u8) -> Display {
+        self.list_items = verbose > 0 && !self.quiet;
+        self
     }
 
     /// Removes the bar.
@@ -58,6 +67,21 @@ impl Progress for Display {
     fn add_bytes(&self, n: u64) {
         if let Some(b) = &self.bar {
             b.inc(n);
+        }
+    }
+
+    fn add_item(&self, path: &Path) {
+        if !self.list_items {
+            return;
+        }
+        let line = if self.json {
+            json!({"type": "verbose_status", "action": self.verb, "item": path.to_string_lossy()}).to_string()
+        } else {
+            format!("{} {}", self.verb, path.display())
+        };
+        match &self.bar {
+            Some(b) => b.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
         }
     }
 
@@ -98,10 +122,7 @@ impl Progress for Display {
                     break;
                 }
                 let secs = Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
-                bar.set_message(format!(
-                    "{verb}: waiting for {reason}: {} left",
-                    humantime::format_duration(secs)
-                ));
+                bar.set_message(format!("{verb}: waiting for {reason}: {} left", humantime::format_duration(secs)));
                 std::thread::sleep(left.min(Duration::from_millis(250)));
             }
             bar.set_style(ProgressStyle::with_template(&template).expect("valid template"));

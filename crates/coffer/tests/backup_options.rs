@@ -38,10 +38,15 @@ fn a_missing_path_is_warned_about_and_the_rest_backed_up() {
     assert_eq!(listed(&env, &src), set(&["a"]));
     let v = env.json(&["snapshots"]);
     assert_eq!(v[0]["snapshot"]["paths"], serde_json::json!([src.to_str().unwrap()]));
+    // -v lists the files read.
+    let out = env.run(&["-v", "backup", src.to_str().unwrap(), "--force"]);
+    assert_success(&out);
+    assert!(text(&out.stderr).contains(&format!("backup {}", src.join("a").display())), "{}", text(&out.stderr));
+    assert!(!text(&env.run(&["backup", src.to_str().unwrap()]).stderr).contains("backup /"));
     // Nothing that exists: an error, no snapshot.
     let err = assert_code(&env.run(&["backup", gone.to_str().unwrap()]), 1);
     assert!(err.contains("none of the paths"), "{err}");
-    assert_eq!(env.json(&["snapshots"]).as_array().unwrap().len(), 1);
+    assert_eq!(env.json(&["snapshots"]).as_array().unwrap().len(), 3);
 }
 
 #[test]
@@ -171,7 +176,8 @@ fn snapshots_latest_compact_and_grouped() {
     for host in ["alpha", "alpha", "alpha", "beta"] {
         ids.push(env.json(&["backup", s, "--host", host])["snapshot_id"].as_str().unwrap().to_string());
     }
-    let latest: Vec<String> = env.json(&["snapshots", "--latest", "2"])
+    let latest: Vec<String> = env
+        .json(&["snapshots", "--latest", "2"])
         .as_array()
         .unwrap()
         .iter()

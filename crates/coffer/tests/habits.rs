@@ -84,7 +84,12 @@ fn repository_file_password_command_and_stdin() {
     let env = Env::new();
     let file = env.path("repo-location");
     std::fs::write(&file, format!("{}\n", env.repo().display())).unwrap();
-    let out = env.cmd().env_remove("COFFER_REPOSITORY").args(["--repository-file", file.to_str().unwrap(), "snapshots"]).output().unwrap();
+    let out = env
+        .cmd()
+        .env_remove("COFFER_REPOSITORY")
+        .args(["--repository-file", file.to_str().unwrap(), "snapshots"])
+        .output()
+        .unwrap();
     assert_success(&out);
     // Both a file and --repo: refused as restic does.
     let out = env.cmd().args(["--repository-file", file.to_str().unwrap(), "snapshots"]).output().unwrap();
@@ -94,10 +99,16 @@ fn repository_file_password_command_and_stdin() {
     let cmd = format!("printf '%s\\n' '{PASSWORD}'");
     let out = env.cmd().env_remove("COFFER_PASSWORD").args(["--password-command", &cmd, "snapshots"]).output().unwrap();
     assert_success(&out);
-    let out = env.cmd().env_remove("COFFER_PASSWORD").args(["--password-command", "exit 4", "snapshots"]).output().unwrap();
+    let out =
+        env.cmd().env_remove("COFFER_PASSWORD").args(["--password-command", "exit 4", "snapshots"]).output().unwrap();
     let err = assert_code(&out, 1);
     assert!(err.contains("password command") && err.contains("failed"), "{err}");
-    let out = env.cmd().env_remove("COFFER_PASSWORD").args(["--password-command", "echo wrong", "snapshots"]).output().unwrap();
+    let out = env
+        .cmd()
+        .env_remove("COFFER_PASSWORD")
+        .args(["--password-command", "echo wrong", "snapshots"])
+        .output()
+        .unwrap();
     assert_code(&out, 12);
 
     // Standard input that is not a terminal gives the passphrase, as in restic.
@@ -147,7 +158,16 @@ fn prune_announces_its_wait_and_its_dry_run_figures_match_the_real_run() {
     assert_eq!(event["seconds"], 0.3);
     assert!(event["reason"].as_str().unwrap().contains("running backups"), "{event}");
     assert!(event["until"].as_str().unwrap().ends_with('Z'), "{event}");
-    for field in ["packs", "bytes_before", "blobs_used", "blobs_unused", "packs_deleted", "packs_repacked", "bytes_deleted", "index_files_replaced"] {
+    for field in [
+        "packs",
+        "bytes_before",
+        "blobs_used",
+        "blobs_unused",
+        "packs_deleted",
+        "packs_repacked",
+        "bytes_deleted",
+        "index_files_replaced",
+    ] {
         assert_eq!(dry["report"][field], real["report"][field], "{field}: dry {dry} real {real}");
     }
     assert!(real["report"]["packs_deleted"].as_u64().unwrap() + real["report"]["packs_repacked"].as_u64().unwrap() > 0);
@@ -173,7 +193,8 @@ fn version_generate_and_stats() {
 
     let dir = env.path("gen");
     std::fs::create_dir_all(&dir).unwrap();
-    let (bash, zsh, fish, man) = (dir.join("coffer.bash"), dir.join("_coffer"), dir.join("coffer.fish"), dir.join("man"));
+    let (bash, zsh, fish, man) =
+        (dir.join("coffer.bash"), dir.join("_coffer"), dir.join("coffer.fish"), dir.join("man"));
     let out = env.run(&[
         "generate",
         "--bash-completion",

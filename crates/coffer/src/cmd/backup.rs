@@ -48,7 +48,8 @@ fn source_paths(a: &BackupArgs) -> Result<Vec<PathBuf>> {
     for (file, format) in lists.chain(a.files_from_raw.iter().map(|f| (f, ListFormat::Raw))) {
         let bytes = if file.as_os_str() == "-" {
             let mut b = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("cannot read paths from standard input")?;
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                .context("cannot read paths from standard input")?;
             b
         } else {
             std::fs::read(file).with_context(|| format!("cannot read the list of paths {}", file.display()))?
@@ -209,7 +210,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         reread_share: a.reread_share,
         state: Some(state),
     };
-    let display = Display::new(global.json, global.quiet, "backup");
+    let display = Display::new(global.json, global.quiet, "backup").listing_items(global.verbose);
     let result = backup(&repo, &opts, &key, &display);
     display.finish();
     let result = result.context(

@@ -21,7 +21,8 @@ const USAGE: u8 = exit::USAGE;
 
 pub fn run(global: &GlobalArgs, a: &ForgetArgs) -> Result<u8> {
     if a.prune && a.dry_run {
-        let err = anyhow!("--prune and --dry-run do not go together: run `coffer prune --dry-run` to see what it would do");
+        let err =
+            anyhow!("--prune and --dry-run do not go together: run `coffer prune --dry-run` to see what it would do");
         output::error(global.json, &err, USAGE);
         return Ok(USAGE);
     }

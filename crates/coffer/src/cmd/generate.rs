@@ -18,12 +18,14 @@ fn write_to(target: &Path, bytes: &[u8]) -> Result<()> {
         std::io::stdout().write_all(bytes).context("cannot write to standard output")?;
         return Ok(());
     }
-    std::fs::write(target, bytes).with_context(|| format!("cannot write {}: check the directory exists", target.display()))
+    std::fs::write(target, bytes)
+        .with_context(|| format!("cannot write {}: check the directory exists", target.display()))
 }
 
 pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<u8> {
     use clap_complete::Shell;
-    let shells = [(Shell::Bash, &a.bash_completion), (Shell::Zsh, &a.zsh_completion), (Shell::Fish, &a.fish_completion)];
+    let shells =
+        [(Shell::Bash, &a.bash_completion), (Shell::Zsh, &a.zsh_completion), (Shell::Fish, &a.fish_completion)];
     for (shell, target) in shells {
         let Some(target) = target else { continue };
         let mut buf = Vec::new();
@@ -34,7 +36,8 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<u8> {
         }
     }
     if let Some(dir) = &a.man {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create the man page directory {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the man page directory {}", dir.display()))?;
         let cmd = Cli::command();
         let mut pages = vec![("coffer".to_string(), cmd.clone())];
         for sub in cmd.get_subcommands() {
@@ -43,7 +46,9 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<u8> {
         }
         for (name, page) in pages {
             let mut buf = Vec::new();
-            clap_mangen::Man::new(page).render(&mut buf).with_context(|| format!("cannot render the man page {name}"))?;
+            clap_mangen::Man::new(page)
+                .render(&mut buf)
+                .with_context(|| format!("cannot render the man page {name}"))?;
             write_to(&dir.join(format!("{name}.1")), &buf)?;
         }
         if !global.quiet {

@@ -79,7 +79,13 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
         for (id, s) in members {
             let mark = if s.is_incomplete() { " (incomplete)" } else { "" };
             if a.compact {
-                println!("{:<10} {:<19} {:<16} {}{mark}", id.short(), output::time(&s.time), s.hostname, s.tags.join(","));
+                println!(
+                    "{:<10} {:<19} {:<16} {}{mark}",
+                    id.short(),
+                    output::time(&s.time),
+                    s.hostname,
+                    s.tags.join(",")
+                );
                 continue;
             }
             println!(

@@ -68,7 +68,11 @@ pub fn run(global: &GlobalArgs, a: &StatsArgs) -> Result<u8> {
     println!("Restore size:       {}", output::bytes(t.restore_bytes));
     if a.mode == StatsMode::RawData {
         println!("Blobs:              {}", t.blobs);
-        println!("Stored size:        {} ({} before compression)", output::bytes(t.stored_bytes), output::bytes(t.raw_bytes));
+        println!(
+            "Stored size:        {} ({} before compression)",
+            output::bytes(t.stored_bytes),
+            output::bytes(t.raw_bytes)
+        );
         if let Some(r) = ratio {
             println!("Restore/stored:     {r:.2}x");
         }

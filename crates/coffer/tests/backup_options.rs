@@ -139,7 +139,10 @@ fn exclusion_options() {
 #[test]
 fn time_and_skip_if_unchanged() {
     let env = Env::new();
-    let src = env.path("src");
+    // The snapshot's tree holds the source's ancestors too: /tmp's mtime changes as
+    // other tests make directories there, so the source lives where nothing else does.
+    let stable = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = stable.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a"), b"a").unwrap();
     let s = src.to_str().unwrap();

@@ -21,7 +21,9 @@ fn a_restic_repository_is_not_a_coffer_repository() {
     std::fs::write(repo.join("config"), random_bytes(155, 3)).unwrap();
     std::fs::write(repo.join("keys/0123abcd"), br#"{"kdf":"scrypt","N":32768,"r":8,"p":1,"salt":"x","data":"y"}"#)
         .unwrap();
-    for args in [&["snapshots"][..], &["check"], &["backup", "/nonexistent-but-not-reached"]] {
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for args in [&["snapshots"][..], &["check"], &["backup", src.to_str().unwrap()]] {
         let err = assert_code(&env.run(args), 26);
         assert!(err.contains("not a coffer repository") && err.contains("restic"), "{args:?}: {err}");
     }

@@ -56,6 +56,11 @@ pub struct GlobalArgs {
     /// Show times in UTC instead of local time.
     #[arg(long, global = true)]
     pub utc: bool,
+    /// Without a terminal (or with --json), print a status line this often during
+    /// long commands (e.g. 30s; 0 for none).
+    #[arg(long, env = "COFFER_PROGRESS_INTERVAL", global = true, value_name = "DURATION",
+          default_value = "10s", value_parser = humantime::parse_duration)]
+    pub progress_interval: std::time::Duration,
     /// Print machine-readable JSON (one document, or JSON lines for streams).
     #[arg(long, global = true)]
     pub json: bool,

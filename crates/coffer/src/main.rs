@@ -142,6 +142,7 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse();
     let json = cli.global.json;
     output::set_utc(cli.global.utc);
+    progress::set_interval(Some(cli.global.progress_interval).filter(|d| !d.is_zero()));
     if let Err(e) = repository_from_file(&mut cli.global) {
         output::error(json, &e, exit::USAGE);
         return ExitCode::from(exit::USAGE);

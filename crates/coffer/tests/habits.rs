@@ -239,3 +239,31 @@ fn version_generate_and_stats() {
     let out = env.run(&["stats", "--mode", "raw-data"]);
     assert!(text(&out.stdout).contains("Restore size:"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn without_a_terminal_a_long_command_prints_status_lines() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..8 {
+        std::fs::write(src.join(format!("f{i}")), random_bytes(2 << 20, 40 + i)).unwrap();
+    }
+    let s = src.to_str().unwrap();
+    let out = env.run(&["--progress-interval", "5ms", "backup", s]);
+    assert_success(&out);
+    let err = text(&out.stderr);
+    assert!(err.lines().any(|l| l.starts_with("backup: ") && l.contains(" elapsed")), "{err}");
+    let out = env.run(&["--json", "--progress-interval", "5ms", "backup", s, "--force"]);
+    assert_success(&out);
+    let status: Vec<serde_json::Value> = text(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "status" && v["action"] == "progress")
+        .collect();
+    assert!(!status.is_empty(), "{}", text(&out.stderr));
+    assert!(status.iter().all(|v| v["bytes_done"].as_u64().unwrap() <= 16 << 20));
+    let out = env.run(&["-q", "--progress-interval", "5ms", "backup", s, "--force"]);
+    assert_success(&out);
+    assert!(text(&out.stderr).is_empty(), "quiet: {}", text(&out.stderr));
+    assert_code(&env.run(&["--progress-interval", "often", "snapshots"]), 2);
+}

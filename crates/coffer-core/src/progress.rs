@@ -20,6 +20,9 @@ pub trait Progress: Send + Sync {
     fn add_item(&self, _path: &Path) {}
     /// A non-fatal problem with `path`: the operation goes on without it.
     fn warn(&self, _path: &Path, _message: &str) {}
+    /// The operation now waits `duration` on purpose, for the reason given (prune's
+    /// grace period), so that a display can say so and count down.
+    fn waiting(&self, _reason: &str, _duration: std::time::Duration) {}
 }
 
 /// A [`Progress`] that ignores everything.

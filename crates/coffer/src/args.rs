@@ -7,17 +7,21 @@ use clap::{Args, Parser, Subcommand};
 use coffer_core::ops::check::DataSubset;
 
 const EXIT_CODES: &str = "\
-Exit codes:
-  0   success
-  1   failure
-  2   wrong usage
-  3   wrong passphrase, or no usable key
-  10  the repository does not exist
-  11  backup made, but some files could not be read (snapshot is incomplete)
-  12  repository data is damaged (or check found errors)
-  13  restore target is not empty (pass --overwrite)
-  14  a proof or signature does not verify
-  15  the storage failed or refused a write (after retries)";
+Exit codes (restic's numbers where restic gives one a meaning):
+  0    success
+  1    failure
+  2    wrong usage
+  3    snapshot made, but some source files could not be read (snapshot is incomplete)
+  10   the repository does not exist
+  12   wrong passphrase, or no usable key
+  20   repository data is damaged (or check found errors)
+  21   restore target is not empty (pass --overwrite)
+  22   a proof or signature does not verify
+  23   the storage failed or refused a write (after retries)
+  24   a concurrent prune removed data this backup stored (run it again)
+  25   the repository lost its config (see `coffer repair config`)
+  26   not a coffer repository (e.g. a restic repository)
+  130  interrupted (Ctrl-C); the repository stays usable";
 
 /// coffer: encrypted, deduplicated, compressed backups.
 #[derive(Parser, Debug)]
@@ -36,9 +40,27 @@ pub struct GlobalArgs {
     /// else ~/.local/share/coffer/repo.
     #[arg(short = 'r', long, env = "COFFER_REPOSITORY", global = true)]
     pub repo: Option<String>,
+    /// Read the repository location from this file (first line).
+    #[arg(long, env = "COFFER_REPOSITORY_FILE", global = true, value_name = "FILE")]
+    pub repository_file: Option<PathBuf>,
     /// Read the passphrase from this file (first line). COFFER_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_PASSWORD_FILE", global = true)]
     pub password_file: Option<PathBuf>,
+    /// Run this shell command and use the first line it prints as the passphrase
+    /// (not with --password-file). COFFER_PASSWORD takes precedence.
+    #[arg(long, env = "COFFER_PASSWORD_COMMAND", global = true, value_name = "COMMAND")]
+    pub password_command: Option<String>,
+    /// Say more (repeatable: -vv): `backup -v` lists the files it reads.
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Show times in UTC instead of local time.
+    #[arg(long, global = true)]
+    pub utc: bool,
+    /// Without a terminal (or with --json), print a status line this often during
+    /// long commands (e.g. 30s; 0 for none).
+    #[arg(long, env = "COFFER_PROGRESS_INTERVAL", global = true, value_name = "DURATION",
+          default_value = "10s", value_parser = humantime::parse_duration)]
+    pub progress_interval: std::time::Duration,
     /// Print machine-readable JSON (one document, or JSON lines for streams).
     #[arg(long, global = true)]
     pub json: bool,
@@ -95,6 +117,52 @@ pub enum Command {
     /// Rebuild what a damaged repository lost: its index from the packs, or a lost config.
     #[command(after_help = EXIT_CODES)]
     Repair(RepairArgs),
+    /// Print coffer's version, and the system it was built for.
+    Version,
+    /// Write shell completions (bash, zsh, fish) and man pages.
+    Generate(GenerateArgs),
+    /// Sizes: what a restore would write, and the data stored for it after deduplication.
+    #[command(after_help = EXIT_CODES)]
+    Stats(StatsArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true)))]
+pub struct GenerateArgs {
+    /// Write the bash completion script to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE", group = "what")]
+    pub bash_completion: Option<PathBuf>,
+    /// Write the zsh completion script to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE", group = "what")]
+    pub zsh_completion: Option<PathBuf>,
+    /// Write the fish completion script to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE", group = "what")]
+    pub fish_completion: Option<PathBuf>,
+    /// Write man pages (coffer.1 and one per command) into DIR.
+    #[arg(long, value_name = "DIR", group = "what")]
+    pub man: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Snapshots to count (ids, unique prefixes or `latest`); default: every snapshot
+    /// that passes the filters.
+    pub snapshots: Vec<String>,
+    /// `restore-size`: the files a restore writes (sizes and counts, each snapshot
+    /// counted in full); `raw-data`: the stored blobs they use, each counted once.
+    #[arg(long, value_enum, default_value_t = StatsMode::RestoreSize)]
+    pub mode: StatsMode,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `stats --mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsMode {
+    /// What restoring the snapshots would write.
+    RestoreSize,
+    /// The deduplicated data stored for them.
+    RawData,
 }
 
 #[derive(Args, Debug)]
@@ -145,7 +213,22 @@ pub struct InitArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct FilterArgs {
     /// Only snapshots of this host.
-    #[arg(long = "host", short = 'H')]
+    #[arg(long = "host", short = 'H', env = "COFFER_HOST")]
+    pub host: Option<String>,
+    /// Only snapshots with this tag (repeat for several).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Only snapshots that include this path (repeat for several).
+    #[arg(long = "path")]
+    pub paths: Vec<String>,
+}
+
+/// [`FilterArgs`] for `forget`, where `-H` means `--keep-hourly` (as in restic):
+/// `--host` has no short form there.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ForgetFilterArgs {
+    /// Only snapshots of this host.
+    #[arg(long = "host")]
     pub host: Option<String>,
     /// Only snapshots with this tag (repeat for several).
     #[arg(long = "tag")]
@@ -157,14 +240,27 @@ pub struct FilterArgs {
 
 #[derive(Args, Debug)]
 pub struct BackupArgs {
-    /// Files and directories to back up.
-    #[arg(required = true)]
+    /// Files and directories to back up. One that does not exist is warned about
+    /// and the rest is backed up (exit code 3).
+    #[arg(required_unless_present_any = ["files_from", "files_from_verbatim", "files_from_raw"])]
     pub paths: Vec<PathBuf>,
+    /// Read paths to back up from this file (`-` for standard input), one per line;
+    /// empty lines and lines starting with `#` are ignored, and paths are taken as
+    /// written, without expanding patterns (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Vec<PathBuf>,
+    /// Read paths from this file, one per line, every non-empty line verbatim (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub files_from_verbatim: Vec<PathBuf>,
+    /// Read paths from this file, separated by NUL bytes, as `find -print0` writes
+    /// them (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub files_from_raw: Vec<PathBuf>,
     /// Tag the snapshot (repeat, or separate with commas).
     #[arg(long = "tag", value_delimiter = ',')]
     pub tags: Vec<String>,
     /// Host name to record instead of this machine's.
-    #[arg(long, short = 'H')]
+    #[arg(long, short = 'H', env = "COFFER_HOST")]
     pub host: Option<String>,
     /// Leave out entries matching this gitignore-style pattern (repeatable).
     #[arg(long = "exclude", short = 'e')]
@@ -172,6 +268,28 @@ pub struct BackupArgs {
     /// Read exclude patterns from a file, one per line (repeatable).
     #[arg(long = "exclude-file")]
     pub exclude_files: Vec<PathBuf>,
+    /// Like --exclude, ignoring case (repeatable).
+    #[arg(long = "iexclude", value_name = "PATTERN")]
+    pub iexcludes: Vec<String>,
+    /// Like --exclude-file, ignoring case (repeatable).
+    #[arg(long = "iexclude-file", value_name = "FILE")]
+    pub iexclude_files: Vec<PathBuf>,
+    /// Leave out directories holding a CACHEDIR.TAG file with the standard signature.
+    #[arg(long)]
+    pub exclude_caches: bool,
+    /// Leave out directories that hold an entry of this name (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub exclude_if_present: Vec<String>,
+    /// Leave out files larger than this size (e.g. 512K, 2G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub exclude_larger_than: Option<u64>,
+    /// The snapshot's time instead of now: `YYYY-MM-DD HH:MM:SS` in local time
+    /// (UTC with --utc), or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// Write no snapshot when nothing changed since the parent snapshot.
+    #[arg(long)]
+    pub skip_if_unchanged: bool,
     /// Do not cross file system boundaries.
     #[arg(long, short = 'x')]
     pub one_file_system: bool,
@@ -196,6 +314,16 @@ pub struct BackupArgs {
 pub struct SnapshotsArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Only the N newest snapshots of each group (see --group-by; default: host and paths).
+    #[arg(long, value_name = "N")]
+    pub latest: Option<usize>,
+    /// Fewer columns: id, time, host, tags.
+    #[arg(long, short = 'c')]
+    pub compact: bool,
+    /// List snapshots in groups sharing these fields: a comma-separated subset of
+    /// host, paths, tags.
+    #[arg(long, short = 'g', value_name = "FIELDS")]
+    pub group_by: Option<coffer_core::ops::retention::GroupBy>,
 }
 
 #[derive(Args, Debug)]
@@ -291,16 +419,18 @@ pub struct ForgetArgs {
     /// Snapshots to forget (ids or unique prefixes). Not with a policy.
     #[arg(conflicts_with_all = [
         "keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly",
-        "keep_within", "keep_tags", "group_by", "host", "tags", "paths",
+        "keep_within", "keep_within_hourly", "keep_within_daily", "keep_within_weekly",
+        "keep_within_monthly", "keep_within_yearly", "keep_tags", "group_by", "host", "tags", "paths",
     ])]
     pub snapshots: Vec<String>,
     /// Keep the N newest snapshots of each group ('unlimited' for all).
     #[arg(long, short = 'l', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
     pub keep_last: u32,
-    /// Keep the newest snapshot of each of the last N hours that have snapshots (UTC).
-    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_keep_count)]
+    /// Keep the newest snapshot of each of the last N hours that have snapshots
+    /// (hours, days, weeks, months and years in local time; --utc for UTC).
+    #[arg(long, short = 'H', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
     pub keep_hourly: u32,
-    /// Keep the newest snapshot of each of the last N days that have snapshots (UTC).
+    /// Keep the newest snapshot of each of the last N days that have snapshots.
     #[arg(long, short = 'd', value_name = "N", default_value = "0", value_parser = parse_keep_count)]
     pub keep_daily: u32,
     /// Keep the newest snapshot of each of the last N ISO weeks that have snapshots.
@@ -316,6 +446,21 @@ pub struct ForgetArgs {
     /// days, hours, e.g. 30d or 1y5m7d2h.
     #[arg(long, value_name = "DURATION")]
     pub keep_within: Option<coffer_core::ops::retention::Span>,
+    /// Keep the newest snapshot of each hour within this span of the group's newest.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within_hourly: Option<coffer_core::ops::retention::Span>,
+    /// Keep the newest snapshot of each day within this span of the group's newest.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within_daily: Option<coffer_core::ops::retention::Span>,
+    /// Keep the newest snapshot of each week within this span of the group's newest.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within_weekly: Option<coffer_core::ops::retention::Span>,
+    /// Keep the newest snapshot of each month within this span of the group's newest.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within_monthly: Option<coffer_core::ops::retention::Span>,
+    /// Keep the newest snapshot of each year within this span of the group's newest.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within_yearly: Option<coffer_core::ops::retention::Span>,
     /// Keep snapshots carrying this tag; TAG,TAG... means all of them (repeatable:
     /// any of the lists).
     #[arg(long = "keep-tag", value_name = "TAG[,TAG...]", value_parser = parse_tag_list)]
@@ -326,10 +471,20 @@ pub struct ForgetArgs {
     pub group_by: coffer_core::ops::retention::GroupBy,
     /// Only consider snapshots that pass these filters.
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub filter: ForgetFilterArgs,
     /// Show what would be kept and forgotten; change nothing.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Allow a policy to forget every snapshot of a group (refused otherwise), or,
+    /// without any keep rule, every snapshot.
+    #[arg(long)]
+    pub unsafe_allow_remove_all: bool,
+    /// Run `coffer prune` afterwards (not with --dry-run).
+    #[arg(long)]
+    pub prune: bool,
+    /// With --prune: how long prune waits between announcing deletions and making them.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "prune")]
+    pub grace: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]

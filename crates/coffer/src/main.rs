@@ -4,6 +4,8 @@
 
 mod args;
 mod cmd;
+mod foreign;
+mod interrupt;
 mod output;
 mod password;
 mod progress;
@@ -16,37 +18,59 @@ use clap::Parser;
 use args::{Cli, Command};
 use coffer_core::Error;
 
-/// Exit codes, documented in the README and in `coffer --help`.
+/// Exit codes, documented in the README, in docs/design.md#exit-codes and in
+/// `coffer --help`. Where restic gives a number a meaning, coffer uses that
+/// number for that meaning (so scripts written for restic keep working);
+/// coffer's own conditions take numbers restic does not use (20 and up).
 pub mod exit {
     /// Success.
     pub const OK: u8 = 0;
     /// Any failure not listed below.
     pub const FAILURE: u8 = 1;
-    /// Wrong passphrase, or no usable key.
-    pub const WRONG_PASSWORD: u8 = 3;
-    /// The repository does not exist.
+    /// Wrong usage (invalid arguments), as clap reports it.
+    pub const USAGE: u8 = 2;
+    /// The backup was made, but some source files could not be read (restic: 3).
+    pub const INCOMPLETE: u8 = 3;
+    /// The repository does not exist (restic: 10).
     pub const NO_REPOSITORY: u8 = 10;
-    /// The backup was made, but some files could not be read.
-    pub const INCOMPLETE: u8 = 11;
+    /// Wrong passphrase, or no usable key (restic: 12).
+    pub const WRONG_PASSWORD: u8 = 12;
     /// Repository data is damaged (an object failed to verify) or check found errors.
-    pub const DAMAGED: u8 = 12;
+    pub const DAMAGED: u8 = 20;
     /// The restore target is not empty and --overwrite was not given.
-    pub const TARGET_NOT_EMPTY: u8 = 13;
+    pub const TARGET_NOT_EMPTY: u8 = 21;
     /// A proof or signature does not verify.
-    pub const NOT_VERIFIED: u8 = 14;
+    pub const NOT_VERIFIED: u8 = 22;
     /// The storage failed (after retries) or refused a write, e.g. a full disk.
-    pub const STORAGE: u8 = 15;
+    pub const STORAGE: u8 = 23;
+    /// A concurrent prune removed data this backup had stored; run it again.
+    pub const PRUNE_CONFLICT: u8 = 24;
+    /// The repository lost its config (its other objects are there).
+    pub const CONFIG_LOST: u8 = 25;
+    /// The location holds something else than a coffer repository (restic's, say).
+    pub const NOT_COFFER: u8 = 26;
+    /// Interrupted by Ctrl-C or SIGINT (restic: 130).
+    pub const INTERRUPTED: u8 = 130;
 }
+
+/// What a backup that a concurrent prune overtook says (coffer-core reports it
+/// as invalid input); mapped to [`exit::PRUNE_CONFLICT`].
+const PRUNE_CONFLICT_TEXT: &str = "a prune removed data it had stored";
 
 fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
+        if cause.downcast_ref::<foreign::NotCoffer>().is_some() {
+            return exit::NOT_COFFER;
+        }
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::WrongPassword { .. } | Error::NoKey => exit::WRONG_PASSWORD,
-                Error::RepoNotFound { .. } | Error::ConfigLost { .. } => exit::NO_REPOSITORY,
+                Error::RepoNotFound { .. } => exit::NO_REPOSITORY,
+                Error::ConfigLost { .. } => exit::CONFIG_LOST,
                 Error::Corrupt { .. } => exit::DAMAGED,
                 Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
                 Error::Backend(_) => exit::STORAGE,
+                Error::InvalidInput(m) if m.contains(PRUNE_CONFLICT_TEXT) => exit::PRUNE_CONFLICT,
                 _ => exit::FAILURE,
             };
         }
@@ -87,10 +111,42 @@ fn default_sigpipe() {
 #[cfg(not(unix))]
 fn default_sigpipe() {}
 
+/// `--repository-file`: the repository location is the file's first line. Given
+/// with `--repo` (or COFFER_REPOSITORY) as well, it is a usage error, as in restic.
+fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Some(file) = &global.repository_file else {
+        return Ok(());
+    };
+    if global.repo.is_some() {
+        anyhow::bail!(
+            "--repository-file {} and --repo (or COFFER_REPOSITORY) both name a repository: give one",
+            file.display()
+        );
+    }
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the repository file {}: check --repository-file", file.display()))?;
+    let location = text.lines().next().unwrap_or("").trim();
+    if location.is_empty() {
+        anyhow::bail!(
+            "the repository file {} is empty: write the repository location on its first line",
+            file.display()
+        );
+    }
+    global.repo = Some(location.to_string());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     default_sigpipe();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let json = cli.global.json;
+    output::set_utc(cli.global.utc);
+    progress::set_interval(Some(cli.global.progress_interval).filter(|d| !d.is_zero()));
+    if let Err(e) = repository_from_file(&mut cli.global) {
+        output::error(json, &e, exit::USAGE);
+        return ExitCode::from(exit::USAGE);
+    }
     let result = match &cli.command {
         Command::Init(a) => cmd::init::run(&cli.global, a),
         Command::Backup(a) => {
@@ -110,6 +166,9 @@ fn main() -> ExitCode {
         Command::Prune(a) => cmd::prune::run(&cli.global, a),
         Command::Key(a) => cmd::key::run(&cli.global, a),
         Command::Repair(a) => cmd::repair::run(&cli.global, a),
+        Command::Version => cmd::generate::version(&cli.global),
+        Command::Generate(a) => cmd::generate::run(&cli.global, a),
+        Command::Stats(a) => cmd::stats::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,6 +1,46 @@
-//! Printing: human text or JSON, and the formatting helpers both use.
+//! Printing: human text or JSON, and the formatting helpers both use. Times are
+//! shown in local time, or in UTC with `--utc` (docs/design.md#exit-codes,
+//! "Command line").
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
+
+/// Whether `--utc` was given.
+static UTC: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`time`] show UTC (`--utc`) instead of local time.
+pub fn set_utc(utc: bool) {
+    UTC.store(utc, Ordering::Relaxed);
+}
+
+/// The time zone times are shown and bucketed in: UTC with `--utc`, else the
+/// system's (`TZ`, else /etc/localtime; UTC when neither is usable).
+pub fn time_zone() -> jiff::tz::TimeZone {
+    if UTC.load(Ordering::Relaxed) { jiff::tz::TimeZone::UTC } else { jiff::tz::TimeZone::system() }
+}
+
+/// Whether times are shown in UTC (`--utc`).
+pub fn is_utc() -> bool {
+    UTC.load(Ordering::Relaxed)
+}
+
+/// Formats a file time (seconds since the epoch) as `YYYY-MM-DD HH:MM:SS` in the
+/// display time zone; one out of range is shown as the number of seconds.
+pub fn file_time(secs: i64) -> String {
+    match jiff::Timestamp::from_second(secs) {
+        Ok(ts) => ts.to_zoned(time_zone()).strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => secs.to_string(),
+    }
+}
+
+/// Seconds east of UTC in [`time_zone`] at `t`.
+pub fn utc_offset(t: std::time::SystemTime) -> i64 {
+    match jiff::Timestamp::try_from(t) {
+        Ok(ts) => i64::from(time_zone().to_offset(ts).seconds()),
+        Err(_) => 0,
+    }
+}
 
 /// Prints an error to stderr: one line of text, or a JSON object with the exit code.
 pub fn error(json: bool, err: &anyhow::Error, code: u8) {
@@ -29,9 +69,13 @@ pub fn bytes(n: u64) -> String {
     if u == 0 { format!("{n} B") } else { format!("{v:.2} {}", UNITS[u]) }
 }
 
-/// Formats a snapshot time (RFC 3339) as `YYYY-MM-DD HH:MM:SS` UTC.
+/// Formats a snapshot time (RFC 3339) as `YYYY-MM-DD HH:MM:SS` in local time (UTC
+/// with `--utc`). A time that does not parse is shown as stored.
 pub fn time(rfc3339: &str) -> String {
-    rfc3339.get(..19).map(|s| s.replace('T', " ")).unwrap_or_else(|| rfc3339.to_string())
+    match rfc3339.parse::<jiff::Timestamp>() {
+        Ok(ts) => ts.to_zoned(time_zone()).strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => rfc3339.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -41,5 +85,12 @@ mod tests {
         assert_eq!(super::bytes(10), "10 B");
         assert_eq!(super::bytes(1536), "1.50 KiB");
         assert_eq!(super::bytes(3 << 30), "3.00 GiB");
+    }
+
+    #[test]
+    fn times_in_utc_and_unparsable_ones_as_stored() {
+        super::set_utc(true);
+        assert_eq!(super::time("2024-05-06T23:30:00.123456789Z"), "2024-05-06 23:30:00");
+        assert_eq!(super::time("not a time"), "not a time");
     }
 }

@@ -1,5 +1,7 @@
-//! Where passphrases come from: COFFER_PASSWORD, the password file, or a prompt on
-//! the terminal (asked twice when a repository is being created); for the passphrase
+//! Where passphrases come from: COFFER_PASSWORD, the password file, the password
+//! command's first line of output, the first line of standard input when it is not
+//! a terminal (as restic reads it), or a prompt on the terminal (asked twice when a
+//! repository is being created); for the passphrase
 //! of a new key file, COFFER_NEW_PASSWORD, the new password file, or a prompt asked twice.
 //!
 //! A passphrase is held in a [`Passphrase`], wiped from memory when dropped, and so
@@ -30,12 +32,17 @@ pub enum Purpose {
 /// Reads the passphrase. Never logs or prints it. One for a new repository may
 /// not be empty.
 pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<Passphrase> {
+    if global.password_file.is_some() && global.password_command.is_some() {
+        bail!("--password-file and --password-command both give the passphrase: give one");
+    }
     let pw = if let Some(p) = env("COFFER_PASSWORD") {
         p
     } else if let Some(file) = &global.password_file {
         first_line(file)?
+    } else if let Some(command) = &global.password_command {
+        from_command(command)?
     } else if !std::io::stdin().is_terminal() {
-        bail!("no passphrase: set COFFER_PASSWORD or COFFER_PASSWORD_FILE, pass --password-file, or run on a terminal");
+        from_stdin()?
     } else if purpose == Purpose::Create {
         prompt_twice("enter passphrase for repository: ", "enter the passphrase again: ")?
     } else {
@@ -86,6 +93,39 @@ pub fn kdf(log_n: u8, insecure: bool) -> Result<ScryptParams> {
 
 fn env(name: &str) -> Option<Passphrase> {
     std::env::var(name).ok().map(Zeroizing::new)
+}
+
+/// The first line a shell command prints; the command must succeed.
+fn from_command(command: &str) -> Result<Passphrase> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run the password command {command:?}"))?;
+    let text = Zeroizing::new(out.stdout);
+    if !out.status.success() {
+        bail!("the password command {command:?} failed ({}): fix it, or give the passphrase another way", out.status);
+    }
+    let text = std::str::from_utf8(&text).context("the password command printed something that is not UTF-8")?;
+    Ok(Zeroizing::new(text.lines().next().unwrap_or("").to_string()))
+}
+
+/// The first line of standard input (not a terminal). Nothing at all there is an
+/// error, so that a script that forgot to give a passphrase is told so.
+fn from_stdin() -> Result<Passphrase> {
+    use std::io::BufRead;
+    let mut line = Zeroizing::new(String::new());
+    let n = std::io::stdin().lock().read_line(&mut line).context("cannot read the passphrase from standard input")?;
+    if n == 0 {
+        bail!(
+            "no passphrase: standard input is not a terminal and was empty; set COFFER_PASSWORD or \
+             COFFER_PASSWORD_FILE, pass --password-file or --password-command, pipe the passphrase in, or run on \
+             a terminal"
+        );
+    }
+    Ok(Zeroizing::new(line.trim_end_matches(['\n', '\r']).to_string()))
 }
 
 fn first_line(file: &Path) -> Result<Passphrase> {

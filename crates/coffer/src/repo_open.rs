@@ -115,6 +115,7 @@ pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Reposit
         Repository::check_new_location(be.as_ref())?;
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
+    crate::foreign::check(path)?;
     let pw = password::read(global, Purpose::Open)?;
     let repo = Repository::open(be, pw.as_bytes())?;
     Ok((repo, pw))
@@ -140,6 +141,7 @@ pub fn create_with_modes(global: &GlobalArgs, path: &Path, opts: &InitOptions, m
     }
     .with_context(|| format!("cannot create repository directory {}", path.display()))?;
     let be = backend_with_modes(path, modes)?;
+    crate::foreign::check(path)?;
     Repository::check_new_location(be.as_ref())?;
     let pw = password::read(global, Purpose::Create)?;
     Ok(Repository::init(be, pw.as_bytes(), opts)?)

@@ -155,7 +155,7 @@ fn damaged_blob_is_traced_to_the_file_in_every_snapshot() {
     flip_byte(&pack, blob["offset"].as_u64().unwrap() + blob["length"].as_u64().unwrap() / 2);
 
     let victim = std::fs::canonicalize(src.join("docs/victim.bin")).unwrap();
-    let err = assert_code(&env.run(&["check", "--read-data"]), 12);
+    let err = assert_code(&env.run(&["check", "--read-data"]), 20);
     assert!(err.contains(&format!("pack {}", &pack_id[..8])), "{err}");
     assert!(err.contains(&format!("data blob {} in pack {}", &blob_id[..8], &pack_id[..8])), "{err}");
     for s in [&s1, &s2] {
@@ -168,7 +168,7 @@ fn damaged_blob_is_traced_to_the_file_in_every_snapshot() {
 
     // The same, structured.
     let out = env.run(&["--json", "check", "--read-data"]);
-    assert_code(&out, 12);
+    assert_code(&out, 20);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let damaged = v["damaged_blobs"].as_array().unwrap();
     assert_eq!(damaged.len(), 1, "{damaged:?}");
@@ -188,7 +188,7 @@ fn damaged_blob_is_traced_to_the_file_in_every_snapshot() {
     // The damaged pack is not recorded as verified: a share run reads it first.
     let v: serde_json::Value = {
         let out = env.run(&["--json", "check", "--read-data-subset", "1%"]);
-        assert_code(&out, 12);
+        assert_code(&out, 20);
         serde_json::from_slice(&out.stdout).unwrap()
     };
     assert_eq!(read_ids(&v), BTreeSet::from([pack_id.clone()]));
@@ -215,7 +215,7 @@ fn a_missing_pack_names_the_files_it_held() {
         std::fs::write(&pack, saved).unwrap();
     }
     assert!(removed, "every pack holds a tree blob");
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains("missing from the repository"), "{err}");
     assert!(err.contains(&format!("affected: snapshot {}: {} (data blob", &s[..8], big.display())), "{err}");
 }

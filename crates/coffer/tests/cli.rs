@@ -212,7 +212,7 @@ fn every_command_documents_exit_codes() {
         let out = env.run(&[cmd, "--help"]);
         assert_success(&out);
         let help = text(&out.stdout);
-        assert!(help.contains("Exit codes") && help.contains("13"), "{cmd} --help lacks exit codes");
+        assert!(help.contains("Exit codes") && help.contains("130"), "{cmd} --help lacks exit codes");
     }
 }
 
@@ -231,7 +231,7 @@ fn password_file_is_read() {
     std::fs::write(&pw, "wrong\n").unwrap();
     let out =
         env.cmd().env_remove("COFFER_PASSWORD").env("COFFER_PASSWORD_FILE", &pw).args(["snapshots"]).output().unwrap();
-    assert_code(&out, 3);
+    assert_code(&out, 12);
     // No passphrase source and no terminal: a clear error, not a hang.
     let out = env
         .cmd()

@@ -1,6 +1,6 @@
 //! A storage that fails: transient errors, timeouts, short reads and lost write
 //! acknowledgements are retried and never corrupt anything; a storage that refuses
-//! writes (a full disk) gives a clear error, exit code 15, and leaves every
+//! writes (a full disk) gives a clear error, exit code 23, and leaves every
 //! existing object as it was. Faults come from `COFFER_TEST_FAULTS` with fixed seeds.
 
 mod common;
@@ -47,13 +47,13 @@ fn a_storage_failing_often_is_retried_and_nothing_is_damaged() {
 }
 
 #[test]
-fn retries_give_up_with_exit_code_15_and_a_message_naming_the_object() {
+fn retries_give_up_with_exit_code_23_and_a_message_naming_the_object() {
     let env = Env::new();
     let src = env.path("src");
     make_tree(&src);
     // Every operation fails transiently: after the retries, a storage error.
     let out = run_faulty(&env, "seed=7,transient=1", &["snapshots"]);
-    let err = assert_code(&out, 15);
+    let err = assert_code(&out, 23);
     assert!(err.contains("gave up after 10 attempts"), "{err}");
     assert!(err.contains("config") || err.contains("keys/"), "names the object: {err}");
 }
@@ -69,7 +69,7 @@ fn a_full_disk_fails_the_backup_cleanly_and_changes_nothing() {
     let before: Vec<_> = files_under(&env.repo());
     let before_bytes: Vec<Vec<u8>> = before.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let out = run_faulty(&env, "refuse_writes", &["backup", s]);
-    let err = assert_code(&out, 15);
+    let err = assert_code(&out, 23);
     assert!(err.contains("No space left on device"), "{err}");
     assert!(err.contains("no snapshot was written"), "{err}");
     assert!(err.contains("sessions/") || err.contains("data/"), "names the object: {err}");

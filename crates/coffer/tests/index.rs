@@ -59,7 +59,7 @@ fn a_planted_index_file_hides_nothing_else_and_repair_removes_it() {
     let out = env.run(&["ls", "latest"]);
     assert_success(&out);
     // Check reports it as an error.
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains(&format!("index file {}", "ab".repeat(4))), "{err}");
 
     // Repair removes it; check passes again.
@@ -83,7 +83,7 @@ fn repair_rebuilds_a_deleted_index() {
     for f in &old {
         std::fs::remove_file(f).unwrap();
     }
-    let err = assert_code(&env.run(&["restore", "latest", "--target", s(&env.path("lost"))]), 12);
+    let err = assert_code(&env.run(&["restore", "latest", "--target", s(&env.path("lost"))]), 20);
     assert!(err.contains("not in any index"), "{err}");
     let v = env.json(&["repair", "index"]);
     assert_eq!(v["ok"], true, "{v}");
@@ -112,10 +112,10 @@ fn a_damaged_pack_is_reported_by_repair_and_keeps_its_old_entries() {
     std::fs::write(&pack, bytes).unwrap();
     let name = pack.file_name().unwrap().to_str().unwrap()[..8].to_string();
     let out = env.run(&["repair", "index"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains(&format!("pack {name}")) && err.contains("kept"), "{err}");
     // Its entries are still in the index: check names the pack, not "not in any index".
-    let err = assert_code(&env.run(&["check", "--read-data"]), 12);
+    let err = assert_code(&env.run(&["check", "--read-data"]), 20);
     assert!(err.contains(&format!("pack {name}")) && !err.contains("not in any index"), "{err}");
 }
 
@@ -147,10 +147,10 @@ fn an_index_file_replayed_after_a_prune_does_not_shadow_the_good_copy() {
     env.backup(&[&src]);
     restores_whole(&env, &src, "again");
     // The stale entries are index damage; repair drops them.
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains("listed in the index but missing"), "{err}");
     let out = env.run(&["repair", "index"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains("missing from the repository; dropped from the index"), "{err}");
     assert_success(&env.run(&["check", "--read-data"]));
 }
@@ -180,7 +180,7 @@ fn a_prune_after_a_replayed_index_file_keeps_the_good_copy() {
     prune();
     restores_whole(&env, &src, "after");
     // The replayed files still list the packs that are gone: repair drops them.
-    assert_code(&env.run(&["repair", "index"]), 12);
+    assert_code(&env.run(&["repair", "index"]), 20);
     assert_success(&env.run(&["check", "--read-data"]));
     restores_whole(&env, &src, "repaired");
 }

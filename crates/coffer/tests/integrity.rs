@@ -106,16 +106,16 @@ fn deleting_the_newest_snapshot_is_a_rollback() {
     let (env, _, ids) = with_snapshots(2);
     assert_success(&check(&env));
     std::fs::remove_file(object(&env, "snapshots", &ids[1])).unwrap();
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains("rolled back") && err.contains(short(&ids[1])), "{err}");
     // Nothing refers to the newest snapshot, so it is not reported as a missing link.
     assert!(!err.contains("is missing"), "{err}");
     // The remembered heads are kept while the rollback stands: it is reported again.
     let out = env.run(&["snapshots"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains("rolled back"), "{err}");
     assert!(text(&out.stdout).contains(short(&ids[0])), "{}", text(&out.stdout));
-    assert_code(&check(&env), 12);
+    assert_code(&check(&env), 20);
 }
 
 #[test]
@@ -123,12 +123,12 @@ fn deleting_a_linked_snapshot_is_reported_missing() {
     let (env, _, ids) = with_snapshots(3);
     assert!(history_of(&env, &ids[1]).contains(&ids[0]));
     std::fs::remove_file(object(&env, "snapshots", &ids[0])).unwrap();
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("history entry {} is missing", short(&ids[0]))), "{err}");
     assert!(err.contains("lost or deleted by the storage"), "{err}");
     // The message names the entry that refers to the missing one.
     assert!(err.contains(&format!("{} refers to it", short(&ids[1]))), "{err}");
-    let err = assert_code(&env.run(&["snapshots"]), 12);
+    let err = assert_code(&env.run(&["snapshots"]), 20);
     assert!(err.contains("is missing"), "{err}");
 }
 
@@ -161,7 +161,7 @@ fn forget_is_told_apart_from_a_deletion() {
     // The same kind of removal by hand: the snapshot in between, which the forgotten
     // newest one linked to, deleted without a tombstone.
     std::fs::remove_file(object(&env, "snapshots", &ids[1])).unwrap();
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("history entry {} is missing", short(&ids[1]))), "{err}");
     assert!(err.contains("no tombstone records its removal"), "{err}");
     assert!(err.contains("lost or deleted by the storage"), "{err}");
@@ -187,18 +187,18 @@ fn an_older_copy_of_the_repository_is_a_rollback_until_accepted() {
     std::fs::remove_dir_all(env.repo()).unwrap();
     std::fs::rename(&old, env.repo()).unwrap();
 
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains("rolled back") && err.contains(short(&newest)), "{err}");
     // The message says how to accept a repository restored on purpose.
     let heads = heads_file(&env);
     assert!(err.contains(&heads.display().to_string()), "{err}");
-    assert_code(&env.run(&["snapshots"]), 12);
+    assert_code(&env.run(&["snapshots"]), 20);
     // A backup goes on (with a warning) but does not make the rollback forgotten.
     write_tree(&src, 2);
     let out = env.run(&["backup", src.to_str().unwrap()]);
     assert_success(&out);
     assert!(text(&out.stderr).contains("rolled back"), "{}", text(&out.stderr));
-    assert_code(&check(&env), 12);
+    assert_code(&check(&env), 20);
 
     // The documented way to accept it: delete the local heads file.
     std::fs::remove_file(&heads).unwrap();
@@ -216,17 +216,17 @@ fn swapped_snapshot_files_are_both_damaged() {
     let (ba, bb) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
     std::fs::write(&a, bb).unwrap();
     std::fs::write(&b, ba).unwrap();
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     for id in &ids {
         assert!(
             err.contains(&format!("snapshot {}: content does not match its name", short(id))),
             "{id} not reported: {err}"
         );
     }
-    let err = assert_code(&env.run(&["snapshots"]), 12);
+    let err = assert_code(&env.run(&["snapshots"]), 20);
     assert!(err.contains(short(&ids[0])) && err.contains(short(&ids[1])), "{err}");
     // Neither is offered for restore.
-    assert_code(&env.run(&["ls", &ids[0]]), 12);
+    assert_code(&env.run(&["ls", &ids[0]]), 20);
 }
 
 #[test]
@@ -238,10 +238,10 @@ fn a_snapshot_from_another_repository_is_rejected() {
     write_tree(&src, 9);
     let foreign = other.backup(&[&src]);
     std::fs::copy(object(&other, "snapshots", &foreign), object(&env, "snapshots", &foreign)).unwrap();
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}", short(&foreign))), "{err}");
     assert!(err.contains("authentication failed"), "{err}");
-    let err = assert_code(&env.run(&["snapshots"]), 12);
+    let err = assert_code(&env.run(&["snapshots"]), 20);
     assert!(err.contains("authentication failed"), "{err}");
 }
 
@@ -251,7 +251,7 @@ fn a_flipped_byte_in_a_snapshot_signature_block_is_reported() {
     let (env, _, ids) = with_snapshots(1);
     let snap = object(&env, "snapshots", &ids[0]);
     flip(&snap, -40);
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}: content does not match its name", short(&ids[0]))), "{err}");
 
     // Renamed to match, one part of the block at a time: the signature, the commitment
@@ -261,27 +261,27 @@ fn a_flipped_byte_in_a_snapshot_signature_block_is_reported() {
     let snap = object(&env, "snapshots", &ids[0]);
     flip(&snap, 60);
     let forged = rename_to_hash(&snap);
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}: authentication failed", short(&forged))), "{err}");
     for (part, offset) in [("signature", -40), ("commitment", -130), ("public key", -90)] {
         let (env, _, ids) = with_snapshots(1);
         let snap = object(&env, "snapshots", &ids[0]);
         flip(&snap, offset);
         let forged = rename_to_hash(&snap);
-        let err = assert_code(&check(&env), 12);
+        let err = assert_code(&check(&env), 20);
         assert!(
             err.contains(&format!("snapshot {}: BAD SIGNATURE (the signature does not verify)", short(&forged))),
             "{part}: {err}"
         );
         let out = env.run(&["snapshots"]);
-        assert_code(&out, 12);
+        assert_code(&out, 20);
         assert!(text(&out.stdout).contains("BAD SIGNATURE"), "{part}: {}", text(&out.stdout));
     }
     let (env, _, ids) = with_snapshots(1);
     let snap = object(&env, "snapshots", &ids[0]);
     flip(&snap, -5);
     let forged = rename_to_hash(&snap);
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}", short(&forged))) && err.contains("signature block version"), "{err}");
 }
 
@@ -298,24 +298,24 @@ fn a_flipped_byte_in_a_tombstone_is_reported() {
     let (env, tomb) = setup();
     let tid = name_of(&tomb);
     flip(&tomb, 20);
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("tombstone {}: content does not match its name", short(&tid))), "{err}");
     // Without its tombstone the forgotten snapshot looks lost.
     assert!(err.contains("is missing"), "{err}");
-    assert_code(&env.run(&["snapshots"]), 12);
+    assert_code(&env.run(&["snapshots"]), 20);
 
     // Renamed to match: the sealed part no longer opens.
     let (env, tomb) = setup();
     flip(&tomb, 60);
     let forged = rename_to_hash(&tomb);
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("tombstone {}", short(&forged))) && err.contains("authentication failed"), "{err}");
 
     // Renamed to match: the signature no longer verifies.
     let (env, tomb) = setup();
     flip(&tomb, -40);
     let forged = rename_to_hash(&tomb);
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("tombstone {}: BAD SIGNATURE", short(&forged))), "{err}");
 }
 
@@ -326,13 +326,13 @@ fn a_flipped_byte_in_a_writer_record_is_reported() {
         let rec = objects(&env, "writers").remove(0);
         flip(&rec, 50);
         let wid = if rename { rename_to_hash(&rec) } else { name_of(&rec) };
-        let err = assert_code(&check(&env), 12);
+        let err = assert_code(&check(&env), 20);
         let why = if rename { "authentication failed" } else { "content does not match its name" };
         assert!(err.contains(&format!("writer record {}: {why}", short(&wid))), "{err}");
         // Its snapshots are now by an unknown writer.
         assert!(err.contains(&format!("snapshot {}: UNKNOWN WRITER", short(&ids[0]))), "{err}");
         let out = env.run(&["writers"]);
-        assert_code(&out, 12);
+        assert_code(&out, 20);
     }
 }
 
@@ -359,13 +359,13 @@ fn a_snapshot_signed_by_an_unregistered_key_is_flagged() {
     let unknown = repo.save_snapshot(&snap, &stranger).unwrap().to_hex();
 
     let out = env.run(&["snapshots"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     let listing = text(&out.stdout);
     assert!(listing.contains(&format!("UNKNOWN WRITER {}", &stranger.public().to_hex()[..8])), "{listing}");
     assert!(listing.contains("BAD SIGNATURE"), "{listing}");
     assert!(err.contains(&format!("snapshot {}: UNKNOWN WRITER", short(&unknown))), "{err}");
     assert!(err.contains(&format!("snapshot {}: BAD SIGNATURE (signed by key", short(&resigned_id))), "{err}");
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}: UNKNOWN WRITER", short(&unknown))), "{err}");
     assert!(err.contains(&format!("snapshot {}: BAD SIGNATURE", short(&resigned_id))), "{err}");
     // The original is untouched and still valid.
@@ -381,11 +381,11 @@ fn a_deleted_writer_record_makes_an_unknown_writer_until_the_next_backup() {
     std::fs::remove_file(&writers[0]).unwrap();
 
     let out = env.run(&["snapshots"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     let listing = text(&out.stdout);
     assert!(listing.contains(&format!("UNKNOWN WRITER {}", &key[..8])), "{listing}");
     assert!(err.contains("UNKNOWN WRITER"), "{err}");
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}: UNKNOWN WRITER", short(&ids[0]))), "{err}");
     // Reading still works, with a warning about the author.
     let out = env.run(&["ls", &ids[0]]);
@@ -419,11 +419,11 @@ fn a_stripped_signature_is_unsigned() {
     std::fs::remove_file(heads_file(&env)).unwrap();
 
     let out = env.run(&["snapshots"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(text(&out.stdout).contains("UNSIGNED"), "{}", text(&out.stdout));
     assert!(err.contains(&format!("snapshot {}: UNSIGNED", short(&id))), "{err}");
     assert!(!err.contains("rolled back"), "{err}");
-    let err = assert_code(&check(&env), 12);
+    let err = assert_code(&check(&env), 20);
     assert!(err.contains(&format!("snapshot {}: UNSIGNED", short(&id))), "{err}");
 
     // The content is still authenticated by the data key: ls and restore work, warning
@@ -443,7 +443,7 @@ fn a_stripped_signature_is_unsigned() {
     let out = env.run(&["prove", &id, &format!("{}/a.txt", src.display()), "-o", proof.to_str().unwrap()]);
     assert_success(&out);
     assert!(text(&out.stderr).contains("UNSIGNED"), "{}", text(&out.stderr));
-    let err = assert_code(&env.run(&["verify-proof", proof.to_str().unwrap()]), 14);
+    let err = assert_code(&env.run(&["verify-proof", proof.to_str().unwrap()]), 22);
     assert!(err.contains("not signed"), "{err}");
 }
 
@@ -487,10 +487,10 @@ fn proofs_verify_and_tampered_proofs_do_not() {
     assert_eq!(v["content_checked"], true);
     assert_eq!(v["signer_trusted"], true);
 
-    let err = assert_code(&env.run(&["verify-proof", pf, "--file", wrong.to_str().unwrap()]), 14);
+    let err = assert_code(&env.run(&["verify-proof", pf, "--file", wrong.to_str().unwrap()]), 22);
     assert!(err.contains("does NOT verify"), "{err}");
     let other_key = "11".repeat(32);
-    let err = assert_code(&env.run(&["verify-proof", pf, "--public-key", &other_key]), 14);
+    let err = assert_code(&env.run(&["verify-proof", pf, "--public-key", &other_key]), 22);
     assert!(err.contains("not among the public keys"), "{err}");
     // One trusted key among several is enough.
     assert_success(&env.run(&["verify-proof", pf, "--public-key", &other_key, "--public-key", &key]));
@@ -549,12 +549,12 @@ fn proofs_verify_and_tampered_proofs_do_not() {
     for (what, p) in &cases {
         let out = verify_value(&env, p, &[]);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(14), "{what}: {err}");
+        assert_eq!(out.status.code(), Some(22), "{what}: {err}");
         assert!(err.contains("does NOT verify"), "{what}: {err}");
     }
     // Not a proof at all.
     std::fs::write(env.path("junk.json"), b"{\"magic\": \"something else\"}").unwrap();
-    assert_code(&env.run(&["verify-proof", env.path("junk.json").to_str().unwrap()]), 14);
+    assert_code(&env.run(&["verify-proof", env.path("junk.json").to_str().unwrap()]), 22);
 
     // No repository, no passphrase: the proof stands on its own.
     std::fs::remove_dir_all(env.repo()).unwrap();
@@ -571,7 +571,7 @@ fn proofs_verify_and_tampered_proofs_do_not() {
         .args(["verify-proof", pf, "--file", wrong.to_str().unwrap()])
         .output()
         .unwrap();
-    assert_code(&out, 14);
+    assert_code(&out, 22);
 }
 
 fn hex_decode(s: &str) -> Vec<u8> {

@@ -106,7 +106,7 @@ fn add_list_and_remove() {
     assert_success(&out);
     assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap()["removed"], second.as_str());
     assert_eq!(key_files(&env), vec![first]);
-    let err = assert_code(&run_as(&env, "second passphrase", &["key", "list"]), 3);
+    let err = assert_code(&run_as(&env, "second passphrase", &["key", "list"]), 12);
     assert!(err.contains("wrong passphrase"), "{err}");
 }
 
@@ -155,7 +155,7 @@ fn passwd_replaces_the_key_in_use() {
     let new = v["added"].as_str().unwrap().to_string();
     assert_eq!(key_files(&env), vec![new.clone()]);
 
-    let err = assert_code(&env.run(&["snapshots"]), 3);
+    let err = assert_code(&env.run(&["snapshots"]), 12);
     assert!(err.contains("wrong passphrase"), "{err}");
     let out = run_as(&env, "new passphrase", &["--json", "snapshots"]);
     assert_success(&out);
@@ -237,7 +237,7 @@ fn rotate_seals_new_data_under_a_new_epoch_and_keeps_old_data_readable() {
     assert_eq!(removed, BTreeSet::from([opener.as_str(), other.as_str()]));
     assert_eq!(key_files(&env), vec![rotated.clone()]);
     assert!(!repo.join("keys").join(&opener).exists());
-    let err = assert_code(&run_as(&env, "other passphrase", &["snapshots"]), 3);
+    let err = assert_code(&run_as(&env, "other passphrase", &["snapshots"]), 12);
     assert!(err.contains("wrong passphrase"), "{err}");
 
     // Back up more: a new file, a changed one, and a copy of data stored before.
@@ -285,10 +285,10 @@ fn rotate_seals_new_data_under_a_new_epoch_and_keeps_old_data_readable() {
     assert_eq!(current(&key_list(&env, "other passphrase")), other);
     let out = old(&["--json", "cat", "snapshot", &snap1]);
     assert_success(&out);
-    let err = assert_code(&old(&["cat", "snapshot", &snap2]), 12);
+    let err = assert_code(&old(&["cat", "snapshot", &snap2]), 20);
     assert!(err.contains("epoch 1") && err.contains("predates a key rotation"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    let err = assert_code(&old(&["restore", &snap2, "--target", env.path("r3").to_str().unwrap()]), 12);
+    let err = assert_code(&old(&["restore", &snap2, "--target", env.path("r3").to_str().unwrap()]), 20);
     assert!(err.contains("epoch 1"), "{err}");
     // Nor may it rotate: it would reuse epoch 1 for another key.
     let err = assert_code(&old(&["key", "rotate", "--yes"]), 1);

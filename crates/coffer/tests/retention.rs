@@ -158,3 +158,69 @@ fn a_policy_without_keep_rules_and_ids_with_a_policy_are_refused() {
     assert_eq!(live(&env), before);
     assert_eq!(tombstones(&env), 0);
 }
+
+#[test]
+fn restic_short_flags_and_within_periods() {
+    let (env, a, b) = setup();
+    // `-H 24` is --keep-hourly, as in restic (not --host): every snapshot of the
+    // test lies in one or two hours, so each group keeps its newest of each hour.
+    let v = env.json(&["forget", "-H", "24", "-n"]);
+    assert_eq!(v["groups"].as_array().unwrap().len(), 2, "both hosts considered: {v}");
+    assert!(v["groups"][0]["keep"][0]["reasons"].as_array().unwrap().contains(&"hourly".into()), "{v}");
+    let v = env.json(&["forget", "-l", "2", "-d", "1", "-w", "1", "-m", "1", "-y", "1", "-n"]);
+    assert_eq!(ids(&v["forgotten"]), set(&[&a[0], &a[1]]));
+    let v = env.json(&["forget", "--keep-within-daily", "1d", "-n"]);
+    assert_eq!(v["groups"][0]["keep"][0]["reasons"], serde_json::json!(["daily within 1d"]));
+    assert_eq!(v["kept"], 2, "one per host and day: {v}");
+    assert_eq!(ids(&v["forgotten"]).len(), 4);
+    assert!(ids(&v["forgotten"]).contains(&b[0]));
+    assert_eq!(tombstones(&env), 0);
+}
+
+#[test]
+fn a_policy_that_would_empty_a_group_is_refused_unless_allowed() {
+    let (env, a, b) = setup();
+    let before = live(&env);
+    // A tag nobody has: restic would forget everything; coffer refuses.
+    for extra in [&[][..], &["-n"]] {
+        let mut args = vec!["forget", "--keep-tag", "typo"];
+        args.extend_from_slice(extra);
+        let err = assert_code(&env.run(&args), 1);
+        assert!(err.contains("keeps no snapshot of host alpha") && err.contains("--unsafe-allow-remove-all"), "{err}");
+    }
+    // Only beta empties: still refused, and nothing of alpha is forgotten either.
+    let err = assert_code(&env.run(&["forget", "--keep-tag", "keep"]), 1);
+    assert!(err.contains("host beta") && !err.contains("host alpha"), "{err}");
+    assert_eq!(live(&env), before);
+    assert_eq!(tombstones(&env), 0);
+
+    let v = env.json(&["forget", "--keep-tag", "keep", "--unsafe-allow-remove-all"]);
+    assert_eq!(ids(&v["forgotten"]), set(&[&a[0], &a[2], &a[3], &b[0], &b[1]]));
+    assert_eq!(live(&env), set(&[&a[1]]));
+    // Without any rule, the flag forgets everything that passes the filters.
+    let v = env.json(&["forget", "--unsafe-allow-remove-all"]);
+    assert_eq!(ids(&v["forgotten"]), set(&[&a[1]]));
+    assert_eq!(live(&env), BTreeSet::new());
+}
+
+#[test]
+fn forget_prune_runs_prune_after() {
+    let (env, _, _) = setup();
+    std::fs::write(env.path("data/other"), common::random_bytes(200_000, 7)).unwrap();
+    backup(&env, "alpha", "");
+    std::fs::remove_file(env.path("data/other")).unwrap();
+    backup(&env, "alpha", "");
+    let out = env
+        .cmd()
+        .env("COFFER_TEST_PRUNE_GRACE_MS", "100")
+        .args(["--json", "forget", "--keep-last", "1", "--prune", "--grace", "100ms"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let lines: Vec<Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "forget's summary, then prune's: {lines:?}");
+    assert_eq!(lines[0]["forgotten"].as_array().unwrap().len(), 6);
+    assert!(lines[1]["bytes_freed"].as_i64().unwrap() >= 200_000, "{}", lines[1]);
+    assert_code(&env.run(&["forget", "--keep-last", "1", "--prune", "-n"]), 2);
+    assert_success(&env.run(&["check", "--read-data"]));
+}

@@ -47,7 +47,7 @@ fn wrong_passphrase_is_exit_3_and_quick() {
     let (env, _, _) = backed_up();
     let start = Instant::now();
     let out = env.cmd().env("COFFER_PASSWORD", "not it").args(["snapshots"]).output().unwrap();
-    let err = assert_code(&out, 3);
+    let err = assert_code(&out, 12);
     assert!(err.contains("wrong passphrase"), "{err}");
     // One scrypt evaluation at the test cost; generous bound for a loaded machine.
     assert!(start.elapsed() < Duration::from_secs(20));
@@ -161,7 +161,7 @@ fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
     let pack = damage_largest_blob(&env);
     let target = env.path("out");
     let out = env.run(&["restore", &format!("{id}:{}", src.display()), "--target", target.to_str().unwrap()]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains(&format!("pack {}", short(&pack))), "{err}");
     assert!(err.contains("random.bin"), "{err}");
     // The damaged file is not left behind half-written; the others are intact.
@@ -169,7 +169,7 @@ fn flipped_bit_in_a_data_pack_fails_restore_of_that_file_only() {
     assert_eq!(std::fs::read(target.join("small")).unwrap(), b"tiny");
     assert_eq!(std::fs::read(target.join("sub/text.txt")).unwrap(), std::fs::read(src.join("sub/text.txt")).unwrap());
     let out = env.run(&["check", "--read-data"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains(&format!("pack {}", short(&pack))), "{err}");
 }
 
@@ -195,7 +195,7 @@ fn other_names_of_a_damaged_file_are_reported_not_linked() {
             .args(["restore", &spec, "--target", target.to_str().unwrap()])
             .output()
             .unwrap();
-        let err = assert_code(&out, 12);
+        let err = assert_code(&out, 20);
         assert!(err.contains("3 entries could not be restored"), "{err}");
         for name in ["zz/again", "sub/once_more"] {
             assert!(err.contains(&format!("{name}: hard link to")), "{err}");
@@ -216,11 +216,11 @@ fn truncated_pack_is_reported() {
     let pack = objects(&env, "data").remove(0);
     let len = std::fs::metadata(&pack).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&pack).unwrap().set_len(len / 2).unwrap();
-    let err = assert_code(&env.run(&["check", "--read-data"]), 12);
+    let err = assert_code(&env.run(&["check", "--read-data"]), 20);
     assert!(err.contains(&format!("pack {}", short(&pack))), "{err}");
     let target = env.path("out");
     let out = env.run(&["restore", &format!("{id}:{}", src.display()), "--target", target.to_str().unwrap()]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains("truncated") || err.contains("altered"), "{err}");
 }
 
@@ -229,11 +229,11 @@ fn missing_pack_is_reported_by_check_and_restore() {
     let (env, src, id) = backed_up();
     let pack = objects(&env, "data").remove(0);
     std::fs::remove_file(&pack).unwrap();
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains(&format!("pack {}", short(&pack))) && err.contains("missing"), "{err}");
     let target = env.path("out");
     let out = env.run(&["restore", &format!("{id}:{}", src.display()), "--target", target.to_str().unwrap()]);
-    assert_code(&out, 12);
+    assert_code(&out, 20);
 }
 
 #[test]
@@ -252,9 +252,9 @@ fn flipped_tree_blob_is_reported() {
     let pack_path = objects(&env, "data").into_iter().find(|p| p.ends_with(pack["pack"].as_str().unwrap())).unwrap();
     flip_byte(&pack_path, tree["offset"].as_u64().unwrap() + 3);
     let out = env.run(&["ls", "latest"]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains("tree blob") && err.contains(&tree["id"].as_str().unwrap()[..8]), "{err}");
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains("tree blob"), "{err}");
 }
 
@@ -264,9 +264,9 @@ fn damaged_index_snapshot_key_and_config_are_named() {
     let (env, _, _) = backed_up();
     let idx = objects(&env, "index").remove(0);
     flip_byte(&idx, 60);
-    let err = assert_code(&env.run(&["ls", "latest"]), 12);
+    let err = assert_code(&env.run(&["ls", "latest"]), 20);
     assert!(err.contains(&format!("index file {}", short(&idx))), "{err}");
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains(&format!("index file {}", short(&idx))), "{err}");
 
     // snapshot: truncated
@@ -274,28 +274,28 @@ fn damaged_index_snapshot_key_and_config_are_named() {
     let snap = objects(&env, "snapshots").remove(0);
     let len = std::fs::metadata(&snap).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&snap).unwrap().set_len(len - 5).unwrap();
-    let err = assert_code(&env.run(&["snapshots"]), 12);
+    let err = assert_code(&env.run(&["snapshots"]), 20);
     assert!(err.contains(&format!("snapshot {}", &id[..8])), "{err}");
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains(&format!("snapshot {}", &id[..8])), "{err}");
     // One damaged snapshot hides nothing else: backups go on, and the others are listed.
     let src = env.path("src");
     let newer = env.backup(&[&src]);
     let out = env.run(&["snapshots"]);
-    assert_code(&out, 12);
+    assert_code(&out, 20);
     assert!(text(&out.stdout).contains(&newer[..8]), "{}", text(&out.stdout));
 
     // key file
     let (env, _, _) = backed_up();
     let key = objects(&env, "keys").remove(0);
     flip_byte(&key, 40);
-    let err = assert_code(&env.run(&["snapshots"]), 12);
+    let err = assert_code(&env.run(&["snapshots"]), 20);
     assert!(err.contains(&format!("key file {}", short(&key))), "{err}");
 
     // config
     let (env, _, _) = backed_up();
     flip_byte(&env.repo().join("config"), 30);
-    let err = assert_code(&env.run(&["snapshots"]), 12);
+    let err = assert_code(&env.run(&["snapshots"]), 20);
     assert!(err.contains("config"), "{err}");
 }
 
@@ -400,7 +400,7 @@ fn unreadable_file_is_skipped_and_snapshot_marked_incomplete() {
         chown_tree(&env.path("home"), 65534);
     }
     let out = unprivileged(&env, &["--json", "backup", src.to_str().unwrap()]);
-    let err = assert_code(&out, 11);
+    let err = assert_code(&out, 3);
     assert!(err.contains("secret"), "the warning names the file: {err}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["incomplete"], true);

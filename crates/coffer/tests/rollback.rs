@@ -19,13 +19,13 @@ fn latest_is_refused_after_a_rollback() {
     let target = env.path("r");
     let t = target.to_str().unwrap();
     for args in [vec!["restore", "latest", "--target", t], vec!["ls", "latest"], vec!["diff", &older, "latest"]] {
-        let err = assert_code(&env.run(&args), 12);
+        let err = assert_code(&env.run(&args), 20);
         assert!(err.contains("latest") && err.contains(&newer[..8]) && err.contains("older state"), "{args:?}: {err}");
     }
     assert!(!target.exists(), "nothing restored");
     // In JSON too, the error names the missing head.
     let out = env.run(&["--json", "restore", "latest", "--target", t]);
-    let err = assert_code(&out, 12);
+    let err = assert_code(&out, 20);
     assert!(err.contains(&newer[..8]), "{err}");
     // Naming the snapshot by id restores it.
     assert_success(&env.run(&["restore", &older, "--target", t]));

@@ -1201,7 +1201,7 @@ fn restore_into_non_empty_target() {
     let state = scan(&target);
 
     let out: Output = env.run(&["restore", &spec, "--target", s(&target)]);
-    let err = assert_code(&out, 13);
+    let err = assert_code(&out, 21);
     eprintln!("non-empty target: {}", err.trim());
     let now = scan(&target);
     compare(&target, &state, &target, &now, CompareOpts { links: true });
@@ -1210,7 +1210,7 @@ fn restore_into_non_empty_target() {
 
     // --json reports the same code.
     let out = env.run(&["--json", "restore", &spec, "--target", s(&target)]);
-    assert_code(&out, 13);
+    assert_code(&out, 21);
 
     // --overwrite replaces what is in the way and leaves the rest alone.
     restore(&env, &[&spec, "--target", s(&target), "--overwrite"]);

@@ -52,10 +52,10 @@ fn a_lost_config_is_never_reinitialised() {
     std::fs::remove_file(env.repo().join("config")).unwrap();
     let before = names_under(&env.repo());
 
-    let err = assert_code(&env.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]), 10);
+    let err = assert_code(&env.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]), 25);
     assert!(err.contains("config was lost") && err.contains("1 key file"), "{err}");
     // Other commands say so too, rather than that there is no repository.
-    let err = assert_code(&env.run(&["snapshots"]), 10);
+    let err = assert_code(&env.run(&["snapshots"]), 25);
     assert!(err.contains("config was lost"), "{err}");
     assert!(err.contains("Restore 'config' from a copy"), "{err}");
     assert_eq!(names_under(&env.repo()), before, "nothing was written");
@@ -69,7 +69,7 @@ fn a_lost_config_is_never_reinitialised() {
     let mut cmd = env.cmd();
     cmd.env_remove("COFFER_REPOSITORY").env("XDG_DATA_HOME", &data).args(["backup", src.to_str().unwrap()]);
     let out = cmd.output().unwrap();
-    let err = assert_code(&out, 10);
+    let err = assert_code(&out, 25);
     assert!(err.contains("config was lost"), "{err}");
     assert_eq!(names_under(&default).len(), before.len(), "nothing was written");
 
@@ -78,7 +78,7 @@ fn a_lost_config_is_never_reinitialised() {
     std::fs::rename(&default, env.repo()).unwrap();
     let mut wrong = env.cmd();
     wrong.env("COFFER_PASSWORD", "not the passphrase").args(["repair", "config"]);
-    assert_code(&wrong.output().unwrap(), 3);
+    assert_code(&wrong.output().unwrap(), 12);
     assert!(!env.repo().join("config").exists());
     let out = env.run(&["repair", "config"]);
     assert_success(&out);
@@ -149,7 +149,7 @@ fn a_read_only_repository_serves_every_read_command() {
     assert_eq!(std::fs::read(target.join(src.strip_prefix("/").unwrap()).join("a.txt")).unwrap(), b"changed");
     // A write is refused at once, saying why.
     let started = Instant::now();
-    let err = assert_code(&run(&["backup", src.to_str().unwrap()]), 15);
+    let err = assert_code(&run(&["backup", src.to_str().unwrap()]), 23);
     assert!(err.contains("read-only file system"), "{err}");
     assert!(!err.contains("temporary"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
@@ -172,7 +172,7 @@ fn a_full_disk_fails_at_once_and_says_so() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("big"), random_bytes(4 << 20, 9)).unwrap();
     let started = Instant::now();
-    let err = assert_code(&env.run(&["backup", src.to_str().unwrap()]), 15);
+    let err = assert_code(&env.run(&["backup", src.to_str().unwrap()]), 23);
     assert!(err.contains("full"), "{err}");
     assert!(!err.contains("temporary"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
@@ -189,7 +189,7 @@ fn a_planted_giant_object_is_damage_not_an_abort() {
     // Commands go on without it, saying so; check reports it as damage.
     let err = assert_code(&env.run(&["ls", "latest"]), 0);
     assert!(err.contains(&name) && err.contains(&giant.to_string()), "{err}");
-    let err = assert_code(&env.run(&["check"]), 12);
+    let err = assert_code(&env.run(&["check"]), 20);
     assert!(err.contains(&name) && err.contains(&giant.to_string()), "{err}");
 }
 
@@ -203,7 +203,7 @@ fn a_planted_symbolic_link_is_not_followed() {
     // the repository with a link to somewhere else.
     let _ = std::fs::remove_dir_all(env.repo().join("snapshots"));
     std::os::unix::fs::symlink(&outside, env.repo().join("snapshots")).unwrap();
-    let err = assert_code(&env.run(&["backup", src.to_str().unwrap()]), 15);
+    let err = assert_code(&env.run(&["backup", src.to_str().unwrap()]), 23);
     assert!(err.contains("symbolic link"), "{err}");
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing was written through the link");
 }

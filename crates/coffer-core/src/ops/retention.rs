@@ -9,10 +9,13 @@
 //! [`Decision`] records every rule that did. The rules are restic's:
 //!
 //! - `last`: the N newest snapshots;
-//! - `hourly` ... `yearly`: the newest snapshot of each of the N most recent UTC
-//!   hours, days, ISO weeks (Monday to Sunday), months or years that have a snapshot;
+//! - `hourly` ... `yearly`: the newest snapshot of each of the N most recent
+//!   hours, days, ISO weeks (Monday to Sunday), months or years that have a snapshot,
+//!   in UTC or, through [`apply_with_offset`], in the caller's local time;
 //! - `within`: snapshots newer than the group's newest snapshot minus a calendar
 //!   [`Span`];
+//! - `within_hourly` ... `within_yearly`: the newest snapshot of each hour ... year
+//!   among the snapshots newer than the group's newest minus a span;
 //! - `tags`: snapshots carrying every tag of one of the given tag lists.
 //!
 //! Everything here is pure: nothing is read or written. The forgetting itself is
@@ -50,6 +53,17 @@ pub struct Policy {
     pub yearly: u32,
     /// Keep snapshots newer than the group's newest snapshot minus this span.
     pub within: Option<Span>,
+    /// Keep the newest snapshot of each hour among those newer than the group's
+    /// newest snapshot minus this span.
+    pub within_hourly: Option<Span>,
+    /// Likewise for days.
+    pub within_daily: Option<Span>,
+    /// Likewise for ISO weeks.
+    pub within_weekly: Option<Span>,
+    /// Likewise for calendar months.
+    pub within_monthly: Option<Span>,
+    /// Likewise for calendar years.
+    pub within_yearly: Option<Span>,
     /// Keep snapshots that carry every tag of any one of these lists.
     pub tags: Vec<Vec<String>>,
     /// How snapshots are grouped before the rules apply.
@@ -67,6 +81,11 @@ impl Policy {
             || self.monthly > 0
             || self.yearly > 0
             || self.within.is_some()
+            || self.within_hourly.is_some()
+            || self.within_daily.is_some()
+            || self.within_weekly.is_some()
+            || self.within_monthly.is_some()
+            || self.within_yearly.is_some()
             || !self.tags.is_empty()
     }
 }
@@ -272,6 +291,16 @@ pub enum Reason {
     Yearly,
     /// Newer than the group's newest snapshot minus this span.
     Within(Span),
+    /// Newest of its hour, within this span of the group's newest snapshot.
+    WithinHourly(Span),
+    /// Newest of its day, within the span.
+    WithinDaily(Span),
+    /// Newest of its ISO week, within the span.
+    WithinWeekly(Span),
+    /// Newest of its month, within the span.
+    WithinMonthly(Span),
+    /// Newest of its year, within the span.
+    WithinYearly(Span),
     /// Carries every tag of this list.
     Tag(Vec<String>),
 }
@@ -286,6 +315,11 @@ impl fmt::Display for Reason {
             Reason::Monthly => f.write_str("monthly"),
             Reason::Yearly => f.write_str("yearly"),
             Reason::Within(span) => write!(f, "within {span}"),
+            Reason::WithinHourly(span) => write!(f, "hourly within {span}"),
+            Reason::WithinDaily(span) => write!(f, "daily within {span}"),
+            Reason::WithinWeekly(span) => write!(f, "weekly within {span}"),
+            Reason::WithinMonthly(span) => write!(f, "monthly within {span}"),
+            Reason::WithinYearly(span) => write!(f, "yearly within {span}"),
             Reason::Tag(tags) => write!(f, "tag {}", tags.join(",")),
         }
     }
@@ -356,12 +390,14 @@ impl Period {
 }
 
 /// One bucket rule while a group is walked: how many periods it may still keep,
-/// and the last period it kept a snapshot of.
+/// the last period it kept a snapshot of, and for a `within_*` rule the instant
+/// a snapshot must be newer than.
 struct BucketRule {
     period: Period,
     reason: Reason,
     left: u32,
     last: Option<i64>,
+    after: Option<Instant>,
 }
 
 /// Decides, for every snapshot given, whether `policy` keeps it. The result holds
@@ -370,9 +406,23 @@ struct BucketRule {
 /// id counting as newer. Callers filter the snapshots (host, tags, paths) first:
 /// only those given are considered.
 pub fn apply(snapshots: &[(Id, Snapshot)], policy: &Policy) -> Vec<Decision> {
-    let mut groups: BTreeMap<GroupKey, Vec<(Id, &Snapshot, Instant)>> = BTreeMap::new();
+    apply_with_offset(snapshots, policy, &|_| 0)
+}
+
+/// [`apply`] with the bucket rules' hours, days, weeks, months and years taken in
+/// a local time: `offset(t)` gives the seconds east of UTC in effect at `t`
+/// (the caller knows the time zone; this library reads no environment).
+pub fn apply_with_offset(
+    snapshots: &[(Id, Snapshot)],
+    policy: &Policy,
+    offset: &dyn Fn(SystemTime) -> i64,
+) -> Vec<Decision> {
+    let mut groups: BTreeMap<GroupKey, Vec<(Id, &Snapshot, Instant, Instant)>> = BTreeMap::new();
     for (id, s) in snapshots {
-        groups.entry(policy.group_by.key(s)).or_default().push((*id, s, Instant::of(s.system_time())));
+        let time = s.system_time();
+        let t = Instant::of(time);
+        let local = Instant { secs: t.secs.saturating_add(offset(time)), nanos: t.nanos };
+        groups.entry(policy.group_by.key(s)).or_default().push((*id, s, t, local));
     }
     let mut out = Vec::with_capacity(snapshots.len());
     for (key, mut members) in groups {
@@ -386,21 +436,34 @@ pub fn apply(snapshots: &[(Id, Snapshot)], policy: &Policy) -> Vec<Decision> {
             (Period::Year, Reason::Yearly, policy.yearly),
         ]
         .into_iter()
-        .map(|(period, reason, left)| BucketRule { period, reason, left, last: None })
+        .map(|(period, reason, left)| BucketRule { period, reason, left, last: None, after: None })
         .collect();
-        let threshold = policy.within.map(|span| (span, span.before(members[0].2)));
-        for (id, s, t) in members {
+        let newest = members[0].2;
+        for (period, span, reason) in [
+            (Period::Hour, policy.within_hourly, Reason::WithinHourly as fn(Span) -> Reason),
+            (Period::Day, policy.within_daily, Reason::WithinDaily),
+            (Period::Week, policy.within_weekly, Reason::WithinWeekly),
+            (Period::Month, policy.within_monthly, Reason::WithinMonthly),
+            (Period::Year, policy.within_yearly, Reason::WithinYearly),
+        ] {
+            if let Some(span) = span {
+                let after = Some(span.before(newest));
+                rules.push(BucketRule { period, reason: reason(span), left: u32::MAX, last: None, after });
+            }
+        }
+        let threshold = policy.within.map(|span| (span, span.before(newest)));
+        for (id, s, t, local) in members {
             let mut reasons = Vec::new();
             if last_left > 0 {
                 last_left -= 1;
                 reasons.push(Reason::Last);
             }
             for rule in &mut rules {
-                if rule.left == 0 {
+                if rule.left == 0 || rule.after.is_some_and(|after| t <= after) {
                     continue;
                 }
                 // Newest first: the first snapshot met in a period is its newest.
-                let bucket = rule.period.bucket(t);
+                let bucket = rule.period.bucket(local);
                 if rule.last != Some(bucket) {
                     rule.last = Some(bucket);
                     rule.left -= 1;
@@ -504,6 +567,37 @@ mod tests {
 
     fn reasons_of(ds: &[Decision], n: u8) -> Vec<Reason> {
         ds.iter().find(|d| d.id == id(n)).expect("decided").reasons.clone()
+    }
+
+    #[test]
+    fn daily_buckets_follow_the_offset_given() {
+        // 23:30 UTC on May 6 is May 7 at UTC+1: there it shares a day with 10:00 UTC on May 7.
+        let s = at(&["2024-05-06T23:30:00Z", "2024-05-07T10:00:00Z", "2024-05-05T12:00:00Z"]);
+        let p = Policy { daily: 10, ..Default::default() };
+        assert_eq!(kept(&s, &p), [2, 1, 3], "UTC: three days");
+        let plus_one = |_: SystemTime| 3600;
+        let local: Vec<u8> =
+            apply_with_offset(&s, &p, &plus_one).iter().filter(|d| d.keep).map(|d| d.id.0[0]).collect();
+        assert_eq!(local, [2, 3], "UTC+1: May 7 holds two snapshots, only the newest is kept");
+    }
+
+    #[test]
+    fn within_daily_keeps_one_per_day_inside_the_span_only() {
+        let s = at(&[
+            "2024-05-01T10:00:00Z",
+            "2024-05-08T09:00:00Z",
+            "2024-05-08T18:00:00Z",
+            "2024-05-09T08:00:00Z",
+            "2024-05-10T07:00:00Z",
+            "2024-05-10T20:00:00Z",
+        ]);
+        let span: Span = "3d".parse().unwrap();
+        let p = Policy { within_daily: Some(span), ..Default::default() };
+        assert!(p.has_keep_rule());
+        // Newest is May 10 20:00; the span reaches back to May 7 20:00.
+        assert_eq!(kept(&s, &p), [6, 4, 3]);
+        assert_eq!(reasons_of(&apply(&s, &p), 6), [Reason::WithinDaily(span)]);
+        assert_eq!(Reason::WithinDaily(span).to_string(), "daily within 3d");
     }
 
     #[test]

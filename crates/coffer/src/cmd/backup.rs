@@ -13,14 +13,101 @@ use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
-    let mut patterns = a.excludes.clone();
-    for f in &a.exclude_files {
+    patterns_from(&a.excludes, &a.exclude_files)
+}
+
+/// `patterns` followed by the patterns of each file, one a line (`#` comments).
+fn patterns_from(patterns: &[String], files: &[PathBuf]) -> Result<Vec<String>> {
+    let mut patterns = patterns.to_vec();
+    for f in files {
         let text = std::fs::read_to_string(f).with_context(|| format!("cannot read exclude file {}", f.display()))?;
         patterns.extend(
             text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty() && !l.starts_with('#')).map(String::from),
         );
     }
     Ok(patterns)
+}
+
+/// How a file of paths to back up is read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ListFormat {
+    /// Lines; empty ones and `#` comments skipped; trailing blanks trimmed.
+    Lines,
+    /// Lines taken as written; only empty ones skipped.
+    Verbatim,
+    /// NUL-separated bytes.
+    Raw,
+}
+
+/// The paths named on the command line and in the `--files-from*` files.
+fn source_paths(a: &BackupArgs) -> Result<Vec<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut paths = a.paths.clone();
+    let lists = a.files_from.iter().map(|f| (f, ListFormat::Lines));
+    let lists = lists.chain(a.files_from_verbatim.iter().map(|f| (f, ListFormat::Verbatim)));
+    for (file, format) in lists.chain(a.files_from_raw.iter().map(|f| (f, ListFormat::Raw))) {
+        let bytes = if file.as_os_str() == "-" {
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                .context("cannot read paths from standard input")?;
+            b
+        } else {
+            std::fs::read(file).with_context(|| format!("cannot read the list of paths {}", file.display()))?
+        };
+        let sep = if format == ListFormat::Raw { b'\0' } else { b'\n' };
+        for item in bytes.split(|b| *b == sep) {
+            let item = match format {
+                ListFormat::Raw => item,
+                ListFormat::Verbatim => item.strip_suffix(b"\r").unwrap_or(item),
+                ListFormat::Lines => item.trim_ascii_end(),
+            };
+            if item.is_empty() || (format == ListFormat::Lines && item.starts_with(b"#")) {
+                continue;
+            }
+            paths.push(PathBuf::from(std::ffi::OsStr::from_bytes(item)));
+        }
+    }
+    if paths.is_empty() {
+        bail!("nothing to back up: the --files-from lists name no path; give at least one");
+    }
+    Ok(paths)
+}
+
+/// Drops the paths that do not exist, warning of each. None left is an error.
+fn existing_paths(global: &GlobalArgs, paths: Vec<PathBuf>) -> Result<(Vec<PathBuf>, usize)> {
+    let (mut kept, mut missing) = (Vec::new(), 0);
+    for p in paths {
+        match std::fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing += 1;
+                let message = "does not exist; backing up the rest (exit code 3)";
+                if global.json {
+                    eprintln!("{}", json!({"type": "warning", "path": p.to_string_lossy(), "message": message}));
+                } else {
+                    eprintln!("warning: {}: {message}", p.display());
+                }
+            }
+            _ => kept.push(p),
+        }
+    }
+    if kept.is_empty() {
+        bail!("none of the paths to back up exists: nothing to back up; check the paths");
+    }
+    Ok((kept, missing))
+}
+
+/// Parses `--time`: `YYYY-MM-DD HH:MM:SS` (or with a `T`) in the display time
+/// zone, or an RFC 3339 time.
+fn parse_time(s: &str) -> Result<std::time::SystemTime> {
+    let ts = match s.parse::<jiff::Timestamp>() {
+        Ok(ts) => ts,
+        Err(_) => s
+            .parse::<jiff::civil::DateTime>()
+            .and_then(|dt| dt.to_zoned(output::time_zone()))
+            .map(|z| z.timestamp())
+            .map_err(|e| anyhow::anyhow!("--time {s:?} is not a time like \"2024-05-01 10:00:00\": {e}"))?,
+    };
+    Ok(std::time::SystemTime::from(ts))
 }
 
 /// coffer's own files, always left out of a backup: the repository (backing it up
@@ -73,6 +160,10 @@ fn refuse_own_files(paths: &[PathBuf], own: &[PathBuf]) -> Result<()> {
 }
 
 pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
+    // Everything the command line says is checked before the repository is opened.
+    let (paths, missing) = existing_paths(global, source_paths(a)?)?;
+    let time = a.time.as_deref().map(parse_time).transpose()?;
+    coffer_core::ops::backup::build_excludes(&read_exclude_files(a)?)?;
     let (path, is_default) = repo_open::location(global)?;
     let mut created = false;
     let repo = if is_default && !path.join("config").exists() {
@@ -100,9 +191,15 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     };
     // Found once the state directory exists, so that its real path is known.
     let own = own_files(&path);
-    refuse_own_files(&a.paths, &own)?;
+    refuse_own_files(&paths, &own)?;
     let opts = BackupOptions {
-        paths: a.paths.clone(),
+        paths,
+        iexcludes: patterns_from(&a.iexcludes, &a.iexclude_files)?,
+        exclude_if_present: a.exclude_if_present.clone(),
+        exclude_caches: a.exclude_caches,
+        exclude_larger_than: a.exclude_larger_than,
+        time,
+        skip_if_unchanged: a.skip_if_unchanged,
         excludes: with_own_files_excluded(read_exclude_files(a)?, &own),
         one_file_system: a.one_file_system,
         dry_run: a.dry_run,
@@ -113,7 +210,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         reread_share: a.reread_share,
         state: Some(state),
     };
-    let display = Display::new(global.json, global.quiet, "backup");
+    let display = Display::new(global.json, global.quiet, "backup").listing_items(global.verbose);
     let result = backup(&repo, &opts, &key, &display);
     display.finish();
     let result = result.context(
@@ -129,7 +226,9 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
             "repository": path,
             "snapshot_id": result.id,
             "dry_run": a.dry_run,
-            "incomplete": s.is_incomplete(),
+            "incomplete": s.is_incomplete() || missing > 0,
+            "missing_paths": missing,
+            "unchanged": result.unchanged,
             "skipped": s.skipped_count,
             "parent": s.parent,
             "summary": m,
@@ -148,10 +247,14 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         if s.is_incomplete() {
             println!("{} entries could not be read or changed while read: the snapshot is incomplete", s.skipped_count);
         }
+        if missing > 0 {
+            println!("{missing} of the paths given do not exist and were not backed up");
+        }
         match result.id {
             Some(id) => println!("snapshot {} saved", id.short()),
+            None if result.unchanged => println!("nothing changed since the parent snapshot: no snapshot written"),
             None => println!("dry run: nothing was written"),
         }
     }
-    Ok(if s.is_incomplete() { exit::INCOMPLETE } else { exit::OK })
+    Ok(if s.is_incomplete() || missing > 0 { exit::INCOMPLETE } else { exit::OK })
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use coffer_core::Id;
 use coffer_core::format::ObjectKind;
 use coffer_core::format::snapshot::Snapshot;
@@ -13,19 +13,35 @@ use coffer_core::repo::history::History;
 use coffer_core::repo::{Repository, SnapshotFilter};
 use serde_json::{Value, json};
 
-use crate::args::{ForgetArgs, GlobalArgs};
+use crate::args::{ForgetArgs, GlobalArgs, PruneArgs};
 use crate::{exit, output, repo_open};
 
 /// Exit code of a usage error, as clap uses for invalid arguments.
-const USAGE: u8 = 2;
+const USAGE: u8 = exit::USAGE;
 
 pub fn run(global: &GlobalArgs, a: &ForgetArgs) -> Result<u8> {
+    if a.prune && a.dry_run {
+        let err =
+            anyhow!("--prune and --dry-run do not go together: run `coffer prune --dry-run` to see what it would do");
+        output::error(global.json, &err, USAGE);
+        return Ok(USAGE);
+    }
+    let code = forget_only(global, a)?;
+    if a.prune && code == exit::OK {
+        let args = PruneArgs { max_unused: 5.0, dry_run: false, grace: a.grace };
+        return super::prune::run(global, &args);
+    }
+    Ok(code)
+}
+
+fn forget_only(global: &GlobalArgs, a: &ForgetArgs) -> Result<u8> {
     let policy = policy_of(a);
-    if a.snapshots.is_empty() && !policy.has_keep_rule() {
+    if a.snapshots.is_empty() && !policy.has_keep_rule() && !a.unsafe_allow_remove_all {
         let err = anyhow!(
             "nothing to keep: without snapshot ids, forget applies a policy, and one without a keep rule would \
              forget every snapshot; name the snapshots to forget, or give at least one of --keep-last, \
-             --keep-hourly, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, --keep-within, --keep-tag"
+             --keep-hourly, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, --keep-within(-*), \
+             --keep-tag (or --unsafe-allow-remove-all to forget them all)"
         );
         output::error(global.json, &err, USAGE);
         return Ok(USAGE);
@@ -50,6 +66,11 @@ fn policy_of(a: &ForgetArgs) -> Policy {
         monthly: a.keep_monthly,
         yearly: a.keep_yearly,
         within: a.keep_within,
+        within_hourly: a.keep_within_hourly,
+        within_daily: a.keep_within_daily,
+        within_weekly: a.keep_within_weekly,
+        within_monthly: a.keep_within_monthly,
+        within_yearly: a.keep_within_yearly,
         tags: a.keep_tags.iter().map(|l| l.split(',').map(|t| t.trim().to_string()).collect()).collect(),
         group_by: a.group_by,
     }
@@ -91,7 +112,22 @@ fn by_policy(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &H
     let filter = SnapshotFilter::from(&a.filter);
     let snapshots: Vec<(Id, Snapshot)> =
         history.live_snapshots().into_iter().filter(|(_, s)| filter.matches(s)).collect();
-    let decisions = retention::apply(&snapshots, policy);
+    let decisions = retention::apply_with_offset(&snapshots, policy, &output::utc_offset);
+    if !a.unsafe_allow_remove_all {
+        let emptied: Vec<String> = by_group(&decisions)
+            .iter()
+            .filter(|(_, ds)| ds.iter().all(|d| !d.keep))
+            .map(|(key, ds)| format!("{key} ({} snapshots)", ds.len()))
+            .collect();
+        if !emptied.is_empty() {
+            bail!(
+                "the policy keeps no snapshot of {}, and would forget every one of them; nothing was forgotten. \
+                 Check the --keep-* options (a --keep-tag naming a tag no snapshot has keeps nothing), or pass \
+                 --unsafe-allow-remove-all to forget them",
+                emptied.join("; ")
+            );
+        }
+    }
     let doomed: Vec<Id> = decisions.iter().filter(|d| !d.keep).map(|d| d.id).collect();
     let tombstone = if a.dry_run || doomed.is_empty() { None } else { Some(remove(repo, history, &doomed)?) };
 

@@ -54,11 +54,10 @@ fn print(global: &GlobalArgs, long: bool, path: &Path, n: &Node) {
         let group = n.group.clone().unwrap_or_else(|| n.gid.to_string());
         let target = n.target.as_ref().map(|t| format!(" -> {}", t.display())).unwrap_or_default();
         println!(
-            "{} {owner:>8} {group:>8} {:>12} {:>12}.{:09} {}{target}",
+            "{} {owner:>8} {group:>8} {:>12} {} {}{target}",
             mode_string(n),
             n.size,
-            n.mtime.0,
-            n.mtime.1,
+            output::file_time(n.mtime.0),
             path.display()
         );
     } else {

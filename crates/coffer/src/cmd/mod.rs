@@ -5,6 +5,7 @@ pub mod cat;
 pub mod check;
 pub mod diff;
 pub mod forget;
+pub mod generate;
 pub mod init;
 pub mod key;
 pub mod ls;
@@ -13,13 +14,14 @@ pub mod prune;
 pub mod repair;
 pub mod restore;
 pub mod snapshots;
+pub mod stats;
 pub mod writers;
 
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::repo::SnapshotFilter;
 
-use crate::args::FilterArgs;
+use crate::args::{FilterArgs, ForgetFilterArgs};
 
 /// Flags a snapshot whose signature is missing, bad or by an unknown writer.
 pub fn flag_signature(id: &Id, s: &Snapshot) {
@@ -34,6 +36,12 @@ pub fn flag_signature(id: &Id, s: &Snapshot) {
 
 impl From<&FilterArgs> for SnapshotFilter {
     fn from(f: &FilterArgs) -> Self {
+        SnapshotFilter { host: f.host.clone(), tags: f.tags.clone(), paths: f.paths.clone() }
+    }
+}
+
+impl From<&ForgetFilterArgs> for SnapshotFilter {
+    fn from(f: &ForgetFilterArgs) -> Self {
         SnapshotFilter { host: f.host.clone(), tags: f.tags.clone(), paths: f.paths.clone() }
     }
 }

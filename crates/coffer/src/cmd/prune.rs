@@ -38,13 +38,26 @@ pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
             r.blobs_used,
             r.blobs_unused
         );
-        println!(
-            "{} packs {verb} deleted and {} repacked ({} {verb} removed, {} written by repacking)",
-            r.packs_deleted,
-            r.packs_repacked,
-            output::bytes(r.bytes_deleted),
-            output::bytes(r.bytes_repacked)
-        );
+        if r.dry_run {
+            // What repacking writes is known only once it is done.
+            println!(
+                "{} packs {verb} deleted and {} repacked ({} {verb} removed, {} index files replaced)",
+                r.packs_deleted,
+                r.packs_repacked,
+                output::bytes(r.bytes_deleted),
+                r.index_files_replaced
+            );
+        } else {
+            println!(
+                "{} packs {verb} deleted and {} repacked ({} {verb} removed, {} written by repacking, {} index \
+                 files replaced)",
+                r.packs_deleted,
+                r.packs_repacked,
+                output::bytes(r.bytes_deleted),
+                output::bytes(r.bytes_repacked),
+                r.index_files_replaced
+            );
+        }
         if r.packs_spared > 0 {
             println!("{} packs were kept because backups were running; a later prune removes them", r.packs_spared);
         }

@@ -1,6 +1,11 @@
 //! `coffer snapshots`.
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
+use coffer_core::Id;
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::ops::retention::{GroupBy, GroupKey};
 use coffer_core::repo::SnapshotFilter;
 use coffer_core::repo::history::History;
 use serde_json::json;
@@ -15,6 +20,18 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
     let history = History::load(&repo)?;
     let findings = history.sync_remembered(&repo_open::local_state(&repo)?)?;
     let snaps: Vec<_> = history.live_snapshots().into_iter().filter(|(_, s)| filter.matches(s)).collect();
+    // Groups in key order, each oldest first (the order of the history).
+    let group_by = a.group_by.or(a.latest.map(|_| GroupBy::default()));
+    let mut groups: BTreeMap<Option<GroupKey>, Vec<_>> = BTreeMap::new();
+    for (id, s) in snaps {
+        groups.entry(group_by.map(|g| g.key(&s))).or_default().push((id, s));
+    }
+    if let Some(n) = a.latest {
+        for members in groups.values_mut() {
+            let drop = members.len().saturating_sub(n);
+            members.drain(..drop);
+        }
+    }
     let problems: Vec<String> =
         history.damaged.iter().map(|e| e.to_string()).chain(findings.errors.iter().cloned()).collect();
     let code = if problems.is_empty() { exit::OK } else { exit::DAMAGED };
@@ -26,34 +43,74 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
         }
     }
     if global.json {
-        let list: Vec<_> = snaps
-            .iter()
-            .map(|(id, s)| {
-                json!({"id": id, "snapshot": s, "signed_by": s.signature.describe(),
-                       "signature_valid": s.signature.is_valid()})
-            })
-            .collect();
-        output::json(&serde_json::Value::Array(list));
+        let entry = |(id, s): &(Id, Snapshot)| {
+            json!({"id": id, "snapshot": s, "signed_by": s.signature.describe(),
+                   "signature_valid": s.signature.is_valid()})
+        };
+        let doc = if group_by.is_some() && a.group_by.is_some() {
+            let list: Vec<_> = groups
+                .iter()
+                .map(|(key, members)| {
+                    let key = key.as_ref().map(|k| json!({"host": k.host, "paths": k.paths, "tags": k.tags}));
+                    json!({"group_key": key, "snapshots": members.iter().map(entry).collect::<Vec<_>>()})
+                })
+                .collect();
+            serde_json::Value::Array(list)
+        } else {
+            serde_json::Value::Array(groups.values().flatten().map(entry).collect())
+        };
+        output::json(&doc);
         return Ok(code);
     }
-    println!(
-        "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} paths",
-        "id", "time (UTC)", "host", "tags", "size", "signed by"
-    );
-    for (id, s) in &snaps {
-        let mark = if s.is_incomplete() { " (incomplete)" } else { "" };
+    let time_header = if output::is_utc() { "time (UTC)" } else { "time" };
+    let mut total = 0;
+    for (key, members) in &groups {
+        if let (Some(key), Some(_)) = (key, a.group_by) {
+            println!("snapshots of {key}:");
+        }
+        if a.compact {
+            println!("{:<10} {:<19} {:<16} tags", "id", time_header, "host");
+        } else {
+            println!(
+                "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} paths",
+                "id", time_header, "host", "tags", "size", "signed by"
+            );
+        }
+        for (id, s) in members {
+            let mark = if s.is_incomplete() { " (incomplete)" } else { "" };
+            if a.compact {
+                println!(
+                    "{:<10} {:<19} {:<16} {}{mark}",
+                    id.short(),
+                    output::time(&s.time),
+                    s.hostname,
+                    s.tags.join(",")
+                );
+                continue;
+            }
+            println!(
+                "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} {}{mark}",
+                id.short(),
+                output::time(&s.time),
+                s.hostname,
+                s.tags.join(","),
+                output::bytes(s.summary.bytes_total),
+                s.signature.describe(),
+                s.paths.join(" ")
+            );
+        }
+        total += members.len();
+        if a.group_by.is_some() {
+            println!();
+        }
+    }
+    if groups.is_empty() && !a.compact {
         println!(
-            "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} {}{mark}",
-            id.short(),
-            output::time(&s.time),
-            s.hostname,
-            s.tags.join(","),
-            output::bytes(s.summary.bytes_total),
-            s.signature.describe(),
-            s.paths.join(" ")
+            "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} paths",
+            "id", time_header, "host", "tags", "size", "signed by"
         );
     }
-    println!("{} snapshots", snaps.len());
+    println!("{total} {}", if total == 1 { "snapshot" } else { "snapshots" });
     if !problems.is_empty() {
         eprintln!("{} problems found; run 'coffer check' for the full report", problems.len());
     }

@@ -79,6 +79,55 @@ pub struct BackupOptions {
     /// This client's local state of the repository: the history heads it saw are
     /// checked (rollback is reported as a warning) and updated.
     pub state: Option<LocalState>,
+    /// gitignore-style patterns matched without regard to case (`--iexclude`).
+    pub iexcludes: Vec<String>,
+    /// Leave out a directory that holds an entry of one of these names.
+    pub exclude_if_present: Vec<String>,
+    /// Leave out a directory holding a `CACHEDIR.TAG` with the standard signature.
+    pub exclude_caches: bool,
+    /// Leave out regular files larger than this many bytes.
+    pub exclude_larger_than: Option<u64>,
+    /// The snapshot's time instead of now.
+    pub time: Option<SystemTime>,
+    /// Write no snapshot when the tree equals the parent snapshot's (the result's
+    /// `id` is then `None` and `unchanged` true).
+    pub skip_if_unchanged: bool,
+}
+
+/// The first bytes of a cache directory tag (<https://bford.info/cachedir/>).
+const CACHEDIR_SIGNATURE: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55";
+
+impl BackupOptions {
+    /// Whether the options other than the gitignore patterns leave `path` (with
+    /// metadata `md`) out: a directory holding a marker file, a cache directory,
+    /// a file over the size limit.
+    fn excluded_otherwise(&self, path: &Path, md: &Metadata) -> bool {
+        if md.is_dir() {
+            if self.exclude_if_present.iter().any(|name| std::fs::symlink_metadata(path.join(name)).is_ok()) {
+                return true;
+            }
+            if self.exclude_caches {
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut head = [0u8; CACHEDIR_SIGNATURE.len()];
+                // Neither a symlink nor a FIFO planted as the tag is followed or waited on.
+                let tagged = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(path.join("CACHEDIR.TAG"))
+                    .and_then(|mut f| {
+                        if !f.metadata()?.is_file() {
+                            return Err(std::io::ErrorKind::InvalidInput.into());
+                        }
+                        f.read_exact(&mut head)
+                    })
+                    .is_ok();
+                if tagged && head == CACHEDIR_SIGNATURE {
+                    return true;
+                }
+            }
+        }
+        md.is_file() && self.exclude_larger_than.is_some_and(|limit| md.len() > limit)
+    }
 }
 
 /// A saved entry and the Merkle leaves below it, in tree order.
@@ -97,11 +146,20 @@ pub struct BackupResult {
     pub id: Option<Id>,
     /// The snapshot as written (or as it would have been).
     pub snapshot: Snapshot,
+    /// With `skip_if_unchanged`: nothing changed since the parent, so no snapshot
+    /// was written.
+    pub unchanged: bool,
 }
 
 /// Builds the exclude matcher for gitignore-style `patterns`, rooted at `/`.
 pub fn build_excludes(patterns: &[String]) -> Result<Gitignore> {
+    build_matcher(patterns, false)
+}
+
+/// [`build_excludes`], matching without regard to case when `ignore_case`.
+fn build_matcher(patterns: &[String], ignore_case: bool) -> Result<Gitignore> {
     let mut b = GitignoreBuilder::new("/");
+    b.case_insensitive(ignore_case).map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))?;
     for p in patterns {
         b.add_line(None, p).map_err(|e| Error::InvalidInput(format!("bad exclude pattern {p:?}: {e}")))?;
     }
@@ -182,6 +240,8 @@ struct Archiver<'a> {
     repo: &'a Repository,
     saver: BlobSaver<'a>,
     excludes: Gitignore,
+    /// `--iexclude` patterns (case-insensitive).
+    iexcludes: Gitignore,
     opts: &'a BackupOptions,
     progress: &'a dyn Progress,
     names: NameCache,
@@ -252,7 +312,7 @@ pub fn backup_with_limits(
     limits: SplitLimits,
 ) -> Result<BackupResult> {
     let start = Instant::now();
-    let time = SystemTime::now();
+    let time = opts.time.unwrap_or_else(SystemTime::now);
     if opts.paths.is_empty() {
         return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
     }
@@ -333,6 +393,7 @@ pub fn backup_with_limits(
     };
     let parent = parent.map(|(id, _)| id);
     let excludes = build_excludes(&opts.excludes)?;
+    let iexcludes = build_matcher(&opts.iexcludes, true)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .stack_size(64 << 20)
         .thread_name(|i| format!("coffer-backup-{i}"))
@@ -345,6 +406,7 @@ pub fn backup_with_limits(
             Some(s) => BlobSaver::new(repo).with_observer(s.sink()),
         },
         excludes,
+        iexcludes,
         opts,
         progress,
         names: NameCache::default(),
@@ -450,7 +512,8 @@ pub fn backup_with_limits(
                 .into(),
         ));
     }
-    let id = if opts.dry_run { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
+    let unchanged = opts.skip_if_unchanged && parent_tree == Some(snapshot.tree);
+    let id = if opts.dry_run || unchanged { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
     // Copies read past while another served (the parent's trees, blobs rescued
     // from a prune): damage in their packs.
     for line in repo.take_bad_copies() {
@@ -462,7 +525,7 @@ pub fn backup_with_limits(
     if let (Some(id), Some(state), true) = (id, &opts.state, history_intact) {
         state.write_ids(HEADS_FILE, &[id])?;
     }
-    Ok(BackupResult { id, snapshot })
+    Ok(BackupResult { id, snapshot, unchanged })
 }
 
 /// Whether `snapshot` carries a valid signature by `key`, this client's writer key.
@@ -785,7 +848,10 @@ impl Archiver<'_> {
                             return None;
                         }
                     };
-                    if self.excludes.matched(&child, md.is_dir()).is_ignore() {
+                    if self.excludes.matched(&child, md.is_dir()).is_ignore()
+                        || self.iexcludes.matched(&child, md.is_dir()).is_ignore()
+                        || self.opts.excluded_otherwise(&child, &md)
+                    {
                         return None;
                     }
                     let read = meta::read_node(name.as_bytes(), &d.entry_path(name, &child), &md, &self.names);

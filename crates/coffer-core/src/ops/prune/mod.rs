@@ -344,6 +344,10 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     };
     report.packs_spared += spare(&mut delete, &mut repack, &sessions_before);
     if opts.dry_run {
+        let doomed: HashSet<&Id> = delete.iter().chain(&repack).collect();
+        let files: HashSet<&Id> =
+            doomed.iter().filter_map(|p| usage.get(*p)).flat_map(|u| u.index_files.iter()).collect();
+        report.index_files_replaced = files.len() as u64;
         report.packs_deleted = delete.len() as u64;
         report.packs_repacked = repack.len() as u64;
         report.bytes_deleted = delete.iter().chain(&repack).map(|p| stored[p]).sum();
@@ -403,6 +407,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     }
     let (old_notices, _) = notices(repo)?;
     let watched = session::list(repo)?;
+    progress.waiting("running backups to see the prune notice and keep what they need", opts.grace);
     std::thread::sleep(opts.grace);
     let now = session::list(repo)?;
     // A marker unchanged across the grace period belongs to a backup that stopped.

@@ -191,7 +191,10 @@ mod tests {
     use crate::testing::test_repo;
 
     /// Waits (at most 10 s) until `cond` holds for the markers listed.
-    fn wait_for(repo: &Repository, cond: impl Fn(&[(Id, Option<SessionRecord>)]) -> bool) -> Vec<(Id, Option<SessionRecord>)> {
+    fn wait_for(
+        repo: &Repository,
+        cond: impl Fn(&[(Id, Option<SessionRecord>)]) -> bool,
+    ) -> Vec<(Id, Option<SessionRecord>)> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let l = list(repo).unwrap();

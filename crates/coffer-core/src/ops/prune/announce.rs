@@ -14,8 +14,8 @@ use crate::format::envelope::SealedKind;
 use crate::format::notice::PruneNotice;
 use crate::format::{FORMAT_VERSION, ObjectKind};
 use crate::id::Id;
-use crate::lifecycle::session::{self, SessionRecord};
 use crate::lifecycle::notices;
+use crate::lifecycle::session::{self, SessionRecord};
 use crate::repo::Repository;
 
 /// What the announcement left for the sweep.
@@ -29,7 +29,12 @@ pub(super) struct Announced {
 }
 
 /// Announces `plan.delete`, waits `grace`, and spares what running backups protect.
-pub(super) fn announce(repo: &Repository, plan: &mut Plan, grace: Duration, report: &mut PruneReport) -> Result<Announced> {
+pub(super) fn announce(
+    repo: &Repository,
+    plan: &mut Plan,
+    grace: Duration,
+    report: &mut PruneReport,
+) -> Result<Announced> {
     // Several notices when the packs are too many for one.
     let mut doomed: Vec<Id> = plan.delete.iter().copied().collect();
     doomed.sort();

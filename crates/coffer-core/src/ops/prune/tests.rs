@@ -22,7 +22,9 @@ fn id(b: u8) -> Id {
 }
 
 fn live_tree() -> TestTree {
-    TestTree::new().file("a", &[&noise(3000, 1), &noise(3000, 2)]).dir("d", TestTree::new().file("b", &[&noise(2000, 3)]))
+    TestTree::new()
+        .file("a", &[&noise(3000, 1), &noise(3000, 2)])
+        .dir("d", TestTree::new().file("b", &[&noise(2000, 3)]))
 }
 
 fn garbage_tree() -> TestTree {
@@ -88,7 +90,8 @@ fn mark_finds_exactly_the_blobs_live_snapshots_reach() {
     // A second snapshot sharing a subtree with the first: marked once, still marked.
     let (_, root2) = t.snapshot(&TestTree::new().dir("d", TestTree::new().file("b", &[&noise(2000, 3)])));
     let (repo, _, _, marks, _) = load_mark_plan(&t, 5.0);
-    let reachable: HashSet<Id> = blobs_of(&repo, root).into_iter().chain(blobs_of(&repo, root2)).map(|(_, b)| b).collect();
+    let reachable: HashSet<Id> =
+        blobs_of(&repo, root).into_iter().chain(blobs_of(&repo, root2)).map(|(_, b)| b).collect();
     let garbage: HashSet<Id> = blobs_of(&repo, groot).into_iter().map(|(_, b)| b).collect();
     assert_eq!(reachable.len(), 6, "{reachable:?}");
     assert_eq!(garbage.len(), 2);
@@ -141,12 +144,9 @@ fn plan_deletes_unused_and_unlisted_packs_and_repacks_above_the_threshold() {
 #[test]
 fn plan_spares_what_session_markers_protect() {
     let stored: HashMap<Id, u64> = [(1, 100), (2, 100), (3, 100), (5, 100)].map(|(p, s)| (id(p), s)).into();
-    let usage: HashMap<Id, Usage> = [
-        (id(1), usage(100, 0, 0, &[101])),
-        (id(2), usage(100, 0, 0, &[102])),
-        (id(3), usage(100, 50, 1, &[103])),
-    ]
-    .into();
+    let usage: HashMap<Id, Usage> =
+        [(id(1), usage(100, 0, 0, &[101])), (id(2), usage(100, 0, 0, &[102])), (id(3), usage(100, 50, 1, &[103]))]
+            .into();
     let fresh = || decide(stored.clone(), usage.clone(), 5.0);
     let marker = |files: &[u8], packs: &[u8]| SessionRecord {
         version: crate::format::FORMAT_VERSION,
@@ -353,7 +353,11 @@ fn a_backup_committing_during_a_prune_keeps_its_data() {
     assert_eq!(stats.blobs, 1, "only the new root is stored; the rest is deduplicated into the garbage pack");
     // The marker protects the writer's own index file before the prune starts.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !crate::lifecycle::session::list(&t.repo).unwrap().iter().any(|(_, r)| r.as_ref().is_some_and(|r| r.index_files.len() == 1)) {
+    while !crate::lifecycle::session::list(&t.repo)
+        .unwrap()
+        .iter()
+        .any(|(_, r)| r.as_ref().is_some_and(|r| r.index_files.len() == 1))
+    {
         assert!(Instant::now() < deadline, "the marker never listed the writer's index file");
         std::thread::sleep(Duration::from_millis(2));
     }

@@ -243,7 +243,7 @@ fn announce_waits_removes_stale_markers_and_spares_what_live_ones_protect() {
         assert!(Instant::now() < deadline, "the running marker never listed its pack");
         std::thread::sleep(Duration::from_millis(2));
     }
-    let grace = Duration::from_millis(100);
+    let grace = Duration::from_millis(200);
     let mut report = PruneReport::default();
     let started = Instant::now();
     let a = announce::announce(&repo, &mut p, grace, &mut report).unwrap();
@@ -342,7 +342,7 @@ fn a_whole_prune_frees_garbage_and_keeps_every_live_blob_readable() {
 #[test]
 fn a_backup_committing_during_a_prune_keeps_its_data() {
     let (t, _, _, garbage) = live_and_garbage();
-    let timing = Timing::with_grace(Duration::from_millis(300));
+    let timing = Timing::with_grace(Duration::from_millis(600));
     // The writer begins before the prune and finds the garbage's blobs indexed.
     let writer = t.reopen();
     let mut guard = WriterGuard::begin(&writer, timing, false).unwrap();

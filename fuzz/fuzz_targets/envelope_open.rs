@@ -4,9 +4,9 @@
 #![no_main]
 
 use coffer_core::format::envelope::{SealedKind, open};
+use coffer_core::format::notice::PruneNotice;
+use coffer_core::format::session::SessionRecord;
 use coffer_core::format::{config::Config, index, snapshot::Snapshot, tombstone::Tombstone, writer::WriterRecord};
-use coffer_core::ops::prune::PruneNotice;
-use coffer_core::lifecycle::session::SessionRecord;
 use coffer_fuzz::data_keys;
 use libfuzzer_sys::fuzz_target;
 

@@ -78,6 +78,18 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     exit::FAILURE
 }
 
+/// The lock-free protocol's timing (how long prune waits, how often a backup
+/// rewrites its session marker): the default, or a grace period of
+/// `COFFER_TEST_PRUNE_GRACE_MS` milliseconds with a quarter of it as the
+/// heartbeat, which the tests set to run in milliseconds.
+pub fn protocol_timing() -> coffer_core::lifecycle::Timing {
+    std::env::var("COFFER_TEST_PRUNE_GRACE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(|ms| coffer_core::lifecycle::Timing::with_grace(std::time::Duration::from_millis(ms)))
+        .unwrap_or_default()
+}
+
 /// Fixes glibc's threshold for serving allocations by `mmap` at 1 MiB, for a
 /// backup. By default glibc raises it to the size of the largest block freed (up
 /// to 32 MiB), after which freed chunk-sized buffers stay in its heaps: a

@@ -180,7 +180,7 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let repo = repo(dir.path());
     // A prune notice of the most packs one lists.
-    let notice = crate::ops::prune::PruneNotice {
+    let notice = crate::format::notice::PruneNotice {
         version: FORMAT_VERSION,
         time: "2026-11-24T00:00:00Z".into(),
         hostname: "h".repeat(255),
@@ -188,10 +188,10 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
     };
     let nid = repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).unwrap()).unwrap();
     assert!(stored_len(&repo, ObjectKind::PruneNotice, &nid) <= limits::PRUNE_NOTICE);
-    let (ids, packs) = crate::ops::prune::notices(&repo).unwrap();
+    let crate::lifecycle::notices::Notices { ids, packs } = crate::lifecycle::notices::read(&repo).unwrap();
     assert_eq!((ids, packs.len()), (vec![nid], limits::PRUNE_NOTICE_PACKS));
     // A session marker of a backup that wrote 200,000 index files.
-    let rec = crate::lifecycle::session::SessionRecord {
+    let rec = crate::format::session::SessionRecord {
         version: FORMAT_VERSION,
         hostname: "h".repeat(255),
         started: "2026-11-24T00:00:00Z".into(),

@@ -1,14 +1,13 @@
 //! Session markers: a running backup announces itself so that a concurrent prune
 //! spares what it is writing. Not a lock: nobody waits for a marker. A marker is
-//! rewritten every heartbeat interval; a prune that sees it unchanged across its
-//! grace period (at least two intervals, timed by the prune's own clock) treats its
-//! writer as gone. See docs/design.md#prune.
+//! rewritten every heartbeat interval ([`super::Timing::heartbeat`], passed in);
+//! a prune that sees it unchanged across its grace period (four intervals, timed
+//! by the prune's own clock) treats its writer as gone. The marker's encoding is
+//! [`crate::format::session`]. See docs/design.md#prune.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
-
-use serde::{Deserialize, Serialize};
 
 use crate::crypto::{Cipher, Epoch, Key};
 use crate::error::{Error, Result};
@@ -18,56 +17,7 @@ use crate::id::Id;
 use crate::repo::{Repository, SaverEvent};
 use coffer_backend::Backend;
 
-/// How often a running backup rewrites its marker, unless the environment says
-/// otherwise (`COFFER_TEST_PRUNE_GRACE_MS`, for tests, sets it to a quarter of the grace).
-pub const HEARTBEAT: Duration = Duration::from_secs(30);
-
-/// The default grace period of a prune: four heartbeats.
-pub const GRACE: Duration = Duration::from_secs(120);
-
-/// The grace period in force: [`GRACE`], or `COFFER_TEST_PRUNE_GRACE_MS` (tests).
-pub fn grace() -> Duration {
-    std::env::var("COFFER_TEST_PRUNE_GRACE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(GRACE)
-}
-
-/// The heartbeat interval in force: a quarter of [`grace`].
-pub fn heartbeat() -> Duration {
-    grace() / 4
-}
-
-/// What a marker says.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionRecord {
-    /// MUST equal 2.
-    pub version: u32,
-    /// Host of the writer.
-    pub hostname: String,
-    /// When it started (informational; never compared across machines).
-    pub started: String,
-    /// Incremented at every rewrite.
-    pub beat: u64,
-    /// Index files this writer has stored so far.
-    pub index_files: Vec<Id>,
-    /// Packs this writer has stored that none of its index files lists yet.
-    #[serde(default)]
-    pub packs: Vec<Id>,
-}
-
-impl SessionRecord {
-    /// Parses a marker's plaintext.
-    pub fn decode(buf: &[u8]) -> std::result::Result<SessionRecord, String> {
-        let r: SessionRecord =
-            serde_json::from_slice(buf).map_err(|e| format!("session marker does not parse: {e}"))?;
-        if r.version != FORMAT_VERSION {
-            return Err(format!("session marker version {} is not supported", r.version));
-        }
-        Ok(r)
-    }
-}
+pub use crate::format::session::SessionRecord;
 
 struct Shared {
     stop: Mutex<bool>,
@@ -80,6 +30,7 @@ struct Shared {
 
 /// A running writer's marker, rewritten by a background thread until finished.
 pub struct Session {
+    id: Id,
     name: String,
     backend: Arc<dyn Backend>,
     shared: Arc<Shared>,
@@ -90,7 +41,7 @@ pub struct Session {
 type SealKey = (Epoch, Key);
 
 fn write_marker(backend: &dyn Backend, key: &SealKey, cipher: Cipher, name: &str, rec: &SessionRecord) -> Result<()> {
-    let plain = serde_json::to_vec(rec).expect("session records serialize");
+    let plain = rec.encode();
     let sealed = envelope::seal(&key.1, key.0, cipher, SealedKind::Session, &plain);
     crate::repo::check_storable(ObjectKind::Session, sealed.len())?;
     backend.write(name, sealed)?;
@@ -98,7 +49,8 @@ fn write_marker(backend: &dyn Backend, key: &SealKey, cipher: Cipher, name: &str
 }
 
 impl Session {
-    /// Writes a marker and starts rewriting it every `interval`.
+    /// Writes a marker and starts rewriting it every `interval` (a
+    /// [`super::Timing::heartbeat`]).
     pub fn start(repo: &Repository, interval: Duration) -> Result<Session> {
         let id = Id(crate::crypto::random_array());
         let name = ObjectKind::Session.path(&id);
@@ -152,7 +104,12 @@ impl Session {
                 })
                 .map_err(|e| Error::InvalidInput(format!("cannot start the session thread: {e}")))?
         };
-        Ok(Session { name, backend, shared, thread: Some(thread) })
+        Ok(Session { id, name, backend, shared, thread: Some(thread) })
+    }
+
+    /// The marker's id (its name under `sessions/`).
+    pub fn id(&self) -> Id {
+        self.id
     }
 
     /// A function recording the packs and index files this writer stores, for the
@@ -228,26 +185,90 @@ pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Instant;
 
     use super::*;
-    use crate::repo::InitOptions;
-    use coffer_backend::LocalBackend;
+    use crate::testing::test_repo;
+
+    /// Waits (at most 10 s) until `cond` holds for the markers listed.
+    fn wait_for(
+        repo: &Repository,
+        cond: impl Fn(&[(Id, Option<SessionRecord>)]) -> bool,
+    ) -> Vec<(Id, Option<SessionRecord>)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let l = list(repo).unwrap();
+            if cond(&l) {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "markers never became as expected: {l:?}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
 
     #[test]
     fn a_session_stopped_at_once_does_not_wait_for_its_heartbeat() {
-        let dir = tempfile::tempdir().unwrap();
-        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
-        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
-        let repo = Repository::init(be, b"pw", &InitOptions { kdf, ..InitOptions::default() }).unwrap();
+        let t = test_repo();
         let started = Instant::now();
         for _ in 0..20 {
             // Ended before its thread may have begun waiting, as when a backup
             // fails right after announcing itself.
-            Session::start(&repo, Duration::from_secs(60)).unwrap().finish().unwrap();
+            Session::start(&t.repo, Duration::from_secs(60)).unwrap().finish().unwrap();
         }
         assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
-        assert!(list(&repo).unwrap().is_empty());
+        assert!(list(&t.repo).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_marker_is_written_at_start_and_removed_by_finish() {
+        let t = test_repo();
+        let s = Session::start(&t.repo, Duration::from_secs(60)).unwrap();
+        let l = list(&t.repo).unwrap();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].0, s.id());
+        let rec = l[0].1.as_ref().expect("the marker decodes");
+        assert_eq!((rec.version, rec.beat), (FORMAT_VERSION, 0));
+        assert!(rec.index_files.is_empty() && rec.packs.is_empty());
+        assert!(!s.was_lost());
+        s.finish().unwrap();
+        assert!(list(&t.repo).unwrap().is_empty());
+        assert!(t.backend.list("sessions/").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_dropped_session_removes_its_marker() {
+        let t = test_repo();
+        let s = Session::start(&t.repo, Duration::from_millis(5)).unwrap();
+        assert_eq!(list(&t.repo).unwrap().len(), 1);
+        drop(s);
+        assert!(list(&t.repo).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_heartbeat_rewrites_the_marker_with_what_the_writer_stored() {
+        let t = test_repo();
+        let s = Session::start(&t.repo, Duration::from_millis(5)).unwrap();
+        let (pack, file) = (Id([1; 32]), Id([2; 32]));
+        let sink = s.sink();
+        sink(SaverEvent::Pack(pack));
+        let l = wait_for(&t.repo, |l| l[0].1.as_ref().is_some_and(|r| r.beat > 0 && r.packs == [pack]));
+        let beat = l[0].1.as_ref().unwrap().beat;
+        // The pack, once an index file lists it, is protected through that file.
+        sink(SaverEvent::IndexFile(file, vec![pack]));
+        wait_for(&t.repo, |l| {
+            l[0].1.as_ref().is_some_and(|r| r.beat > beat && r.index_files == [file] && r.packs.is_empty())
+        });
+        assert_eq!(s.index_files(), vec![file]);
+        s.finish().unwrap();
+    }
+
+    #[test]
+    fn a_marker_removed_by_someone_else_is_noticed() {
+        let t = test_repo();
+        let s = Session::start(&t.repo, Duration::from_secs(60)).unwrap();
+        t.backend.delete(&ObjectKind::Session.path(&s.id())).unwrap();
+        assert!(s.was_lost());
+        // Finishing a lost session is not an error.
+        s.finish().unwrap();
     }
 }

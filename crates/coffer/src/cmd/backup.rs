@@ -209,6 +209,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         force: a.force,
         reread_share: a.reread_share,
         state: Some(state),
+        timing: crate::protocol_timing(),
     };
     let display = Display::new(global.json, global.quiet, "backup").listing_items(global.verbose);
     let result = backup(&repo, &opts, &key, &display);

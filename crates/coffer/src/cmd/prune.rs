@@ -1,7 +1,7 @@
 //! `coffer prune`.
 
 use anyhow::{Result, bail};
-use coffer_core::lifecycle::session;
+use coffer_core::lifecycle::Timing;
 use coffer_core::ops::prune::{PruneOptions, prune};
 use serde_json::json;
 
@@ -10,7 +10,8 @@ use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
-    let floor = session::grace();
+    // Backups rely on the grace period they were started with: a prune waits at least that.
+    let floor = crate::protocol_timing().grace;
     let grace = a.grace.unwrap_or(floor);
     if grace < floor {
         bail!(
@@ -23,7 +24,7 @@ pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
     // Prune reads the index itself, after listing the snapshots.
     let repo = repo_open::open_unindexed(global, &path)?;
     let display = Display::new(global.json, global.quiet, "prune");
-    let opts = PruneOptions { max_unused: a.max_unused, dry_run: a.dry_run, grace };
+    let opts = PruneOptions { max_unused: a.max_unused, dry_run: a.dry_run, timing: Timing::with_grace(grace) };
     let r = prune(&repo, &opts, &display);
     display.finish();
     let r = r?;

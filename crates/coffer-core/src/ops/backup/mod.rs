@@ -7,10 +7,15 @@
 //! its entry in the parent snapshot is not read again: its content list is reused.
 //! Entries that cannot be read are reported through [`Progress::warn`], left out,
 //! and counted in the snapshot, which is then marked incomplete.
+//!
+//! A backup takes part in the lock-free protocol with prune through
+//! [`WriterGuard`] (docs/design.md#prune), called at four points: before the
+//! index is read, after it, as the saver's observer, and before the snapshot is
+//! committed.
 
 mod leaves;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, Metadata};
 use std::io::{Read, Take};
 use std::os::unix::ffi::OsStrExt;
@@ -33,10 +38,10 @@ use crate::format::tree::{self, ListingWriter, MAX_XATTR_BYTES, Node, NodeKind, 
 use crate::fs::meta::{self, NameCache};
 use crate::fs::source;
 use crate::id::Id;
-use crate::lifecycle::session::{self, Session};
+use crate::lifecycle::Timing;
+use crate::lifecycle::writer::WriterGuard;
 use crate::local_state::LocalState;
 use crate::merkle;
-use crate::ops::prune;
 use crate::progress::Progress;
 use crate::repo::history::{HEADS_FILE, History};
 use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
@@ -92,6 +97,9 @@ pub struct BackupOptions {
     /// Write no snapshot when the tree equals the parent snapshot's (the result's
     /// `id` is then `None` and `unchanged` true).
     pub skip_if_unchanged: bool,
+    /// The lock-free protocol's durations: how often this backup's session marker
+    /// is rewritten, and the grace period its final checks must fit in.
+    pub timing: Timing,
 }
 
 /// The first bytes of a cache directory tag (<https://bford.info/cachedir/>).
@@ -326,19 +334,12 @@ pub fn backup_with_limits(
     // Announce this backup before reading the index, so that a prune either sees
     // it or has finished rewriting the index before it is read
     // (docs/design.md#prune).
-    let session = if opts.dry_run { None } else { Some(Session::start(repo, session::heartbeat())?) };
-    let noticed_at_start = if opts.dry_run { HashSet::new() } else { prune::notices(repo)?.1 };
+    let mut guard = WriterGuard::begin(repo, opts.timing, opts.dry_run)?;
     for e in repo.load_index()? {
         progress.warn(Path::new("index"), &format!("{e}; {}", crate::repo::INDEX_FILE_SKIPPED));
     }
-    // Packs left by interrupted backups are reused. (Packs of backups still
-    // running may be adopted too: harmless, as their session markers protect them.)
-    if let Some(s) = &session
-        && let Some(f) = repo.adopt_orphan_packs(&noticed_at_start)?
-    {
-        // The adopted packs are protected by this session while it runs.
-        s.sink()(crate::repo::SaverEvent::IndexFile(f, Vec::new()));
-    }
+    // Packs left by interrupted backups are reused.
+    guard.adopt_orphan_packs()?;
     let mut history = History::load(repo)?;
     let mut history_intact = true;
     if let Some(state) = &opts.state {
@@ -401,9 +402,9 @@ pub fn backup_with_limits(
         .map_err(|e| Error::InvalidInput(format!("cannot start worker threads: {e}")))?;
     let arch = Archiver {
         repo,
-        saver: match &session {
+        saver: match guard.observer() {
             None => BlobSaver::dry_run(repo),
-            Some(s) => BlobSaver::new(repo).with_observer(s.sink()),
+            Some(observer) => BlobSaver::new(repo).with_observer(observer),
         },
         excludes,
         iexcludes,
@@ -445,31 +446,12 @@ pub fn backup_with_limits(
     let mut stats = arch.saver.finish()?;
     let (merkle_root, merkle_leaves) = leaves.root(&arch.spill)?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
-    // The final check against a concurrent prune must be recent when the snapshot
-    // is written; if the rest took too long, it is made again.
-    let mut checked = Instant::now();
-    if !opts.dry_run {
-        if let Some(s) = &session
-            && s.was_lost()
-        {
-            ensure_own_packs_exist(repo, &s.index_files())?;
-        }
-        for _attempt in 0..5 {
-            checked = Instant::now();
-            let mut noticed = prune::notices(repo)?.1;
-            noticed.extend(&noticed_at_start);
-            if !noticed.is_empty() {
-                let rescued = keep_what_prune_deletes(repo, tree, &noticed)?;
-                stats.bytes_stored += rescued.bytes_stored;
-                stats.blobs += rescued.blobs;
-            }
-            // The heads are taken last, so that backups finished meanwhile are linked.
-            history.refresh(repo)?;
-            if checked.elapsed() < session::grace() / 4 {
-                break;
-            }
-        }
-    }
+    // The final check against a concurrent prune: blobs a prune is deleting are
+    // stored again. The heads are taken last, so that backups finished meanwhile
+    // are linked.
+    let rescued = guard.before_commit(tree, || history.refresh(repo))?;
+    stats.bytes_stored += rescued.bytes_stored;
+    stats.blobs += rescued.blobs;
     let snapshot = Snapshot {
         version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
@@ -505,13 +487,7 @@ pub fn backup_with_limits(
         merkle_key: Id(arch.merkle_key),
         signature: Default::default(),
     };
-    if checked.elapsed() >= session::grace() / 4 {
-        return Err(Error::InvalidInput(
-            "preparing the snapshot took longer than the prune grace period allows; no snapshot was written: run \
-             the backup again"
-                .into(),
-        ));
-    }
+    guard.ready_to_commit()?;
     let unchanged = opts.skip_if_unchanged && parent_tree == Some(snapshot.tree);
     let id = if opts.dry_run || unchanged { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
     // Copies read past while another served (the parent's trees, blobs rescued
@@ -519,9 +495,7 @@ pub fn backup_with_limits(
     for line in repo.take_bad_copies() {
         progress.warn(Path::new("repository"), &line);
     }
-    if let Some(s) = session {
-        s.finish()?;
-    }
+    guard.finish()?;
     if let (Some(id), Some(state), true) = (id, &opts.state, history_intact) {
         state.write_ids(HEADS_FILE, &[id])?;
     }
@@ -531,84 +505,6 @@ pub fn backup_with_limits(
 /// Whether `snapshot` carries a valid signature by `key`, this client's writer key.
 fn signed_by(snapshot: &Snapshot, key: &SigningKey) -> bool {
     matches!(&snapshot.signature, SignatureStatus::Valid { key: k, .. } if *k == key.public())
-}
-
-/// Copies into new packs every blob of the tree `root` (trees and file content)
-/// that the index places in a pack a running prune is deleting, so the snapshot
-/// about to be written does not rely on them. A pack already gone makes the backup
-/// fail cleanly: no snapshot is written, and the next backup stores the data again.
-fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -> Result<crate::repo::SaverStats> {
-    let saver = BlobSaver::new(repo);
-    let mut seen = HashSet::new();
-    let mut stack = vec![root];
-    let keep = |blob_type: BlobType, id: Id| -> Result<()> {
-        let (_, pack) = repo.locate_blob(blob_type, &id)?;
-        if !noticed.contains(&pack.id) {
-            return Ok(());
-        }
-        // Another copy serves if this one is gone already.
-        let data = repo.load_blob(blob_type, &id).map_err(|e| {
-            Error::InvalidInput(format!(
-                "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
-                     written: run the backup again"
-            ))
-        })?;
-        saver.store_copy(blob_type, id, &data)?;
-        Ok(())
-    };
-    while let Some(tid) = stack.pop() {
-        if !seen.insert(tid) {
-            continue;
-        }
-        keep(BlobType::Tree, tid)?;
-        // Parts of split listings and content parts are kept like the tree itself.
-        let mut nodes = repo.tree_nodes(&tid)?;
-        let mut parts = Vec::new();
-        for node in nodes.by_ref() {
-            let node = node?;
-            stack.extend(node.subtree);
-            for id in repo.resolve_content(&node, &mut |p| parts.push(p))? {
-                if seen.insert(id) {
-                    keep(BlobType::Data, id)?;
-                }
-            }
-        }
-        for p in nodes.loaded_blobs()[1..].iter().chain(&parts) {
-            if seen.insert(*p) {
-                keep(BlobType::Tree, *p)?;
-            }
-        }
-    }
-    saver.finish()
-}
-
-/// After a prune took this backup for stopped: if a pack this backup stored is
-/// gone, its index files are removed (so nothing lists a missing pack) and the
-/// backup fails without a snapshot.
-fn ensure_own_packs_exist(repo: &Repository, index_files: &[Id]) -> Result<()> {
-    let stored: HashSet<Id> = repo
-        .backend()
-        .list(crate::format::ObjectKind::Pack.prefix())?
-        .iter()
-        .filter_map(|o| crate::format::ObjectKind::Pack.id_from_path(&o.name))
-        .collect();
-    let mut missing = false;
-    for f in index_files {
-        if repo.load_index_file(f)?.iter().any(|r| !stored.contains(&r.id)) {
-            missing = true;
-        }
-    }
-    if !missing {
-        return Ok(());
-    }
-    for f in index_files {
-        repo.backend().delete(&crate::format::ObjectKind::Index.path(f))?;
-    }
-    Err(Error::InvalidInput(
-        "this backup was paused for longer than the prune grace period and a prune removed data it had \
-         stored; no snapshot was written: run the backup again"
-            .into(),
-    ))
 }
 
 /// Walks the paths once for their total size and file count, so progress can

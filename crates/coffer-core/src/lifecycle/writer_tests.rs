@@ -1,0 +1,245 @@
+//! Unit tests of [`WriterGuard`] on the memory backend: what a writer does about
+//! prune notices before it commits, its marker, and the commit deadline.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::format::FORMAT_VERSION;
+use crate::format::envelope::SealedKind;
+use crate::format::notice::PruneNotice;
+use crate::format::pack::BlobType;
+use crate::lifecycle::session;
+use crate::testing::{TestRepo, TestTree, noise, test_repo};
+use coffer_backend::Backend;
+
+/// Long enough that no check expires while a test runs on a busy machine.
+fn relaxed() -> Timing {
+    Timing::with_grace(Duration::from_secs(8))
+}
+
+fn store_notice(repo: &Repository, packs: &[Id]) -> Id {
+    let n = PruneNotice { version: FORMAT_VERSION, time: "t".into(), hostname: "h".into(), packs: packs.to_vec() };
+    repo.save_sealed(SealedKind::PruneNotice, &n.encode()).unwrap()
+}
+
+/// Every blob the tree `root` uses.
+fn blobs_of(repo: &Repository, root: Id) -> Vec<(BlobType, Id)> {
+    let mut out = Vec::new();
+    crate::lifecycle::each_used_blob(repo, root, &mut HashSet::new(), &mut |t, id| {
+        out.push((t, id));
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+fn packs(t: &TestRepo) -> HashSet<Id> {
+    t.repo.list_ids(ObjectKind::Pack).unwrap().into_iter().collect()
+}
+
+/// The packs the stored index files place `blob` in.
+fn indexed_in(repo: &Repository, blob: &Id) -> HashSet<Id> {
+    let mut out = HashSet::new();
+    for f in repo.list_ids(ObjectKind::Index).unwrap() {
+        for rec in repo.load_index_file(&f).unwrap() {
+            if rec.entries.iter().any(|e| e.id == *blob) {
+                out.insert(rec.id);
+            }
+        }
+    }
+    out
+}
+
+/// A test repository holding one snapshot of two small files in a subdirectory;
+/// its root tree, and the one pack everything is in.
+fn with_snapshot() -> (TestRepo, Id, Id) {
+    let t = test_repo();
+    let tree = TestTree::new().file("a", &[&noise(1000, 1)]).dir("d", TestTree::new().file("b", &[&noise(2000, 2)]));
+    let (_, root) = t.snapshot(&tree);
+    let all = packs(&t);
+    assert_eq!(all.len(), 1);
+    let pack = *all.iter().next().unwrap();
+    (t, root, pack)
+}
+
+#[test]
+fn a_noticed_pack_holding_used_blobs_has_them_stored_again() {
+    let (t, root, pack) = with_snapshot();
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    store_notice(&t.repo, &[pack]);
+    let mut calls = 0;
+    let rescued = guard
+        .before_commit(root, || {
+            calls += 1;
+            Ok(())
+        })
+        .unwrap();
+    let used = blobs_of(&writer, root);
+    assert_eq!(used.len(), 4, "two trees and two files: {used:?}");
+    assert_eq!(rescued.blobs, 4);
+    assert_eq!(calls, 1);
+    // Every used blob now has a copy in a pack the notice does not name.
+    for (_, id) in &used {
+        let places = indexed_in(&t.repo, id);
+        assert!(places.contains(&pack) && places.len() == 2, "{id:?} is in {places:?}");
+    }
+    guard.ready_to_commit().unwrap();
+    guard.finish().unwrap();
+    assert!(session::list(&t.repo).unwrap().is_empty());
+}
+
+#[test]
+fn a_notice_read_at_the_start_counts_even_when_gone_at_the_end() {
+    let (t, root, pack) = with_snapshot();
+    let n = store_notice(&t.repo, &[pack]);
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    // The prune ended and removed its notice; its deletions may be under way.
+    t.backend.delete(&ObjectKind::PruneNotice.path(&n)).unwrap();
+    assert_eq!(guard.before_commit(root, || Ok(())).unwrap().blobs, 4);
+}
+
+#[test]
+fn without_a_notice_naming_its_packs_nothing_is_stored_again() {
+    let (t, root, _) = with_snapshot();
+    store_notice(&t.repo, &[Id([9; 32])]);
+    let before = packs(&t);
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    assert_eq!(guard.before_commit(root, || Ok(())).unwrap().blobs, 0);
+    assert_eq!(packs(&t), before);
+    guard.finish().unwrap();
+}
+
+#[test]
+fn a_noticed_pack_already_deleted_refuses_the_commit() {
+    let (t, root, pack) = with_snapshot();
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    store_notice(&t.repo, &[pack]);
+    t.backend.delete(&ObjectKind::Pack.path(&pack)).unwrap();
+    let e = guard.before_commit(root, || Ok(())).unwrap_err().to_string();
+    assert!(e.contains("a prune running at the same time deleted data") && e.contains("run the backup again"), "{e}");
+    drop(guard);
+    assert!(session::list(&t.repo).unwrap().is_empty(), "a dropped guard removes its marker");
+}
+
+#[test]
+fn orphan_packs_a_notice_names_are_not_adopted_and_the_others_are_protected() {
+    let t = test_repo();
+    // Two packs that no index lists, as an interrupted backup leaves them.
+    let mut orphans = Vec::new();
+    for seed in 0..2 {
+        let saver = BlobSaver::new(&t.repo);
+        TestTree::new().file("f", &[&noise(500, 10 + seed)]).store(&saver).unwrap();
+        saver.finish().unwrap();
+        let new: Vec<Id> = packs(&t).into_iter().filter(|p| !orphans.contains(p)).collect();
+        assert_eq!(new.len(), 1);
+        orphans.push(new[0]);
+    }
+    for f in t.repo.list_ids(ObjectKind::Index).unwrap() {
+        t.backend.delete(&ObjectKind::Index.path(&f)).unwrap();
+    }
+    store_notice(&t.repo, &[orphans[0]]);
+    let writer = t.reopen();
+    let guard = WriterGuard::begin(&writer, Timing::with_grace(Duration::from_millis(40)), false).unwrap();
+    writer.load_index().unwrap();
+    let f = guard.adopt_orphan_packs().unwrap().expect("an index file for the adopted pack");
+    let listed: Vec<Id> = writer.load_index_file(&f).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(listed, vec![orphans[1]]);
+    // The marker protects the adoption's index file from the next heartbeat on.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !session::list(&t.repo).unwrap().iter().any(|(_, r)| r.as_ref().is_some_and(|r| r.index_files == [f])) {
+        assert!(Instant::now() < deadline, "the marker never listed the adoption's index file");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    guard.finish().unwrap();
+}
+
+#[test]
+fn a_writer_whose_marker_was_removed_and_whose_pack_is_gone_deletes_its_index_files() {
+    let t = test_repo();
+    let mut guard = WriterGuard::begin(&t.repo, relaxed(), false).unwrap();
+    let saver = BlobSaver::new(&t.repo).with_observer(guard.observer().unwrap());
+    let root = TestTree::new().file("f", &[&noise(700, 3)]).store(&saver).unwrap();
+    saver.finish().unwrap();
+    let own_files = t.repo.list_ids(ObjectKind::Index).unwrap();
+    assert_eq!(own_files.len(), 1);
+    // A prune took the writer for stopped: removed its marker and its pack.
+    let (marker, _) = session::list(&t.repo).unwrap().remove(0);
+    t.backend.delete(&ObjectKind::Session.path(&marker)).unwrap();
+    for p in packs(&t) {
+        t.backend.delete(&ObjectKind::Pack.path(&p)).unwrap();
+    }
+    let e = guard.before_commit(root, || Ok(())).unwrap_err().to_string();
+    assert!(e.contains("paused for longer than the prune grace period"), "{e}");
+    assert!(t.repo.list_ids(ObjectKind::Index).unwrap().is_empty(), "nothing may list the missing pack");
+}
+
+#[test]
+fn a_writer_whose_marker_was_removed_but_whose_packs_remain_commits() {
+    let (t, root, _) = with_snapshot();
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    let (marker, _) = session::list(&t.repo).unwrap().remove(0);
+    t.backend.delete(&ObjectKind::Session.path(&marker)).unwrap();
+    guard.before_commit(root, || Ok(())).unwrap();
+    guard.ready_to_commit().unwrap();
+    guard.finish().unwrap();
+}
+
+#[test]
+fn a_check_older_than_a_quarter_of_the_grace_period_is_made_again_then_refused() {
+    let (t, root, _) = with_snapshot();
+    let timing = Timing::with_grace(Duration::from_millis(40));
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, timing, false).unwrap();
+    writer.load_index().unwrap();
+    assert!(guard.ready_to_commit().is_err(), "no check made yet");
+    // What runs after the check takes longer than the window every time: the
+    // check is repeated, then given up.
+    let mut calls = 0;
+    guard
+        .before_commit(root, || {
+            calls += 1;
+            std::thread::sleep(timing.check_window() + Duration::from_millis(5));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(calls, COMMIT_ATTEMPTS);
+    let e = guard.ready_to_commit().unwrap_err().to_string();
+    assert!(e.contains("took longer than the prune grace period allows"), "{e}");
+}
+
+#[test]
+fn a_dry_run_writes_no_marker_and_checks_nothing() {
+    let (t, root, pack) = with_snapshot();
+    store_notice(&t.repo, &[pack]);
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), true).unwrap();
+    writer.load_index().unwrap();
+    assert!(session::list(&t.repo).unwrap().is_empty());
+    assert!(guard.observer().is_none());
+    assert_eq!(guard.adopt_orphan_packs().unwrap(), None);
+    let mut called = false;
+    assert_eq!(
+        guard
+            .before_commit(root, || {
+                called = true;
+                Ok(())
+            })
+            .unwrap()
+            .blobs,
+        0
+    );
+    assert!(!called);
+    guard.ready_to_commit().unwrap();
+    guard.finish().unwrap();
+}

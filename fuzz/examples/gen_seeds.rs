@@ -24,7 +24,7 @@ use coffer_core::format::tree::{Node, NodeKind, Timestamp, Tree, Xattr};
 use coffer_core::format::writer::WriterRecord;
 use coffer_core::id::Id;
 use coffer_core::merkle;
-use coffer_core::ops::prove::Proof;
+use coffer_core::format::proof::Proof;
 use coffer_fuzz::{
     COMMITMENT, DATA_KEY, DATA_KEY_EPOCH_1, FLAG_CHACHA, FLAG_SEAL, FLAG_TREE, PACK_SALT, data_keys, seal_blob,
     signing_key,
@@ -335,8 +335,8 @@ fn proofs() -> Vec<Proof> {
         let stored = signed::sign(sealed, &snap.commitment(), &signing_key());
         let (path, digest) = &files[index];
         out.push(Proof {
-            magic: coffer_core::ops::prove::MAGIC.into(),
-            version: coffer_core::ops::prove::VERSION,
+            magic: coffer_core::format::proof::MAGIC.into(),
+            version: coffer_core::format::proof::VERSION,
             snapshot_id: Id::hash_of(&stored),
             snapshot: stored.iter().map(|b| format!("{b:02x}")).collect(),
             path: Bytes(path.clone()),

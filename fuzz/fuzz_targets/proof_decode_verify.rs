@@ -2,7 +2,7 @@
 //! `coffer verify-proof` by anyone. A proof that verifies must say what it proved.
 #![no_main]
 
-use coffer_core::ops::prove::Proof;
+use coffer_core::format::proof::Proof;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

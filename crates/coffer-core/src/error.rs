@@ -85,6 +85,10 @@ pub enum Error {
     /// The caller passed something unusable.
     #[error("{0}")]
     InvalidInput(String),
+    /// A concurrent prune overtook this backup (docs/design.md#prune): nothing
+    /// was committed, and running the backup again succeeds.
+    #[error("{0}; no snapshot was written: run the backup again")]
+    Conflict(String),
 }
 
 impl Error {

@@ -53,10 +53,6 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 130;
 }
 
-/// What a backup that a concurrent prune overtook says (coffer-core reports it
-/// as invalid input); mapped to [`exit::PRUNE_CONFLICT`].
-const PRUNE_CONFLICT_TEXT: &str = "a prune removed data it had stored";
-
 fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if cause.downcast_ref::<foreign::NotCoffer>().is_some() {
@@ -70,7 +66,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 Error::Corrupt { .. } => exit::DAMAGED,
                 Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
                 Error::Backend(_) => exit::STORAGE,
-                Error::InvalidInput(m) if m.contains(PRUNE_CONFLICT_TEXT) => exit::PRUNE_CONFLICT,
+                Error::Conflict(_) => exit::PRUNE_CONFLICT,
                 _ => exit::FAILURE,
             };
         }

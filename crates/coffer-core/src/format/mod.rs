@@ -8,6 +8,7 @@ pub mod index;
 pub mod keyfile;
 pub mod notice;
 pub mod pack;
+pub mod proof;
 pub mod session;
 pub mod signed;
 pub mod snapshot;

@@ -125,11 +125,7 @@ impl<'r> WriterGuard<'r> {
     pub fn ready_to_commit(&self) -> Result<()> {
         match self.checked {
             Some(t) if t.elapsed() < self.timing.check_window() => Ok(()),
-            _ => Err(Error::InvalidInput(
-                "preparing the snapshot took longer than the prune grace period allows; no snapshot was written: \
-                 run the backup again"
-                    .into(),
-            )),
+            _ => Err(Error::Conflict("preparing the snapshot took longer than the prune grace period allows".into())),
         }
     }
 
@@ -157,10 +153,7 @@ fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -
         }
         // Another copy serves if this one is gone already.
         let data = repo.load_blob(blob_type, &id).map_err(|e| {
-            Error::InvalidInput(format!(
-                "a prune running at the same time deleted data this backup relies on ({e}); no snapshot was \
-                     written: run the backup again"
-            ))
+            Error::Conflict(format!("a prune running at the same time deleted data this backup relies on ({e})"))
         })?;
         saver.store_copy(blob_type, id, &data)?;
         Ok(())
@@ -190,10 +183,8 @@ fn ensure_own_packs_exist(repo: &Repository, index_files: &[Id]) -> Result<()> {
     for f in index_files {
         repo.backend().delete(&ObjectKind::Index.path(f))?;
     }
-    Err(Error::InvalidInput(
-        "this backup was paused for longer than the prune grace period and a prune removed data it had \
-         stored; no snapshot was written: run the backup again"
-            .into(),
+    Err(Error::Conflict(
+        "this backup was paused for longer than the prune grace period and a prune removed data it had stored".into(),
     ))
 }
 

@@ -124,7 +124,9 @@ fn a_noticed_pack_already_deleted_refuses_the_commit() {
     writer.load_index().unwrap();
     store_notice(&t.repo, &[pack]);
     t.backend.delete(&ObjectKind::Pack.path(&pack)).unwrap();
-    let e = guard.before_commit(root, || Ok(())).unwrap_err().to_string();
+    let e = guard.before_commit(root, || Ok(())).unwrap_err();
+    assert!(matches!(e, Error::Conflict(_)), "a conflict, with its own exit code: {e}");
+    let e = e.to_string();
     assert!(e.contains("a prune running at the same time deleted data") && e.contains("run the backup again"), "{e}");
     drop(guard);
     assert!(session::list(&t.repo).unwrap().is_empty(), "a dropped guard removes its marker");
@@ -177,8 +179,9 @@ fn a_writer_whose_marker_was_removed_and_whose_pack_is_gone_deletes_its_index_fi
     for p in packs(&t) {
         t.backend.delete(&ObjectKind::Pack.path(&p)).unwrap();
     }
-    let e = guard.before_commit(root, || Ok(())).unwrap_err().to_string();
-    assert!(e.contains("paused for longer than the prune grace period"), "{e}");
+    let e = guard.before_commit(root, || Ok(())).unwrap_err();
+    assert!(matches!(e, Error::Conflict(_)), "{e}");
+    assert!(e.to_string().contains("paused for longer than the prune grace period"), "{e}");
     assert!(t.repo.list_ids(ObjectKind::Index).unwrap().is_empty(), "nothing may list the missing pack");
 }
 
@@ -214,8 +217,9 @@ fn a_check_older_than_a_quarter_of_the_grace_period_is_made_again_then_refused()
         })
         .unwrap();
     assert_eq!(calls, COMMIT_ATTEMPTS);
-    let e = guard.ready_to_commit().unwrap_err().to_string();
-    assert!(e.contains("took longer than the prune grace period allows"), "{e}");
+    let e = guard.ready_to_commit().unwrap_err();
+    assert!(matches!(e, Error::Conflict(_)), "{e}");
+    assert!(e.to_string().contains("took longer than the prune grace period allows"), "{e}");
 }
 
 #[test]

@@ -60,12 +60,9 @@ pub fn resolve(repo: &Repository, prefix: &str) -> Result<Id> {
     }
 }
 
-/// Why an empty passphrase is refused for a new key file.
-pub const EMPTY_PASSPHRASE: &str = "an empty passphrase is not allowed: anyone could open the repository";
-
 fn store(repo: &Repository, keys: &MasterKeys, passphrase: &[u8], kdf: ScryptParams) -> Result<Id> {
     if passphrase.is_empty() {
-        return Err(Error::InvalidInput(EMPTY_PASSPHRASE.into()));
+        return Err(Error::InvalidInput(crate::repo::EMPTY_PASSPHRASE.into()));
     }
     let kf =
         KeyFile::create(keys, passphrase, kdf, repo.cipher(), crate::fs::meta::hostname(), crate::fs::meta::username())

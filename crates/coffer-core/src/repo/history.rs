@@ -19,8 +19,8 @@ use crate::format::snapshot::Snapshot;
 use crate::format::tombstone::{Forgotten, Tombstone};
 use crate::id::Id;
 use crate::local_state::LocalState;
-use crate::ops::prove::RootCheck;
 use crate::repo::Repository;
+use crate::repo::roots::RootCheck;
 use coffer_backend::ErrorKind;
 
 /// Local state file: the heads this client saw last.
@@ -265,7 +265,7 @@ pub fn check(repo: &Repository, state: Option<&LocalState>, roots: &HashMap<Id, 
     let differs: Vec<Option<String>> = history
         .snapshots
         .par_iter()
-        .map(|(id, s)| match roots.get(id).copied().unwrap_or_else(|| crate::ops::prove::check_root(repo, s)) {
+        .map(|(id, s)| match roots.get(id).copied().unwrap_or_else(|| crate::repo::roots::check_root(repo, s)) {
             RootCheck::Differs => Some(format!(
                 "snapshot {}: its Merkle root does not match its files (the snapshot or a tree was forged by a key \
                  holder)",

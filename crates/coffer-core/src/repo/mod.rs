@@ -6,6 +6,7 @@
 mod copies_tests;
 pub mod history;
 mod index;
+pub mod roots;
 mod saver;
 mod signed;
 pub mod tree_walk;
@@ -49,6 +50,9 @@ pub const INDEX_FILE_SKIPPED: &str =
 /// At most this many bad copies of blobs are remembered for
 /// [`Repository::take_bad_copies`].
 const BAD_COPIES_KEPT: usize = 1000;
+
+/// Why an empty passphrase is refused for a new key file.
+pub const EMPTY_PASSPHRASE: &str = "an empty passphrase is not allowed: anyone could open the repository";
 
 /// Settings chosen when a repository is created.
 #[derive(Clone, Debug)]
@@ -208,7 +212,7 @@ impl Repository {
     pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
         Self::check_new_location(backend.as_ref())?;
         if passphrase.is_empty() {
-            return Err(Error::InvalidInput(crate::ops::keys::EMPTY_PASSPHRASE.into()));
+            return Err(Error::InvalidInput(EMPTY_PASSPHRASE.into()));
         }
         let config = new_config(opts)?;
         let keys = MasterKeys::random();

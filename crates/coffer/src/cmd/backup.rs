@@ -121,7 +121,7 @@ fn own_files(repo: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for d in dirs {
         out.extend(std::fs::canonicalize(&d).ok());
-        out.extend(coffer_core::ops::backup::clean_absolute(&d).ok());
+        out.extend(coffer_core::fs::paths::clean_absolute(&d).ok());
     }
     out.sort();
     out.dedup();
@@ -146,7 +146,7 @@ fn with_own_files_excluded(mut patterns: Vec<String>, own: &[PathBuf]) -> Vec<St
 /// Refuses a path to back up that lies inside coffer's own files.
 fn refuse_own_files(paths: &[PathBuf], own: &[PathBuf]) -> Result<()> {
     for p in paths {
-        let resolved = coffer_core::ops::backup::resolve_path(p)?;
+        let resolved = coffer_core::fs::paths::resolve_path(p)?;
         if let Some(o) = own.iter().find(|o| resolved.starts_with(o)) {
             bail!(
                 "{} is inside {}, which holds coffer's repository or local state (signing keys): it is never \
@@ -163,7 +163,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     // Everything the command line says is checked before the repository is opened.
     let (paths, missing) = existing_paths(global, source_paths(a)?)?;
     let time = a.time.as_deref().map(parse_time).transpose()?;
-    coffer_core::ops::backup::build_excludes(&read_exclude_files(a)?)?;
+    coffer_core::fs::select::build_excludes(&read_exclude_files(a)?)?;
     let (path, is_default) = repo_open::location(global)?;
     let mut created = false;
     let repo = if is_default && !path.join("config").exists() {

@@ -5,7 +5,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use anyhow::{Context, Result};
 use coffer_core::crypto::sign::PublicKey;
-use coffer_core::ops::prove::{Proof, prove};
+use coffer_core::format::proof::Proof;
+use coffer_core::ops::prove::prove;
 use coffer_core::repo::SnapshotFilter;
 use serde_json::json;
 

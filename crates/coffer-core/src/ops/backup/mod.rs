@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
-use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::gitignore::Gitignore;
 use rayon::prelude::*;
 
 use crate::chunker::{Block, BlockBuffers, BlockReader};
@@ -36,6 +36,8 @@ use crate::format::signed::SignatureStatus;
 use crate::format::snapshot::{MAX_SKIPPED_LISTED, SNAPSHOT_VERSION, Skipped, Snapshot, Summary};
 use crate::format::tree::{self, ListingWriter, MAX_XATTR_BYTES, Node, NodeKind, SplitLimits};
 use crate::fs::meta::{self, NameCache};
+use crate::fs::paths::resolve_path;
+use crate::fs::select::{build_excludes, build_matcher};
 use crate::fs::source;
 use crate::id::Id;
 use crate::lifecycle::Timing;
@@ -157,52 +159,6 @@ pub struct BackupResult {
     /// With `skip_if_unchanged`: nothing changed since the parent, so no snapshot
     /// was written.
     pub unchanged: bool,
-}
-
-/// Builds the exclude matcher for gitignore-style `patterns`, rooted at `/`.
-pub fn build_excludes(patterns: &[String]) -> Result<Gitignore> {
-    build_matcher(patterns, false)
-}
-
-/// [`build_excludes`], matching without regard to case when `ignore_case`.
-fn build_matcher(patterns: &[String], ignore_case: bool) -> Result<Gitignore> {
-    let mut b = GitignoreBuilder::new("/");
-    b.case_insensitive(ignore_case).map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))?;
-    for p in patterns {
-        b.add_line(None, p).map_err(|e| Error::InvalidInput(format!("bad exclude pattern {p:?}: {e}")))?;
-    }
-    b.build().map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))
-}
-
-/// Makes `p` absolute and lexically clean (no `.`, `..` resolved against the
-/// components before it), without following symlinks.
-pub fn clean_absolute(p: &Path) -> Result<PathBuf> {
-    let abs = std::path::absolute(p).map_err(|e| Error::io(p, e))?;
-    let mut out = PathBuf::from("/");
-    for c in abs.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
-/// Makes a path given by the user absolute and resolves symlinks in the
-/// directories above it (not in the path's last component, which is backed up
-/// as what it is), so the snapshot mirrors real directories. Fails if the path
-/// does not exist.
-pub fn resolve_path(p: &Path) -> Result<PathBuf> {
-    let clean = clean_absolute(p)?;
-    let resolved = match (clean.parent(), clean.file_name()) {
-        (Some(parent), Some(name)) => std::fs::canonicalize(parent).map_err(|e| Error::io(parent, e))?.join(name),
-        _ => clean,
-    };
-    std::fs::symlink_metadata(&resolved).map_err(|e| Error::io(&resolved, e))?;
-    Ok(resolved)
 }
 
 /// The virtual directory structure above the backed-up paths.

@@ -32,9 +32,9 @@ use crate::format::keyfile::KeyFile;
 use crate::format::pack::{self, PackEntry, TRAILER_LEN};
 use crate::id::Id;
 use crate::local_state::LocalState;
-use crate::ops::prove::RootCheck;
 use crate::progress::Progress;
 use crate::repo::Repository;
+use crate::repo::roots::RootCheck;
 use coffer_backend::BackendError;
 
 /// What to check.

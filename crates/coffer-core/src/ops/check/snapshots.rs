@@ -36,8 +36,8 @@ use crate::format::snapshot::Snapshot;
 use crate::format::tree::{NodeKind, Tree};
 use crate::id::Id;
 use crate::merkle::{self, Hash, ReverseBuilder};
-use crate::ops::prove::RootCheck;
 use crate::repo::Repository;
+use crate::repo::roots::RootCheck;
 
 use super::{CheckReport, DamagedBlob};
 

@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::fs::meta::RestorePolicy;
 pub use crate::fs::meta::Withheld;
-use crate::ops::backup::build_excludes;
+use crate::fs::select::build_excludes;
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::repo::tree_walk::locate;

@@ -95,6 +95,9 @@ pub enum Command {
     /// Rebuild what a damaged repository lost: its index from the packs, or a lost config.
     #[command(after_help = EXIT_CODES)]
     Repair(RepairArgs),
+    /// Measure which settings back up fastest on this machine and this data.
+    #[command(after_help = EXIT_CODES)]
+    Bench(crate::cmd::bench::BenchArgs),
 }
 
 #[derive(Args, Debug)]

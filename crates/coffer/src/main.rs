@@ -110,6 +110,7 @@ fn main() -> ExitCode {
         Command::Prune(a) => cmd::prune::run(&cli.global, a),
         Command::Key(a) => cmd::key::run(&cli.global, a),
         Command::Repair(a) => cmd::repair::run(&cli.global, a),
+        Command::Bench(a) => cmd::bench::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -104,14 +104,14 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
 /// Measures the repository's storage on a fresh scratch prefix.
 fn storage(global: &GlobalArgs, quick: bool) -> Result<bench::StorageReport> {
     let (path, _) = repo_open::location(global)?;
-    let backend = repo_open::backend(&path)?;
-    if !Repository::exists(backend.as_ref())? {
+    let backend = if path.is_dir() { Some(repo_open::backend(&path)?) } else { None };
+    let Some(backend) = backend.filter(|b| Repository::exists(b.as_ref()).unwrap_or(false)) else {
         bail!(
             "no repository at {}: --storage measures an existing repository's storage; pass --repo or create one \
              with `coffer init`",
             path.display()
         );
-    }
+    };
     let prefix = format!("bench/{}/", hex(&coffer_core::crypto::random_array::<8>()));
     let (size, requests) = if quick { (256 << 10, 8) } else { (4 << 20, 32) };
     Ok(bench::measure_storage(backend.as_ref(), &prefix, size, &[1, 4, 16], requests)?)

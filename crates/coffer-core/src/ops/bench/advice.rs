@@ -2,7 +2,8 @@
 //! See docs/design.md#coffer-bench.
 //!
 //! Each candidate (a chunk size set and a zstd level) gets a modelled repository
-//! size, `distinct bytes x compression ratio + blobs x per-blob overhead`, and a
+//! size, `distinct bytes x compression ratio + blobs x per-blob overhead` (scaled
+//! so that the default's equals the size the blob saver measured), and a
 //! modelled time, the CPU time per byte of its stages (chunking, digest, blob id,
 //! and for the distinct bytes compression and sealing; each from its per-core
 //! rate over all runs) shared by the cores, scaled so that the default's modelled time equals
@@ -194,6 +195,15 @@ pub(crate) fn advise(
             });
         }
     }
+    // Sizes relative to the configured settings' measured size: the ratio comes
+    // from slices of the chunks, which compress a little worse than whole chunks.
+    if let Some(dm) = candidates.iter().find(|c| &c.chunker == default.0 && c.level == default.1).cloned()
+        && dm.stored_bytes > 0.0
+        && default_stored > 0
+    {
+        let k = default_stored as f64 / dm.stored_bytes;
+        candidates.iter_mut().for_each(|c| c.stored_bytes *= k);
+    }
     candidates.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
     let default_model = candidates.iter().find(|c| &c.chunker == default.0 && c.level == default.1).cloned();
     let pick = default_model.as_ref().and_then(|dm| {
@@ -257,16 +267,17 @@ pub(crate) fn advise(
     if let Some(m) = &model_default {
         let modelled = cpu(m) / threads;
         let measured_pb = default_secs / total.max(1.0);
-        let all = (measured_pb + read_per_byte / threads).max(1e-18);
         for (name, c) in m {
-            shares.push((name.clone(), c / threads / all));
+            shares.push((name.clone(), c / threads));
         }
         if measured_pb > modelled {
-            shares.push(("packing, spooling, upload, coordination".into(), (measured_pb - modelled) / all));
+            shares.push(("packing, spooling, upload, coordination".into(), measured_pb - modelled));
         }
         if read_per_byte > 0.0 {
-            shares.push(("reading the files".into(), read_per_byte / threads / all));
+            shares.push(("reading the files".into(), read_per_byte / threads));
         }
+        let sum = shares.iter().map(|s| s.1).sum::<f64>().max(1e-18);
+        shares.iter_mut().for_each(|s| s.1 /= sum);
     }
     shares.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut bottleneck =

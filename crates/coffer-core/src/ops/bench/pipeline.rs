@@ -231,8 +231,7 @@ fn saver_pass(repo: &Repository, files: &[&[u8]]) -> Result<PassOut> {
     Ok(PassOut { stored: stats.bytes_stored, blobs: stats.blobs })
 }
 
-/// First and second pass of `config` over `files` on `pool`, `runs` times each
-/// after one warm-up run.
+/// First and second pass of `config` over `files` on `pool`, `runs` times each.
 fn passes(
     config: Config,
     setup: Setup,
@@ -243,7 +242,7 @@ fn passes(
     let bytes: f64 = files.iter().map(|f| f.len() as f64).sum();
     let (mut first, mut second) = (Vec::new(), Vec::new());
     let (mut out1, mut out2) = (PassOut::default(), PassOut::default());
-    for run in 0..=runs.max(1) {
+    for _ in 0..runs.max(1) {
         let ((o1, s1), (o2, s2)) = if config == Config::Coffer {
             let repo = mem_repo(setup)?;
             let a = timed(|| pool.install(|| saver_pass(&repo, files)));
@@ -259,10 +258,8 @@ fn passes(
             let (o2, s2) = timed(|| pool.install(|| primitive_pass(config, setup, files, &seen)));
             ((o1, s1), (o2, s2))
         };
-        if run > 0 {
-            first.push((bytes, s1));
-            second.push((bytes, s2));
-        }
+        first.push((bytes, s1));
+        second.push((bytes, s2));
         (out1, out2) = (o1, o2);
     }
     Ok((Figure::from_runs(&first), Figure::from_runs(&second), out1, out2))

@@ -233,8 +233,9 @@ fn text(r: &BenchReport) -> String {
     let s = &r.sample;
     let _ = writeln!(
         o,
-        "machine: {} threads; AES instructions: {}; cipher used: {}",
+        "machine: {} threads ({:.1} cores effectively free during the run); AES instructions: {}; cipher used: {}",
         r.machine.threads,
+        r.machine.effective_cores,
         if r.machine.aes_instructions { "yes" } else { "no" },
         r.machine.cipher
     );

@@ -155,7 +155,8 @@ pub(crate) fn advise(
 ) -> Result<(Recommendation, Projection)> {
     let opts = ctx.opts;
     let total = sample.len() as f64;
-    let threads = ctx.threads as f64;
+    // CPU time is shared by the cores the runs actually got.
+    let threads = super::effective_cores(rows, ctx.threads);
     let default = (&opts.chunker, opts.compression_level);
     let measured = |p: &[PipelineRow], chunker: &ChunkerParams, level: i32| {
         p.iter()
@@ -226,7 +227,7 @@ pub(crate) fn advise(
             // Confirm with the blob saver itself.
             let setup = Setup { chunker: c.chunker, level: c.level };
             let refs: Vec<&[u8]> = sample.files.iter().map(Vec::as_slice).collect();
-            let measured_rows = pipeline::measure_config(ctx, Config::Coffer, setup, "sample", &refs, false)?;
+            let measured_rows = pipeline::measure_config(ctx, Config::Coffer, setup, "sample", &refs, false, false)?;
             let (secs, stored) = (measured_rows[0].all_cores.seconds.p50, measured_rows[0].stored_bytes);
             pipe.extend(measured_rows);
             let what = flags(&c.chunker, c.level, default);
@@ -271,7 +272,7 @@ pub(crate) fn advise(
             shares.push((name.clone(), c / threads));
         }
         if measured_pb > modelled {
-            shares.push(("packing, spooling, upload, coordination".into(), measured_pb - modelled));
+            shares.push(("the rest (packing, spooling, upload, waiting between threads)".into(), measured_pb - modelled));
         }
         if read_per_byte > 0.0 {
             shares.push(("reading the files".into(), read_per_byte / threads));

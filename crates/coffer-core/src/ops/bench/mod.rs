@@ -127,6 +127,10 @@ pub struct Machine {
     pub aes_instructions: bool,
     /// The cipher coffer picks on this machine (not an `init` setting).
     pub cipher: String,
+    /// Cores the all-cores runs actually got: the median, over the byte stages on
+    /// the sample, of their all-cores rate over their one-core rate. Below
+    /// `threads` when other programs share the machine.
+    pub effective_cores: f64,
 }
 
 /// Everything one `coffer bench` run measured.
@@ -244,6 +248,17 @@ fn dedup_row(ctx: &Ctx<'_>, files: &[Vec<u8>], params: ChunkerParams) -> DedupRo
     }
 }
 
+/// The cores the all-cores runs actually got: the median, over the byte stages
+/// on the sample, of all-cores rate over one-core rate.
+pub(crate) fn effective_cores(rows: &[StageRow], threads: usize) -> f64 {
+    let speedups: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.unit == stages::BYTES && r.input == "sample" && r.per_core.rate.mean > 0.0)
+        .map(|r| r.all_cores.rate.mean / r.per_core.rate.mean)
+        .collect();
+    percentile(&speedups, 0.5).unwrap_or(1.0).clamp(0.5, threads as f64)
+}
+
 /// Measures everything on `sample`. `storage` is a storage measurement made
 /// before (see [`measure_storage`]), for the projection to weigh; `progress` is
 /// told which measurement starts.
@@ -297,16 +312,20 @@ pub fn run(
     let mut pipe = Vec::new();
     for config in [Config::DedupOnly, Config::Compress, Config::Encrypt, Config::CompressEncrypt, Config::Coffer] {
         let per_core = matches!(config, Config::CompressEncrypt | Config::Coffer);
-        pipe.extend(pipeline::measure_config(&ctx, config, setup, "sample", &refs, per_core)?);
+        // A second pass stores nothing, so it is the same work whatever is
+        // switched on: measured for dedup only and for coffer's saver.
+        let second = matches!(config, Config::DedupOnly | Config::Coffer);
+        pipe.extend(pipeline::measure_config(&ctx, config, setup, "sample", &refs, per_core, second)?);
     }
     let tiny = data::tiny_files(if opts.quick { 512 } else { 4096 }, 1024);
     let tiny: Vec<&[u8]> = tiny.iter().map(Vec::as_slice).collect();
     for config in [Config::CompressEncrypt, Config::Coffer] {
-        pipe.extend(pipeline::measure_config(&ctx, config, setup, "tiny files", &tiny, false)?);
+        pipe.extend(pipeline::measure_config(&ctx, config, setup, "tiny files", &tiny, false, true)?);
     }
     let nocut = data::no_cut(&stages::chunker_key(), opts.chunker, ctx.adversarial_len);
-    pipe.extend(pipeline::measure_config(&ctx, Config::Coffer, setup, "no-cut", &[&nocut], false)?);
+    pipe.extend(pipeline::measure_config(&ctx, Config::Coffer, setup, "no-cut", &[&nocut], false, true)?);
 
+    let effective_cores = effective_cores(&rows, threads);
     let (recommendation, projection) =
         advice::advise(&ctx, sample, &rows, &dedup, &mut pipe, kdf_seconds, storage.as_ref())?;
     Ok(BenchReport {
@@ -314,6 +333,7 @@ pub fn run(
             threads,
             aes_instructions: Cipher::preferred() == Cipher::Aes256Gcm,
             cipher: stages::cipher_name(Cipher::preferred()).into(),
+            effective_cores,
         },
         sample: sample.info.clone(),
         runs: ctx.runs,

@@ -238,6 +238,7 @@ fn passes(
     files: &[&[u8]],
     pool: &rayon::ThreadPool,
     runs: usize,
+    second_pass: bool,
 ) -> Result<(Figure, Figure, PassOut, PassOut)> {
     let bytes: f64 = files.iter().map(|f| f.len() as f64).sum();
     let (mut first, mut second) = (Vec::new(), Vec::new());
@@ -246,8 +247,13 @@ fn passes(
         let ((o1, s1), (o2, s2)) = if config == Config::Coffer {
             let repo = mem_repo(setup)?;
             let a = timed(|| pool.install(|| saver_pass(&repo, files)));
-            let b = timed(|| pool.install(|| saver_pass(&repo, files)));
-            ((a.0?, a.1), (b.0?, b.1))
+            let a = (a.0?, a.1);
+            if !second_pass {
+                (a, (PassOut::default(), 0.0))
+            } else {
+                let b = timed(|| pool.install(|| saver_pass(&repo, files)));
+                (a, (b.0?, b.1))
+            }
         } else {
             let seen = Mutex::new(HashSet::new());
             let (o1, s1) = timed(|| {
@@ -255,8 +261,12 @@ fn passes(
                 o.stored += finish_packs(pool);
                 o
             });
-            let (o2, s2) = timed(|| pool.install(|| primitive_pass(config, setup, files, &seen)));
-            ((o1, s1), (o2, s2))
+            if !second_pass {
+                ((o1, s1), (PassOut::default(), 0.0))
+            } else {
+                let (o2, s2) = timed(|| pool.install(|| primitive_pass(config, setup, files, &seen)));
+                ((o1, s1), (o2, s2))
+            }
         };
         first.push((bytes, s1));
         second.push((bytes, s2));
@@ -280,8 +290,9 @@ fn share<'a>(files: &[&'a [u8]], share: f64) -> Vec<&'a [u8]> {
     out
 }
 
-/// Measures one configuration on `files`, first and second pass, on all cores
-/// and, when `per_core`, on one core over a core's share of the files.
+/// Measures one configuration on `files`, the first pass and, when `second`,
+/// the second, on all cores and, when `per_core`, on one core over a core's
+/// share of the files.
 pub(crate) fn measure_config(
     ctx: &Ctx<'_>,
     config: Config,
@@ -289,13 +300,14 @@ pub(crate) fn measure_config(
     input: &str,
     files: &[&[u8]],
     per_core: bool,
-) -> Result<[PipelineRow; 2]> {
+    second: bool,
+) -> Result<Vec<PipelineRow>> {
     ctx.say(&format!("pipeline: {}, {input}", config.describe()));
-    let (all1, all2, o1, o2) = passes(config, setup, files, ctx.pool, ctx.pipeline_runs)?;
+    let (all1, all2, o1, o2) = passes(config, setup, files, ctx.pool, ctx.pipeline_runs, second)?;
     let (mut pc1, mut pc2) = (None, None);
     if per_core {
         let part = share(files, 1.0 / ctx.threads as f64);
-        let (a, b, _, _) = passes(config, setup, &part, ctx.single, ctx.pipeline_runs)?;
+        let (a, b, _, _) = passes(config, setup, &part, ctx.single, ctx.pipeline_runs, second)?;
         (pc1, pc2) = (Some(a), Some(b));
     }
     let row = |pass, all_cores, per_core, o: PassOut| PipelineRow {
@@ -310,7 +322,11 @@ pub(crate) fn measure_config(
         stored_bytes: o.stored,
         new_blobs: o.blobs,
     };
-    Ok([row(1, all1, pc1, o1), row(2, all2, pc2, o2)])
+    let mut rows = vec![row(1, all1, pc1, o1)];
+    if second {
+        rows.push(row(2, all2, pc2, o2));
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -329,7 +345,7 @@ mod tests {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut stored = Vec::new();
         for config in [Config::DedupOnly, Config::Compress, Config::Encrypt, Config::CompressEncrypt, Config::Coffer] {
-            let (a, b, o1, o2) = passes(config, setup(), &files, &pool, 1).unwrap();
+            let (a, b, o1, o2) = passes(config, setup(), &files, &pool, 1, true).unwrap();
             assert!(a.rate.p50 > 0.0 && b.rate.p50 > 0.0);
             assert!(o1.blobs > 0, "{config:?}");
             assert_eq!(o2.blobs, 0, "{config:?}: second pass stored blobs");

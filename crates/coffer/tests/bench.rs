@@ -57,12 +57,17 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
     assert_eq!(num(&v, "/sample/skipped"), 1.0, "the link is skipped");
     assert!(v["machine"]["aes_instructions"].is_boolean());
     assert!(num(&v, "/machine/threads") >= 1.0);
-    assert!(num(&v, "/machine/effective_cores") >= 0.5 && num(&v, "/machine/effective_cores") <= num(&v, "/machine/threads"));
+    assert!(
+        num(&v, "/machine/effective_cores") >= 0.5
+            && num(&v, "/machine/effective_cores") <= num(&v, "/machine/threads")
+    );
 
     let stages = v["stages"].as_array().unwrap();
     let has = |stage: &str, choice: &str, input: &str| {
         stages.iter().any(|r| {
-            r["stage"] == stage && r["choice"].as_str().unwrap().starts_with(choice) && (input.is_empty() || r["input"] == input)
+            r["stage"] == stage
+                && r["choice"].as_str().unwrap().starts_with(choice)
+                && (input.is_empty() || r["input"] == input)
         })
     };
     for set in ["256K/512K/2M", "512K/1M/4M", "1M/2M/8M"] {
@@ -152,7 +157,8 @@ fn text_and_html_reports_on_generated_data() {
     let out = env.run(&["bench", "--quick", "--kdf-log-n", "10", "--report", html.to_str().unwrap()]);
     assert_success(&out);
     let t = text(&out.stdout);
-    for part in ["sample: generated", "Stages", "Pipeline", "Recommendation", "init flags:", "Projection", "bottleneck"] {
+    for part in ["sample: generated", "Stages", "Pipeline", "Recommendation", "init flags:", "Projection", "bottleneck"]
+    {
         assert!(t.contains(part), "no {part:?} in:\n{t}");
     }
     let h = std::fs::read_to_string(&html).unwrap();
@@ -172,7 +178,11 @@ fn storage_is_measured_on_a_scratch_prefix_that_is_removed() {
         for op in ["put", "get", "list"] {
             let r = rows.iter().find(|r| r["op"] == op && r["concurrency"] == c).unwrap();
             let l = &r["latency_ms"];
-            assert!(num(l, "/p50") <= num(l, "/p90") && num(l, "/p90") <= num(l, "/p99") && num(l, "/p99") <= num(l, "/max"));
+            assert!(
+                num(l, "/p50") <= num(l, "/p90")
+                    && num(l, "/p90") <= num(l, "/p99")
+                    && num(l, "/p99") <= num(l, "/max")
+            );
             assert!(num(r, "/requests_per_s") > 0.0);
         }
     }

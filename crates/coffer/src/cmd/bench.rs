@@ -191,7 +191,18 @@ fn stage_cells(r: &StageRow) -> Vec<String> {
 }
 
 const STAGE_HEADER: [&str; 12] = [
-    "stage", "choice", "input", "1 core p50", "mean", "p90", "p99", "worst", "all cores p50", "worst", "ratio", "note",
+    "stage",
+    "choice",
+    "input",
+    "1 core p50",
+    "mean",
+    "p90",
+    "p99",
+    "worst",
+    "all cores p50",
+    "worst",
+    "ratio",
+    "note",
 ];
 
 fn pipe_cells(r: &bench::PipelineRow) -> Vec<String> {
@@ -316,8 +327,7 @@ fn text(r: &BenchReport) -> String {
     );
     let _ = writeln!(o, "  {}", rec.reason);
     let _ = writeln!(o, "\nProjection\n  {}", r.projection.text);
-    let shares: Vec<String> =
-        r.projection.shares.iter().map(|(n, s)| format!("{n} {:.0}%", s * 100.0)).collect();
+    let shares: Vec<String> = r.projection.shares.iter().map(|(n, s)| format!("{n} {:.0}%", s * 100.0)).collect();
     let _ = writeln!(o, "  time per byte: {}", shares.join(", "));
     o
 }
@@ -410,7 +420,11 @@ fn html(r: &BenchReport) -> String {
         .pipeline
         .iter()
         .map(|p| {
-            (format!("{} ({}, pass {})", p.config.describe(), p.input, p.pass), p.all_cores.rate.p50, p.all_cores.rate.worst)
+            (
+                format!("{} ({}, pass {})", p.config.describe(), p.input, p.pass),
+                p.all_cores.rate.p50,
+                p.all_cores.rate.worst,
+            )
         })
         .collect();
     o.push_str(&svg_bars("throughput on all cores", "B", &bars));

@@ -112,7 +112,10 @@ fn parts(rows: &[StageRow], d: &DedupRow, level: i32, total: f64) -> Option<Vec<
         ("encryption".to_string(), distinct / seal),
     ];
     if level > 0 {
-        v.push((format!("compression (zstd {level})"), distinct / rate(rows, "zstd", &format!("level {level}"), "sample")?));
+        v.push((
+            format!("compression (zstd {level})"),
+            distinct / rate(rows, "zstd", &format!("level {level}"), "sample")?,
+        ));
     }
     Some(v)
 }
@@ -272,7 +275,8 @@ pub(crate) fn advise(
             shares.push((name.clone(), c / threads));
         }
         if measured_pb > modelled {
-            shares.push(("the rest (packing, spooling, upload, waiting between threads)".into(), measured_pb - modelled));
+            shares
+                .push(("the rest (packing, spooling, upload, waiting between threads)".into(), measured_pb - modelled));
         }
         if read_per_byte > 0.0 {
             shares.push(("reading the files".into(), read_per_byte / threads));

@@ -133,9 +133,30 @@ pub fn incompressible(len: usize, seed: u64) -> Vec<u8> {
 /// about 3 to 4 to 1, varying with `seed`.
 pub fn text_like(len: usize, seed: u64) -> Vec<u8> {
     const WORDS: [&str; 24] = [
-        "backup", "chunk", "repository", "snapshot", "index", "pack", "tree", "blob", "key", "restore", "the",
-        "of", "and", "level=info", "error", "request", "user", "file", "/usr/lib", "size", "time", "value",
-        "config", "check",
+        "backup",
+        "chunk",
+        "repository",
+        "snapshot",
+        "index",
+        "pack",
+        "tree",
+        "blob",
+        "key",
+        "restore",
+        "the",
+        "of",
+        "and",
+        "level=info",
+        "error",
+        "request",
+        "user",
+        "file",
+        "/usr/lib",
+        "size",
+        "time",
+        "value",
+        "config",
+        "check",
     ];
     let r = incompressible(len / 2 + 64, seed);
     let mut out = Vec::with_capacity(len + 32);

@@ -175,8 +175,11 @@ fn primitive_pass(config: Config, setup: Setup, files: &[&[u8]], seen: &Mutex<Ha
                                 (Some(z), false) => z.len() as u64,
                                 (None, false) => c.len() as u64,
                             };
-                            let stored =
-                                if compressing { compress::with_compressed(c, setup.level, stored) } else { stored(None) };
+                            let stored = if compressing {
+                                compress::with_compressed(c, setup.level, stored)
+                            } else {
+                                stored(None)
+                            };
                             PassOut { stored, blobs: 1 }
                         })
                         .reduce(PassOut::default, add)

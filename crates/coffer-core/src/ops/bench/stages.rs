@@ -387,10 +387,7 @@ pub(crate) fn signatures(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
     }
     // Name the slowest invalid signature against the valid one.
     let valid = out[first + 1].per_core.rate.p50;
-    if let Some(slow) = out[first + 2..]
-        .iter_mut()
-        .min_by(|a, b| a.per_core.rate.p50.total_cmp(&b.per_core.rate.p50))
-    {
+    if let Some(slow) = out[first + 2..].iter_mut().min_by(|a, b| a.per_core.rate.p50.total_cmp(&b.per_core.rate.p50)) {
         let rel = valid / slow.per_core.rate.p50.max(1e-9);
         slow.note = Some(format!("slowest invalid input: {rel:.2} x the time of a valid one"));
     }
@@ -442,7 +439,8 @@ impl Ctx<'_> {
         let (mut a, mut b) = self.ops_stage(f);
         for fig in [&mut a, &mut b] {
             fig.units_per_run *= units;
-            for r in [&mut fig.rate.p50, &mut fig.rate.p90, &mut fig.rate.p99, &mut fig.rate.worst, &mut fig.rate.mean] {
+            for r in [&mut fig.rate.p50, &mut fig.rate.p90, &mut fig.rate.p99, &mut fig.rate.worst, &mut fig.rate.mean]
+            {
                 *r *= units;
             }
         }

@@ -54,11 +54,7 @@ impl StorageReport {
 
 /// Runs `count` requests `f(i)` with `concurrency` threads; latencies in ms and
 /// the wall time.
-fn run_level(
-    concurrency: usize,
-    count: usize,
-    f: &(dyn Fn(usize) -> Result<()> + Sync),
-) -> Result<(Vec<f64>, f64)> {
+fn run_level(concurrency: usize, count: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<(Vec<f64>, f64)> {
     let next = AtomicUsize::new(0);
     let lat = Mutex::new(Vec::with_capacity(count));
     let first_err = Mutex::new(None);

@@ -168,7 +168,7 @@ pub fn text_like(len: usize, seed: u64) -> Vec<u8> {
         } else {
             out.extend_from_slice(WORDS[x % WORDS.len()].as_bytes());
         }
-        out.push(if x % 9 == 0 { b'\n' } else { b' ' });
+        out.push(if x.is_multiple_of(9) { b'\n' } else { b' ' });
         i += 2;
     }
     out.truncate(len);

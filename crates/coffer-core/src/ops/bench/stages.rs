@@ -130,9 +130,9 @@ pub fn chunker_sets(configured: ChunkerParams) -> Vec<ChunkerParams> {
 /// Describes chunker parameters: `512K/1M/4M`.
 pub fn describe_chunker(p: &ChunkerParams) -> String {
     let s = |v: u32| {
-        if v >= 1 << 20 && v % (1 << 20) == 0 {
+        if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
             format!("{}M", v >> 20)
-        } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+        } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
             format!("{}K", v >> 10)
         } else {
             v.to_string()

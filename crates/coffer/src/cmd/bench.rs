@@ -32,8 +32,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Threads for the all-cores figures (default: the cores available).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
     /// The backup size to project the time for (e.g. 500G).
     #[arg(long, default_value = "100G", value_parser = parse_size)]
     pub projected_size: u64,
@@ -52,9 +52,20 @@ pub struct BenchArgs {
     pub settings: RepoSettings,
 }
 
+/// The largest sample accepted: it is held in memory.
+const MAX_SAMPLE: u64 = 4 << 30;
+
 pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
     let init = crate::cmd::init::settings(&a.settings)?;
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    for (flag, v) in [("--sample-size", a.sample_size), ("--generated-size", a.generated_size)] {
+        if v > MAX_SAMPLE {
+            bail!(
+                "{flag} {v} is above the {} GiB a sample may hold (it is kept in memory): give less",
+                MAX_SAMPLE >> 30
+            );
+        }
+    }
     let mut opts = if a.quick { BenchOptions::quick(threads) } else { BenchOptions::standard(threads) };
     if !a.quick {
         opts.runs = a.runs as usize;

@@ -199,4 +199,9 @@ fn storage_is_measured_on_a_scratch_prefix_that_is_removed() {
     let out = none.run(&["bench", "--quick", "--storage", "--generated-size", "1M"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("no repository"), "{}", text(&out.stderr));
+
+    // A sample larger than memory should hold is refused before anything is allocated.
+    let out = none.run(&["bench", "--generated-size", "5G"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--generated-size"), "{}", text(&out.stderr));
 }

@@ -364,10 +364,15 @@ fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
     o
 }
 
-/// A horizontal bar chart: one bar per (label, median, worst), the worst run
-/// marked as a darker bar inside the median's.
+/// A horizontal bar chart on a logarithmic scale (the rates span five orders of
+/// magnitude): one bar per (label, median, worst), the worst run marked as a
+/// darker bar inside the median's.
 fn svg_bars(title: &str, unit: &str, bars: &[(String, f64, f64)]) -> String {
     let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9);
+    let lo = bars.iter().flat_map(|b| [b.1, b.2]).filter(|v| *v > 0.0).fold(max, f64::min) / 2.0;
+    let scale = |v: f64| if v > lo { (v / lo).ln() / (max / lo).ln().max(1e-9) } else { 0.0 };
+    let title = format!("{title} (logarithmic scale)");
+    let title = title.as_str();
     let (label_w, bar_w, row_h) = (360.0, 420.0, 18.0);
     let h = 30.0 + row_h * bars.len() as f64;
     let mut o = format!(
@@ -378,8 +383,8 @@ fn svg_bars(title: &str, unit: &str, bars: &[(String, f64, f64)]) -> String {
     );
     for (i, (label, p50, worst)) in bars.iter().enumerate() {
         let y = 24.0 + row_h * i as f64;
-        let w = bar_w * p50 / max;
-        let ww = bar_w * worst / max;
+        let w = bar_w * scale(*p50);
+        let ww = bar_w * scale(*worst);
         let _ = write!(
             o,
             "<text x=\"0\" y=\"{}\">{}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" \
@@ -389,7 +394,7 @@ fn svg_bars(title: &str, unit: &str, bars: &[(String, f64, f64)]) -> String {
             esc(label),
             row_h - 4.0,
             y + row_h - 8.0,
-            label_w + w + 4.0,
+            (label_w + w + 4.0).round(),
             y + 12.0,
             esc(&rate(unit, *p50))
         );

@@ -124,6 +124,9 @@ pub enum Command {
     /// Sizes: what a restore would write, and the data stored for it after deduplication.
     #[command(after_help = EXIT_CODES)]
     Stats(StatsArgs),
+    /// Measure which settings back up fastest on this machine and this data.
+    #[command(after_help = EXIT_CODES)]
+    Bench(crate::cmd::bench::BenchArgs),
 }
 
 #[derive(Args, Debug)]

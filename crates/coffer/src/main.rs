@@ -177,6 +177,7 @@ fn main() -> ExitCode {
         Command::Version => cmd::generate::version(&cli.global),
         Command::Generate(a) => cmd::generate::run(&cli.global, a),
         Command::Stats(a) => cmd::stats::run(&cli.global, a),
+        Command::Bench(a) => cmd::bench::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

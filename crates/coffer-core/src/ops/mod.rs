@@ -2,6 +2,7 @@
 //! [`crate::lifecycle`]; nothing below this module imports from it.
 
 pub mod backup;
+pub mod bench;
 pub mod check;
 pub mod diff;
 pub mod forget;

@@ -1,0 +1,351 @@
+//! `coffer bench`: measures, on this machine and on a sample of the user's data,
+//! what each backup stage costs per core and on all cores, the whole pipeline in
+//! the configurations that matter, the worst cases (percentiles over repeated
+//! runs, and inputs chosen to hurt each stage), and from them recommends the
+//! `init` settings and projects the time of a backup. The library measures and
+//! returns typed results; the binary prints them. See docs/design.md#coffer-bench.
+//!
+//! - [`stats`]: percentiles and timing.
+//! - [`data`]: the sample, generated data and the adversarial inputs.
+//! - [`stages`]: each stage alone.
+//! - [`pipeline`]: the whole pipeline.
+//! - [`advice`]: the recommendation and the projection.
+//! - [`storage`]: storage latency and throughput through the backend trait.
+
+pub mod advice;
+pub mod data;
+pub mod pipeline;
+pub mod stages;
+pub mod stats;
+pub mod storage;
+
+use std::collections::HashSet;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::chunker::{Chunker, ChunkerParams};
+use crate::crypto::{Cipher, ScryptParams};
+use crate::error::{Error, Result};
+use crate::format::config::DEFAULT_COMPRESSION_LEVEL;
+pub use advice::{Candidate, Projection, Recommendation};
+pub use data::{Sample, SampleInfo};
+pub use pipeline::{Config, PipelineRow};
+pub use stats::{Figure, Rates, Spread, percentile};
+pub use storage::{StorageReport, StorageRow, measure_storage};
+
+/// What to measure and how long.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Timed runs per stage figure (after one untimed warm-up).
+    pub runs: usize,
+    /// Timed runs per pipeline figure (no warm-up: the first run pays for
+    /// starting, as a backup does).
+    pub pipeline_runs: usize,
+    /// Fewer levels and smaller inputs, for a run of a few seconds.
+    pub quick: bool,
+    /// Threads for the all-cores figures.
+    pub threads: usize,
+    /// The key derivation cost to time.
+    pub kdf: ScryptParams,
+    /// The configured chunker sizes (the default's unless a repository says otherwise).
+    pub chunker: ChunkerParams,
+    /// The configured zstd level.
+    pub compression_level: i32,
+    /// The data size the projection is for, in bytes.
+    pub projected_bytes: u64,
+    /// About how long one timed run of a stage takes, in seconds.
+    pub target_run_seconds: f64,
+}
+
+impl BenchOptions {
+    /// The standard run on `threads` threads (a default run takes about 30 s on 2 cores).
+    pub fn standard(threads: usize) -> BenchOptions {
+        BenchOptions {
+            runs: 5,
+            pipeline_runs: 3,
+            quick: false,
+            threads: threads.max(1),
+            kdf: ScryptParams::DEFAULT,
+            chunker: ChunkerParams::default(),
+            compression_level: DEFAULT_COMPRESSION_LEVEL,
+            projected_bytes: 100 << 30,
+            target_run_seconds: 0.015,
+        }
+    }
+
+    /// The quick run: a few seconds.
+    pub fn quick(threads: usize) -> BenchOptions {
+        BenchOptions { runs: 3, pipeline_runs: 2, quick: true, target_run_seconds: 0.004, ..Self::standard(threads) }
+    }
+}
+
+/// One stage and choice, measured on one input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageRow {
+    /// The stage: `chunker`, `file digest`, `blob id`, `aead`, `zstd`, `zstd probe`,
+    /// `scrypt`, `ed25519`, `merkle`.
+    pub stage: String,
+    /// The choice within the stage (parameters, cipher, level, operation).
+    pub choice: String,
+    /// The input: `sample`, or an input chosen to hurt (`no-cut`, `zeros`,
+    /// `incompressible`, `repetitive`), or what an operation works on.
+    pub input: String,
+    /// The unit of work: `B` (bytes) or the operation counted.
+    pub unit: String,
+    /// On one core.
+    pub per_core: Figure,
+    /// On all cores.
+    pub all_cores: Figure,
+    /// For compression: stored bytes over bytes read.
+    pub ratio: Option<f64>,
+    /// What to know about the figure.
+    pub note: Option<String>,
+}
+
+/// What deduplication finds in the sample with one set of chunk sizes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DedupRow {
+    /// Chunk sizes, `min/avg/max`.
+    pub chunker: String,
+    /// The sizes.
+    pub params: ChunkerParams,
+    /// Chunks cut.
+    pub chunks: u64,
+    /// Distinct chunks.
+    pub unique_chunks: u64,
+    /// Bytes of the distinct chunks.
+    pub unique_bytes: u64,
+}
+
+/// The machine measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Threads used for the all-cores figures.
+    pub threads: usize,
+    /// Whether the CPU has AES instructions (and carry-less multiplication).
+    pub aes_instructions: bool,
+    /// The cipher coffer picks on this machine (not an `init` setting).
+    pub cipher: String,
+    /// Cores the all-cores runs actually got: the median, over the byte stages on
+    /// the sample, of their all-cores rate over their one-core rate. Below
+    /// `threads` when other programs share the machine.
+    pub effective_cores: f64,
+}
+
+/// Everything one `coffer bench` run measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// The machine.
+    pub machine: Machine,
+    /// The sample.
+    pub sample: SampleInfo,
+    /// Timed runs per stage figure.
+    pub runs: usize,
+    /// Timed runs per pipeline figure.
+    pub pipeline_runs: usize,
+    /// Whether this was a quick run.
+    pub quick: bool,
+    /// The key derivation cost timed.
+    pub kdf: ScryptParams,
+    /// Each stage alone.
+    pub stages: Vec<StageRow>,
+    /// Deduplication in the sample, per chunk size set.
+    pub dedup: Vec<DedupRow>,
+    /// The whole pipeline.
+    pub pipeline: Vec<PipelineRow>,
+    /// The settings recommended.
+    pub recommendation: Recommendation,
+    /// How long a backup of data like the sample would take.
+    pub projection: Projection,
+    /// Storage, when measured.
+    pub storage: Option<StorageReport>,
+    /// Seconds the measurement took.
+    pub seconds: f64,
+}
+
+/// What the measuring functions share.
+pub(crate) struct Ctx<'a> {
+    pub opts: &'a BenchOptions,
+    pub pool: &'a rayon::ThreadPool,
+    pub single: &'a rayon::ThreadPool,
+    pub threads: usize,
+    pub runs: usize,
+    pub pipeline_runs: usize,
+    pub target_run: f64,
+    pub ratio_bytes: f64,
+    pub adversarial_len: usize,
+    pub progress: &'a (dyn Fn(&str) + Sync),
+}
+
+impl Ctx<'_> {
+    pub(crate) fn say(&self, what: &str) {
+        (self.progress)(what)
+    }
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start {threads} measuring threads: {e}")))
+}
+
+/// Chunks of `files` cut with `params`.
+pub(crate) fn chunk_all(files: &[Vec<u8>], params: ChunkerParams) -> Vec<&[u8]> {
+    let chunker = Chunker::new(&stages::chunker_key(), params);
+    files
+        .iter()
+        .flat_map(|f| {
+            let mut start = 0;
+            chunker
+                .chunk_lengths(f)
+                .into_iter()
+                .map(|n| {
+                    let c = &f[start..start + n];
+                    start += n;
+                    c
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Deduplication of `files` with `params` (on all cores).
+fn dedup_row(ctx: &Ctx<'_>, files: &[Vec<u8>], params: ChunkerParams) -> DedupRow {
+    let chunks = ctx.pool.install(|| {
+        let chunker = Chunker::new(&stages::chunker_key(), params);
+        files
+            .par_iter()
+            .flat_map_iter(|f| {
+                let mut start = 0;
+                chunker
+                    .chunk_lengths(f)
+                    .into_iter()
+                    .map(|n| {
+                        let h = blake3::hash(&f[start..start + n]);
+                        start += n;
+                        (*h.as_bytes(), n as u64)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut seen = HashSet::new();
+    let (mut unique_chunks, mut unique_bytes) = (0, 0);
+    for (h, n) in &chunks {
+        if seen.insert(*h) {
+            unique_chunks += 1;
+            unique_bytes += n;
+        }
+    }
+    DedupRow {
+        chunker: stages::describe_chunker(&params),
+        params,
+        chunks: chunks.len() as u64,
+        unique_chunks,
+        unique_bytes,
+    }
+}
+
+/// The cores the all-cores runs actually got: the median, over the byte stages
+/// on the sample, of all-cores rate over one-core rate.
+pub(crate) fn effective_cores(rows: &[StageRow], threads: usize) -> f64 {
+    let speedups: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.unit == stages::BYTES && r.input == "sample" && r.per_core.rate.mean > 0.0)
+        .map(|r| r.all_cores.rate.mean / r.per_core.rate.mean)
+        .collect();
+    percentile(&speedups, 0.5).unwrap_or(1.0).clamp(0.5, threads as f64)
+}
+
+/// Measures everything on `sample`. `storage` is a storage measurement made
+/// before (see [`measure_storage`]), for the projection to weigh; `progress` is
+/// told which measurement starts.
+pub fn run(
+    sample: &Sample,
+    opts: &BenchOptions,
+    storage: Option<StorageReport>,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<BenchReport> {
+    if sample.is_empty() {
+        return Err(Error::InvalidInput(
+            "the sample holds no data: give files or directories with regular files in them, or no path \
+             for generated data"
+                .into(),
+        ));
+    }
+    opts.chunker.validate().map_err(Error::InvalidInput)?;
+    let start = std::time::Instant::now();
+    let threads = opts.threads.max(1);
+    let (all, single) = (pool(threads)?, pool(1)?);
+    let ctx = Ctx {
+        opts,
+        pool: &all,
+        single: &single,
+        threads,
+        runs: opts.runs.max(1),
+        pipeline_runs: opts.pipeline_runs.max(1),
+        target_run: opts.target_run_seconds.max(1e-4),
+        ratio_bytes: if opts.quick { 1.0 * 1048576.0 } else { 4.0 * 1048576.0 },
+        adversarial_len: if opts.quick { 4 << 20 } else { 16 << 20 },
+        progress,
+    };
+    let files = &sample.files;
+    let chunks = chunk_all(files, opts.chunker);
+
+    let mut rows = Vec::new();
+    stages::chunkers(&ctx, files, &mut rows);
+    stages::hashes(&ctx, &chunks, &mut rows);
+    stages::aead(&ctx, &chunks, &mut rows);
+    stages::compression(&ctx, &chunks, &mut rows);
+    let kdf_seconds = stages::kdf(&ctx, opts.kdf, &mut rows);
+    stages::signatures(&ctx, &mut rows);
+    stages::merkle_tree(&ctx, &mut rows);
+
+    ctx.say("deduplication per chunk size set");
+    let dedup: Vec<DedupRow> =
+        stages::chunker_sets(opts.chunker).into_iter().map(|p| dedup_row(&ctx, files, p)).collect();
+
+    let setup = pipeline::Setup { chunker: opts.chunker, level: opts.compression_level };
+    let refs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let mut pipe = Vec::new();
+    for config in [Config::DedupOnly, Config::Compress, Config::Encrypt, Config::CompressEncrypt, Config::Coffer] {
+        let per_core = matches!(config, Config::CompressEncrypt | Config::Coffer);
+        // A second pass stores nothing, so it is the same work whatever is
+        // switched on: measured for dedup only and for coffer's saver.
+        let second = matches!(config, Config::DedupOnly | Config::Coffer);
+        pipe.extend(pipeline::measure_config(&ctx, config, setup, "sample", &refs, per_core, second)?);
+    }
+    let tiny = data::tiny_files(if opts.quick { 512 } else { 4096 }, 1024);
+    let tiny: Vec<&[u8]> = tiny.iter().map(Vec::as_slice).collect();
+    for config in [Config::CompressEncrypt, Config::Coffer] {
+        pipe.extend(pipeline::measure_config(&ctx, config, setup, "tiny files", &tiny, false, true)?);
+    }
+    let nocut = data::no_cut(&stages::chunker_key(), opts.chunker, ctx.adversarial_len);
+    pipe.extend(pipeline::measure_config(&ctx, Config::Coffer, setup, "no-cut", &[&nocut], false, true)?);
+
+    let effective_cores = effective_cores(&rows, threads);
+    let (recommendation, projection) =
+        advice::advise(&ctx, sample, &rows, &dedup, &mut pipe, kdf_seconds, storage.as_ref())?;
+    Ok(BenchReport {
+        machine: Machine {
+            threads,
+            aes_instructions: Cipher::preferred() == Cipher::Aes256Gcm,
+            cipher: stages::cipher_name(Cipher::preferred()).into(),
+            effective_cores,
+        },
+        sample: sample.info.clone(),
+        runs: ctx.runs,
+        pipeline_runs: ctx.pipeline_runs,
+        quick: opts.quick,
+        kdf: opts.kdf,
+        stages: rows,
+        dedup,
+        pipeline: pipe,
+        recommendation,
+        projection,
+        storage,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

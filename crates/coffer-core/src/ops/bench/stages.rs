@@ -1,0 +1,449 @@
+//! Each backup stage measured alone, per core and on all cores: chunking,
+//! content digest, blob id, AEAD, zstd (with the incompressible-data probe),
+//! scrypt, Ed25519 and the Merkle tree, on the sample and on inputs chosen to
+//! hurt. See docs/design.md#coffer-bench.
+
+use rayon::prelude::*;
+
+use super::data;
+use super::stats::{Figure, measure, timed};
+use super::{Ctx, StageRow};
+use crate::chunker::{Chunker, ChunkerParams};
+use crate::compress;
+use crate::crypto::sign::{SIGNATURE_LEN, SigningKey};
+use crate::crypto::{AeadKey, Cipher, Key, Nonce, ScryptParams, blob_id, scrypt_kdf};
+use crate::merkle;
+
+/// Unit of the byte stages.
+pub const BYTES: &str = "B";
+
+/// The chunker keys and parameters used throughout.
+pub(crate) fn chunker_key() -> Key {
+    Key([0x42; 32])
+}
+
+/// Pieces from `pieces` holding at least `bytes` bytes, spread over all of
+/// them so that each run sees a mix like the whole sample's: every `k`-th piece,
+/// starting at a place that depends on `run`. A window larger than all the
+/// pieces repeats them.
+fn window<'a>(pieces: &[&'a [u8]], run: usize, bytes: f64) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    if pieces.is_empty() {
+        return out;
+    }
+    let all = total(pieces).max(1.0);
+    let k = ((all / bytes.max(1.0)).floor() as usize).clamp(1, pieces.len());
+    let mut i = run.wrapping_mul(7919) % k;
+    let mut got = 0.0;
+    while got < bytes || out.is_empty() {
+        out.push(pieces[i]);
+        got += pieces[i].len() as f64;
+        i += k;
+        if i >= pieces.len() {
+            i = (i + 1) % k.max(1);
+        }
+        if out.len() > 4 * pieces.len() + 16 {
+            break;
+        }
+    }
+    out
+}
+
+fn total(pieces: &[&[u8]]) -> f64 {
+    pieces.iter().map(|p| p.len() as f64).sum()
+}
+
+impl Ctx<'_> {
+    /// Times `f` over windows of `pieces`: on one core, then on all cores (each
+    /// run covers `threads` times the bytes). A run is sized to take about the
+    /// target run time, from a first untimed pass over 256 KiB.
+    pub(crate) fn bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
+        let probe = window(pieces, 0, 256.0 * 1024.0);
+        let (_, secs) = timed(|| probe.iter().for_each(|p| f(p)));
+        let rate = total(&probe) / secs.max(1e-7);
+        let w = (rate * self.target_run).clamp(1.0, total(pieces).max(1.0));
+        let per_core = measure(self.runs, |r| {
+            let win = window(pieces, r, w);
+            win.iter().for_each(|p| f(p));
+            total(&win)
+        });
+        let all = self.pool.install(|| {
+            measure(self.runs, |r| {
+                let win = window(pieces, r, w * self.threads as f64);
+                win.par_iter().for_each(|p| f(p));
+                total(&win)
+            })
+        });
+        (per_core, all)
+    }
+
+    /// Times `f(i)` called for many `i`: on one core, then on all cores.
+    pub(crate) fn ops_stage(&self, f: &(dyn Fn(usize) + Sync)) -> (Figure, Figure) {
+        let (_, secs) = timed(|| (0..4).for_each(f));
+        let n = ((4.0 / secs.max(1e-9)) * self.target_run).clamp(1.0, 1e7) as usize;
+        let per_core = measure(self.runs, |_| {
+            (0..n).for_each(f);
+            n as f64
+        });
+        let m = n * self.threads;
+        let all = self.pool.install(|| {
+            measure(self.runs, |_| {
+                (0..m).into_par_iter().for_each(f);
+                m as f64
+            })
+        });
+        (per_core, all)
+    }
+
+    fn row(&self, stage: &str, choice: &str, input: &str, unit: &str, figs: (Figure, Figure)) -> StageRow {
+        StageRow {
+            stage: stage.into(),
+            choice: choice.into(),
+            input: input.into(),
+            unit: unit.into(),
+            per_core: figs.0,
+            all_cores: figs.1,
+            ratio: None,
+            note: None,
+        }
+    }
+}
+
+/// Pieces of at most `max` bytes covering `files`.
+pub(crate) fn segments(files: &[Vec<u8>], max: usize) -> Vec<&[u8]> {
+    files.iter().flat_map(|f| f.chunks(max.max(1))).collect()
+}
+
+/// The chunk candidates the command compares: smaller, the configured ones, larger.
+pub fn chunker_sets(configured: ChunkerParams) -> Vec<ChunkerParams> {
+    let mut sets = vec![
+        ChunkerParams { min_size: 256 << 10, avg_size: 512 << 10, max_size: 2 << 20 },
+        ChunkerParams::default(),
+        ChunkerParams { min_size: 1 << 20, avg_size: 2 << 20, max_size: 8 << 20 },
+    ];
+    if !sets.contains(&configured) && configured.validate().is_ok() {
+        sets.push(configured);
+    }
+    sets
+}
+
+/// Describes chunker parameters: `512K/1M/4M`.
+pub fn describe_chunker(p: &ChunkerParams) -> String {
+    let s = |v: u32| {
+        if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
+            format!("{}M", v >> 20)
+        } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
+            format!("{}K", v >> 10)
+        } else {
+            v.to_string()
+        }
+    };
+    format!("{}/{}/{}", s(p.min_size), s(p.avg_size), s(p.max_size))
+}
+
+/// The zstd levels compared.
+pub fn zstd_levels(quick: bool) -> Vec<i32> {
+    if quick { vec![1, 3, 19] } else { vec![1, 3, 6, 9, 19] }
+}
+
+/// Chunker stage: each parameter set on the sample, on data that never yields
+/// a boundary, and on zeros.
+pub(crate) fn chunkers(ctx: &Ctx<'_>, files: &[Vec<u8>], out: &mut Vec<StageRow>) {
+    let key = chunker_key();
+    for params in chunker_sets(ctx.opts.chunker) {
+        let choice = describe_chunker(&params);
+        ctx.say(&format!("chunker {choice}"));
+        let chunker = Chunker::new(&key, params);
+        let f = |p: &[u8]| {
+            std::hint::black_box(chunker.chunk_lengths(p).len());
+        };
+        let seg = (params.max_size as usize * 2).max(8 << 20);
+        let pieces = segments(files, seg);
+        out.push(ctx.row("chunker", &choice, "sample", BYTES, ctx.bytes_stage(&pieces, &f)));
+        let adv_len = ctx.adversarial_len.max(2 * params.max_size as usize);
+        let nocut = [data::no_cut(&key, params, adv_len)];
+        let pieces = segments(&nocut, seg);
+        let mut r = ctx.row("chunker", &choice, "no-cut", BYTES, ctx.bytes_stage(&pieces, &f));
+        r.note = Some("every chunk reaches the maximum size".into());
+        out.push(r);
+        let zeros = [vec![0u8; adv_len]];
+        let pieces = segments(&zeros, seg);
+        out.push(ctx.row("chunker", &choice, "zeros", BYTES, ctx.bytes_stage(&pieces, &f)));
+    }
+}
+
+/// Hash stages: the file content digest (BLAKE3) and the blob id (keyed BLAKE3).
+pub(crate) fn hashes(ctx: &Ctx<'_>, chunks: &[&[u8]], out: &mut Vec<StageRow>) {
+    ctx.say("hashes");
+    let f = |p: &[u8]| {
+        std::hint::black_box(blake3::hash(p));
+    };
+    out.push(ctx.row("file digest", "blake3", "sample", BYTES, ctx.bytes_stage(chunks, &f)));
+    let key = Key([5; 32]);
+    let f = |p: &[u8]| {
+        std::hint::black_box(blob_id(&key, p));
+    };
+    out.push(ctx.row("blob id", "keyed blake3", "sample", BYTES, ctx.bytes_stage(chunks, &f)));
+}
+
+/// The AEAD stage: both ciphers sealing the sample's chunks.
+pub(crate) fn aead(ctx: &Ctx<'_>, chunks: &[&[u8]], out: &mut Vec<StageRow>) {
+    for cipher in [Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305] {
+        let name = cipher_name(cipher);
+        ctx.say(&format!("aead {name}"));
+        let k = AeadKey::new(cipher, &Key([9; 32]));
+        let n = std::sync::atomic::AtomicU64::new(0);
+        let f = |p: &[u8]| {
+            let c = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::hint::black_box(k.seal(Nonce::new(0, c), b"", p));
+        };
+        let mut r = ctx.row("aead", name, "sample", BYTES, ctx.bytes_stage(chunks, &f));
+        if cipher == Cipher::preferred() {
+            r.note = Some("what this machine's repositories use".into());
+        }
+        out.push(r);
+    }
+}
+
+/// The cipher's name as `init` and the design document write it.
+pub fn cipher_name(c: Cipher) -> &'static str {
+    match c {
+        Cipher::Aes256Gcm => "aes-256-gcm",
+        Cipher::ChaCha20Poly1305 => "chacha20-poly1305",
+    }
+}
+
+/// Stored bytes of `chunks` compressed at `level` under coffer's policy (probe,
+/// and kept only when smaller), on all cores.
+fn stored_len(ctx: &Ctx<'_>, chunks: &[&[u8]], level: i32) -> f64 {
+    ctx.pool.install(|| {
+        chunks.par_iter().map(|c| compress::with_compressed(c, level, |z| z.map_or(c.len(), <[u8]>::len) as f64)).sum()
+    })
+}
+
+/// A slice of every chunk, about `bytes` in all: the middle of each, at least
+/// 64 KiB (so the probe runs on it as on a whole chunk) and at most the chunk.
+/// Every chunk is represented, so the compression ratio measured on the slices
+/// follows the sample's mix even when the chunks are few and large.
+pub(crate) fn spread<'a>(chunks: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
+    let all = total(chunks);
+    if all <= bytes || chunks.is_empty() {
+        return chunks.to_vec();
+    }
+    let each = ((bytes / chunks.len() as f64) as usize).max(64 << 10);
+    chunks
+        .iter()
+        .map(|c| {
+            let n = each.min(c.len());
+            let start = (c.len() - n) / 2;
+            &c[start..start + n]
+        })
+        .collect()
+}
+
+/// The compression stage: each level on the sample (with the ratio it reaches on
+/// a common spread of the sample's chunks), the probe, and the hard cases.
+pub(crate) fn compression(ctx: &Ctx<'_>, chunks: &[&[u8]], out: &mut Vec<StageRow>) {
+    let subset = spread(chunks, ctx.ratio_bytes);
+    let subset_len = total(&subset);
+    let mut levels = zstd_levels(ctx.opts.quick);
+    if ctx.opts.compression_level > 0 && !levels.contains(&ctx.opts.compression_level) {
+        levels.push(ctx.opts.compression_level);
+        levels.sort_unstable();
+    }
+    for level in levels {
+        ctx.say(&format!("zstd level {level}"));
+        let f = |p: &[u8]| {
+            std::hint::black_box(compress::with_compressed(p, level, |z| z.map(<[u8]>::len)));
+        };
+        let mut r = ctx.row("zstd", &format!("level {level}"), "sample", BYTES, ctx.bytes_stage(chunks, &f));
+        r.ratio = Some(stored_len(ctx, &subset, level) / subset_len.max(1.0));
+        r.note = Some(format!("ratio (stored/read) on {:.1} MiB taken from every chunk", subset_len / 1048576.0));
+        out.push(r);
+    }
+    ctx.say("zstd hard cases");
+    let n = ctx.adversarial_len;
+    let noise = [data::incompressible(n, 11)];
+    let noise = segments(&noise, 1 << 20);
+    let rep = [data::repetitive(n)];
+    let rep = segments(&rep, 1 << 20);
+    let probe = |p: &[u8]| {
+        std::hint::black_box(compress::worth_compressing(p));
+    };
+    let mut r = ctx.row("zstd probe", "4 x 4 KiB at level 1", "sample", BYTES, ctx.bytes_stage(chunks, &probe));
+    let skipped = chunks.iter().filter(|c| !compress::worth_compressing(c)).map(|c| c.len() as f64).sum::<f64>();
+    r.note = Some(format!("skips {:.0}% of the sample's bytes", 100.0 * skipped / total(chunks).max(1.0)));
+    out.push(r);
+    for level in [3, 19] {
+        let f = |p: &[u8]| {
+            std::hint::black_box(compress::with_compressed(p, level, |z| z.map(<[u8]>::len)));
+        };
+        let mut r = ctx.row("zstd", &format!("level {level}"), "incompressible", BYTES, ctx.bytes_stage(&noise, &f));
+        r.ratio = Some(stored_len(ctx, &noise, level) / total(&noise));
+        r.note = Some("the probe skips it".into());
+        out.push(r);
+        let mut r = ctx.row("zstd", &format!("level {level}"), "repetitive", BYTES, ctx.bytes_stage(&rep, &f));
+        r.ratio = Some(stored_len(ctx, &rep, level) / total(&rep));
+        out.push(r);
+    }
+    let raw = |p: &[u8]| {
+        std::hint::black_box(zstd::bulk::compress(p, 3).map(|z| z.len()).unwrap_or(0));
+    };
+    let mut r = ctx.row("zstd", "level 3, no probe", "incompressible", BYTES, ctx.bytes_stage(&noise, &raw));
+    r.note = Some("what the probe saves".into());
+    out.push(r);
+}
+
+/// scrypt at the configured cost: one derivation per run on one core, one per
+/// core at once on all cores.
+pub(crate) fn kdf(ctx: &Ctx<'_>, params: ScryptParams, out: &mut Vec<StageRow>) -> f64 {
+    ctx.say("scrypt");
+    let runs = if ctx.opts.quick { 1 } else { ctx.runs.min(2) };
+    let derive = || {
+        std::hint::black_box(scrypt_kdf(b"coffer bench passphrase", &[7; 32], params).is_ok());
+    };
+    let mut one = Vec::new();
+    for _ in 0..runs {
+        let (_, s) = timed(derive);
+        one.push((1.0, s));
+    }
+    let mut all = Vec::new();
+    for _ in 0..runs {
+        let (_, s) = timed(|| ctx.pool.install(|| (0..ctx.threads).into_par_iter().for_each(|_| derive())));
+        all.push((ctx.threads as f64, s));
+    }
+    let per_core = Figure::from_runs(&one);
+    let seconds = per_core.seconds.p50;
+    let mut r = ctx.row(
+        "scrypt",
+        &format!("log_n {} r {} p {}", params.log_n, params.r, params.p),
+        "passphrase",
+        "derivations",
+        (per_core, Figure::from_runs(&all)),
+    );
+    r.note = Some(format!("{:.0} ms per repository opened", seconds * 1000.0));
+    out.push(r);
+    seconds
+}
+
+/// The group order L, little-endian.
+const L: [u8; 32] = [
+    0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde, 0x14, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+];
+
+/// Ed25519: signing, and verifying valid and invalid signatures of each kind,
+/// the slowest invalid one named.
+pub(crate) fn signatures(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
+    ctx.say("ed25519");
+    let key = SigningKey::from_seed(&[0x42; 32]);
+    let public = key.public();
+    let msg = data::incompressible(256, 1);
+    let sig = key.sign(&msg);
+    out.push(ctx.row(
+        "ed25519",
+        "sign",
+        "256-byte message",
+        "signatures",
+        ctx.ops_stage(&|_| {
+            std::hint::black_box(key.sign(&msg));
+        }),
+    ));
+    let mut flipped = sig;
+    flipped[32] ^= 1;
+    let mut random: [u8; SIGNATURE_LEN] = data::incompressible(SIGNATURE_LEN, 2).try_into().unwrap_or([0; 64]);
+    random[63] &= 0x0f;
+    let mut s_plus_l = sig;
+    let mut carry = 0u16;
+    for i in 0..32 {
+        let s = u16::from(sig[32 + i]) + u16::from(L[i]) + carry;
+        s_plus_l[32 + i] = s as u8;
+        carry = s >> 8;
+    }
+    let other = SigningKey::from_seed(&[0x43; 32]).public();
+    let cases: [(&str, &crate::crypto::sign::PublicKey, [u8; 64], bool); 5] = [
+        ("valid", &public, sig, true),
+        ("invalid: one bit of S flipped", &public, flipped, false),
+        ("invalid: random R, S below L", &public, random, false),
+        ("invalid: S + L (S out of range)", &public, s_plus_l, false),
+        ("invalid: another key's signature", &other, sig, false),
+    ];
+    let first = out.len();
+    for (name, pk, s, expected) in cases {
+        let ok = pk.verify(&msg, &s);
+        let mut r = ctx.row(
+            "ed25519",
+            &format!("verify {name}"),
+            "256-byte message",
+            "verifications",
+            ctx.ops_stage(&|_| {
+                std::hint::black_box(pk.verify(&msg, &s));
+            }),
+        );
+        if ok != expected {
+            r.note = Some(format!("unexpected verdict: {ok}"));
+        }
+        out.push(r);
+    }
+    // Name the slowest invalid signature against the valid one.
+    let valid = out[first + 1].per_core.rate.p50;
+    if let Some(slow) = out[first + 2..].iter_mut().min_by(|a, b| a.per_core.rate.p50.total_cmp(&b.per_core.rate.p50)) {
+        let rel = valid / slow.per_core.rate.p50.max(1e-9);
+        slow.note = Some(format!("slowest invalid input: {rel:.2} x the time of a valid one"));
+    }
+}
+
+/// The Merkle tree: the root of a snapshot of many files, an inclusion proof, and its check.
+pub(crate) fn merkle_tree(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
+    ctx.say("merkle");
+    let n = if ctx.opts.quick { 10_000 } else { 100_000 };
+    let leaves: Vec<merkle::Hash> = (0..n as u64).map(|i| merkle::leaf_hash(&i.to_le_bytes())).collect();
+    let root = merkle::root(&leaves);
+    let tree = format!("{n} leaves");
+    out.push(ctx.row(
+        "merkle",
+        "root",
+        &tree,
+        "leaves",
+        ctx.ops_stage_units(n as f64, &|_| {
+            std::hint::black_box(merkle::root(&leaves));
+        }),
+    ));
+    out.push(ctx.row(
+        "merkle",
+        "inclusion proof",
+        &tree,
+        "proofs",
+        ctx.ops_stage(&|i| {
+            std::hint::black_box(merkle::inclusion_proof(&leaves, (i * 7919) % n));
+        }),
+    ));
+    let proofs: Vec<Vec<merkle::Hash>> =
+        (0..64).map(|i| merkle::inclusion_proof(&leaves, (i * 7919) % n).unwrap_or_default()).collect();
+    out.push(ctx.row(
+        "merkle",
+        "verify proof",
+        &tree,
+        "verifications",
+        ctx.ops_stage(&|i| {
+            let j = i % 64;
+            let idx = (j * 7919) % n;
+            std::hint::black_box(merkle::verify_inclusion(&leaves[idx], idx as u64, n as u64, &proofs[j], &root));
+        }),
+    ));
+}
+
+impl Ctx<'_> {
+    /// Like [`Ctx::ops_stage`] where each call of `f` does `units` units of work.
+    fn ops_stage_units(&self, units: f64, f: &(dyn Fn(usize) + Sync)) -> (Figure, Figure) {
+        let (mut a, mut b) = self.ops_stage(f);
+        for fig in [&mut a, &mut b] {
+            fig.units_per_run *= units;
+            for r in [&mut fig.rate.p50, &mut fig.rate.p90, &mut fig.rate.p99, &mut fig.rate.worst, &mut fig.rate.mean]
+            {
+                *r *= units;
+            }
+        }
+        (a, b)
+    }
+}

@@ -1,0 +1,462 @@
+//! `coffer bench`: reads the sample, runs the measurements of
+//! `coffer_core::ops::bench`, and prints them as aligned tables, as JSON, or as
+//! a self-contained HTML report with SVG bar charts. See docs/design.md#coffer-bench.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use coffer_core::ops::bench::{self, BenchOptions, BenchReport, Figure, StageRow};
+use coffer_core::repo::Repository;
+
+use crate::args::{GlobalArgs, RepoSettings, parse_size};
+use crate::{exit, output, repo_open};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Files and directories to take the sample from (no links followed);
+    /// none: generated data (text-like, incompressible, zeros, copies).
+    pub paths: Vec<PathBuf>,
+    /// Read at most this much of the files (e.g. 256M; the run takes longer in
+    /// proportion).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub sample_size: u64,
+    /// Size of the generated sample when no path is given.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub generated_size: u64,
+    /// Timed runs per figure (the pipeline takes at most 3, scrypt at most 2).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+    /// A run of a few seconds: fewer levels, smaller inputs, fewer runs.
+    #[arg(long)]
+    pub quick: bool,
+    /// Threads for the all-cores figures (default: the cores available).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    /// The backup size to project the time for (e.g. 500G).
+    #[arg(long, default_value = "100G", value_parser = parse_size)]
+    pub projected_size: u64,
+    /// scrypt cost to time: log2(N) (the default of `init` is 15).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(10..=22))]
+    pub kdf_log_n: u8,
+    /// Also measure the storage of the repository (--repo): PUT, GET and LIST at
+    /// concurrency 1, 4 and 16, on a scratch prefix deleted afterwards.
+    #[arg(long)]
+    pub storage: bool,
+    /// Write the tables and charts to this HTML file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// The settings to compare against (those of `init`).
+    #[command(flatten)]
+    pub settings: RepoSettings,
+}
+
+/// The largest sample accepted: it is held in memory.
+const MAX_SAMPLE: u64 = 4 << 30;
+
+pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
+    let init = crate::cmd::init::settings(&a.settings)?;
+    let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    for (flag, v) in [("--sample-size", a.sample_size), ("--generated-size", a.generated_size)] {
+        if v > MAX_SAMPLE {
+            bail!(
+                "{flag} {v} is above the {} GiB a sample may hold (it is kept in memory): give less",
+                MAX_SAMPLE >> 30
+            );
+        }
+    }
+    let mut opts = if a.quick { BenchOptions::quick(threads) } else { BenchOptions::standard(threads) };
+    if !a.quick {
+        opts.runs = a.runs as usize;
+        opts.pipeline_runs = opts.pipeline_runs.min(a.runs as usize);
+    }
+    opts.chunker = init.chunker;
+    opts.compression_level = init.compression_level;
+    opts.projected_bytes = a.projected_size;
+    opts.kdf = coffer_core::crypto::ScryptParams { log_n: a.kdf_log_n, ..coffer_core::crypto::ScryptParams::DEFAULT };
+    let chatty = !global.quiet && !global.json;
+    let say = |what: &str| {
+        if chatty {
+            eprintln!("measuring: {what}");
+        }
+    };
+
+    let storage = if a.storage { Some(storage(global, a.quick)?) } else { None };
+    let sample = if a.paths.is_empty() {
+        let len = if a.quick { a.generated_size.min(8 << 20) } else { a.generated_size };
+        bench::data::generated(usize::try_from(len).context("--generated-size is too large")?)
+    } else {
+        say("reading the sample");
+        let limit = if a.quick { a.sample_size.min(16 << 20) } else { a.sample_size };
+        bench::data::read_sample(&a.paths, limit)?
+    };
+    if sample.is_empty() {
+        bail!(
+            "no data to measure in {}: give files or directories holding regular files, or no path for generated data",
+            a.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let report = bench::run(&sample, &opts, storage, &say)?;
+    if let Some(path) = &a.report {
+        std::fs::write(path, html(&report))
+            .with_context(|| format!("cannot write the report to {}: check the directory", path.display()))?;
+    }
+    if global.json {
+        output::json(&serde_json::to_value(&report)?);
+    } else {
+        print!("{}", text(&report));
+        if let Some(path) = &a.report {
+            println!("report written to {}", path.display());
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Measures the repository's storage on a fresh scratch prefix.
+fn storage(global: &GlobalArgs, quick: bool) -> Result<bench::StorageReport> {
+    let (path, _) = repo_open::location(global)?;
+    let backend = if path.is_dir() { Some(repo_open::backend(&path)?) } else { None };
+    let Some(backend) = backend.filter(|b| Repository::exists(b.as_ref()).unwrap_or(false)) else {
+        bail!(
+            "no repository at {}: --storage measures an existing repository's storage; pass --repo or create one \
+             with `coffer init`",
+            path.display()
+        );
+    };
+    let prefix = format!("bench/{}/", hex(&coffer_core::crypto::random_array::<8>()));
+    let (size, requests) = if quick { (256 << 10, 8) } else { (4 << 20, 32) };
+    Ok(bench::measure_storage(backend.as_ref(), &prefix, size, &[1, 4, 16], requests)?)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A rate in the row's unit: bytes as MiB/s or GiB/s, operations per second.
+fn rate(unit: &str, r: f64) -> String {
+    if unit == "B" {
+        let mib = r / 1048576.0;
+        if mib >= 1024.0 { format!("{:.2} GiB/s", mib / 1024.0) } else { format!("{mib:.1} MiB/s") }
+    } else if r >= 1e6 {
+        format!("{:.2} M/s", r / 1e6)
+    } else if r >= 1e3 {
+        format!("{:.1} k/s", r / 1e3)
+    } else {
+        format!("{r:.2} /s")
+    }
+}
+
+/// Formats rows as a table: columns separated by two spaces, the columns in
+/// `right` (numbers) right-aligned, the others left-aligned.
+fn table(header: &[&str], right: std::ops::RangeInclusive<usize>, rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < w.len() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i].saturating_sub(c.chars().count());
+            if right.contains(&i) {
+                l.push_str(&" ".repeat(pad));
+                l.push_str(c);
+            } else {
+                l.push_str(c);
+                l.push_str(&" ".repeat(pad));
+            }
+            l.push_str("  ");
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec(), &mut out);
+    line(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().iter().map(String::as_str).collect(), &mut out);
+    for r in rows {
+        line(r.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+fn stage_cells(r: &StageRow) -> Vec<String> {
+    let f = |x: f64| rate(&r.unit, x);
+    vec![
+        r.stage.clone(),
+        r.choice.clone(),
+        r.input.clone(),
+        f(r.per_core.rate.p50),
+        f(r.per_core.rate.mean),
+        f(r.per_core.rate.p90),
+        f(r.per_core.rate.p99),
+        f(r.per_core.rate.worst),
+        f(r.all_cores.rate.p50),
+        f(r.all_cores.rate.worst),
+        r.ratio.map_or(String::new(), |x| format!("{x:.3}")),
+        r.note.clone().unwrap_or_default(),
+    ]
+}
+
+const STAGE_HEADER: [&str; 12] = [
+    "stage",
+    "choice",
+    "input",
+    "1 core p50",
+    "mean",
+    "p90",
+    "p99",
+    "worst",
+    "all cores p50",
+    "worst",
+    "ratio",
+    "note",
+];
+
+fn pipe_cells(r: &bench::PipelineRow) -> Vec<String> {
+    let per_core = |f: &Option<Figure>| f.as_ref().map_or(String::new(), |f| rate("B", f.rate.p50));
+    let files_s = r.files as f64 / r.all_cores.seconds.p50.max(1e-9);
+    vec![
+        r.config.describe().to_string(),
+        r.input.clone(),
+        format!("{}", r.pass),
+        format!("{} z{}", r.chunker, r.level),
+        rate("B", r.all_cores.rate.p50),
+        rate("B", r.all_cores.rate.p90),
+        rate("B", r.all_cores.rate.p99),
+        rate("B", r.all_cores.rate.worst),
+        per_core(&r.per_core),
+        format!("{files_s:.0}"),
+        output::bytes(r.stored_bytes),
+        r.new_blobs.to_string(),
+    ]
+}
+
+const PIPE_HEADER: [&str; 12] = [
+    "pipeline",
+    "input",
+    "pass",
+    "chunks, level",
+    "all cores p50",
+    "p90",
+    "p99",
+    "worst",
+    "1 core p50",
+    "files/s",
+    "stored",
+    "new blobs",
+];
+
+fn text(r: &BenchReport) -> String {
+    let mut o = String::new();
+    let s = &r.sample;
+    let _ = writeln!(
+        o,
+        "machine: {} threads ({:.1} cores effectively free during the run); AES instructions: {}; cipher used: {}",
+        r.machine.threads,
+        r.machine.effective_cores,
+        if r.machine.aes_instructions { "yes" } else { "no" },
+        r.machine.cipher
+    );
+    let _ = writeln!(
+        o,
+        "sample: {} ({} files, {}{}{}); {} timed runs per figure ({} for the pipeline); {:.1} s\n",
+        s.source,
+        s.files,
+        output::bytes(s.bytes),
+        if s.truncated { ", cut at the sample size" } else { "" },
+        s.read_seconds.map_or(String::new(), |t| format!(", read in {t:.2} s")),
+        r.runs,
+        r.pipeline_runs,
+        r.seconds
+    );
+    o.push_str("Stages (throughput per run: median, 90th and 99th percentile, slowest run)\n");
+    o.push_str(&table(&STAGE_HEADER, 3..=10, &r.stages.iter().map(stage_cells).collect::<Vec<_>>()));
+    o.push_str("\nDeduplication in the sample\n");
+    let rows: Vec<Vec<String>> = r
+        .dedup
+        .iter()
+        .map(|d| {
+            vec![
+                d.chunker.clone(),
+                d.chunks.to_string(),
+                d.unique_chunks.to_string(),
+                output::bytes(d.unique_bytes),
+                format!("{:.1}%", 100.0 * d.unique_bytes as f64 / s.bytes.max(1) as f64),
+            ]
+        })
+        .collect();
+    o.push_str(&table(&["chunks min/avg/max", "chunks", "distinct", "distinct bytes", "of the sample"], 1..=4, &rows));
+    o.push_str("\nPipeline (in memory; pass 2: every blob already stored)\n");
+    o.push_str(&table(&PIPE_HEADER, 4..=11, &r.pipeline.iter().map(pipe_cells).collect::<Vec<_>>()));
+    if let Some(st) = &r.storage {
+        let _ = writeln!(o, "\nStorage at {} (scratch prefix {}, deleted afterwards)", st.location, st.prefix);
+        let rows: Vec<Vec<String>> = st
+            .rows
+            .iter()
+            .map(|x| {
+                vec![
+                    x.op.clone(),
+                    x.concurrency.to_string(),
+                    x.requests.to_string(),
+                    format!("{:.2}", x.latency_ms.p50),
+                    format!("{:.2}", x.latency_ms.p90),
+                    format!("{:.2}", x.latency_ms.p99),
+                    format!("{:.2}", x.latency_ms.max),
+                    format!("{:.0}", x.requests_per_s),
+                    if x.op == "list" { String::new() } else { rate("B", x.bytes_per_s) },
+                ]
+            })
+            .collect();
+        o.push_str(&table(
+            &["op", "concurrency", "requests", "ms p50", "p90", "p99", "max", "requests/s", "throughput"],
+            1..=8,
+            &rows,
+        ));
+        if st.left_behind > 0 {
+            let _ = writeln!(o, "warning: {} scratch objects could not be deleted under {}", st.left_behind, st.prefix);
+        }
+    }
+    let rec = &r.recommendation;
+    o.push_str("\nRecommendation\n");
+    let _ = writeln!(
+        o,
+        "  init flags: {}",
+        if rec.flags.is_empty() { "(the configured settings)".to_string() } else { rec.flags.clone() }
+    );
+    let _ = writeln!(o, "  cipher: {} (coffer picks it for this CPU)", rec.cipher);
+    let _ = writeln!(
+        o,
+        "  sample backed up in {:.2} s storing {} (configured: {:.2} s, {})",
+        rec.recommended_seconds,
+        output::bytes(rec.recommended_stored_bytes),
+        rec.default_seconds,
+        output::bytes(rec.default_stored_bytes)
+    );
+    let _ = writeln!(o, "  {}", rec.reason);
+    let _ = writeln!(o, "\nProjection\n  {}", r.projection.text);
+    let shares: Vec<String> = r.projection.shares.iter().map(|(n, s)| format!("{n} {:.0}%", s * 100.0)).collect();
+    let _ = writeln!(o, "  time per byte: {}", shares.join(", "));
+    o
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut o = String::from("<table><tr>");
+    for h in header {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr>\n");
+    for r in rows {
+        o.push_str("<tr>");
+        for c in r {
+            let _ = write!(o, "<td>{}</td>", esc(c));
+        }
+        o.push_str("</tr>\n");
+    }
+    o.push_str("</table>\n");
+    o
+}
+
+/// A horizontal bar chart on a logarithmic scale (the rates span five orders of
+/// magnitude): one bar per (label, median, worst), the worst run marked as a
+/// darker bar inside the median's.
+fn svg_bars(title: &str, unit: &str, bars: &[(String, f64, f64)]) -> String {
+    let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9);
+    let lo = bars.iter().flat_map(|b| [b.1, b.2]).filter(|v| *v > 0.0).fold(max, f64::min) / 2.0;
+    let scale = |v: f64| if v > lo { (v / lo).ln() / (max / lo).ln().max(1e-9) } else { 0.0 };
+    let title = format!("{title} (logarithmic scale)");
+    let title = title.as_str();
+    let (label_w, bar_w, row_h) = (360.0, 420.0, 18.0);
+    let h = 30.0 + row_h * bars.len() as f64;
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{h}\" font-family=\"sans-serif\" \
+         font-size=\"11\"><text x=\"0\" y=\"14\" font-weight=\"bold\">{}</text>",
+        label_w + bar_w + 120.0,
+        esc(title)
+    );
+    for (i, (label, p50, worst)) in bars.iter().enumerate() {
+        let y = 24.0 + row_h * i as f64;
+        let w = bar_w * scale(*p50);
+        let ww = bar_w * scale(*worst);
+        let _ = write!(
+            o,
+            "<text x=\"0\" y=\"{}\">{}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" \
+             fill=\"#7aa6d8\"/><rect x=\"{label_w}\" y=\"{}\" width=\"{ww:.1}\" height=\"4\" fill=\"#1f4e87\"/>\
+             <text x=\"{}\" y=\"{}\">{}</text>",
+            y + 12.0,
+            esc(label),
+            row_h - 4.0,
+            y + row_h - 8.0,
+            (label_w + w + 4.0).round(),
+            y + 12.0,
+            esc(&rate(unit, *p50))
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+fn html(r: &BenchReport) -> String {
+    let mut o = String::from(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>coffer bench</title><style>\
+         body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}\
+         td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px;text-align:left}th{background:#eee}\
+         </style></head><body><h1>coffer bench</h1>\n",
+    );
+    let mut summary = text(r);
+    if let Some(i) = summary.find("\n\n") {
+        summary.truncate(i);
+    }
+    let _ = write!(o, "<pre>{}</pre>", esc(&summary));
+    let _ = write!(
+        o,
+        "<h2>Recommendation</h2><p><code>{}</code></p><p>{}</p><h2>Projection</h2><p>{}</p>",
+        esc(if r.recommendation.flags.is_empty() { "(the configured settings)" } else { &r.recommendation.flags }),
+        esc(&r.recommendation.reason),
+        esc(&r.projection.text)
+    );
+    o.push_str("<h2>Stages, one core</h2><p>Bar: median run; dark line: slowest run.</p>");
+    let bars: Vec<(String, f64, f64)> = r
+        .stages
+        .iter()
+        .filter(|s| s.unit == "B")
+        .map(|s| (format!("{} {} ({})", s.stage, s.choice, s.input), s.per_core.rate.p50, s.per_core.rate.worst))
+        .collect();
+    o.push_str(&svg_bars("throughput per core", "B", &bars));
+    o.push_str(&html_table(&STAGE_HEADER, &r.stages.iter().map(stage_cells).collect::<Vec<_>>()));
+    o.push_str("<h2>Pipeline, all cores</h2>");
+    let bars: Vec<(String, f64, f64)> = r
+        .pipeline
+        .iter()
+        .map(|p| {
+            (
+                format!("{} ({}, pass {})", p.config.describe(), p.input, p.pass),
+                p.all_cores.rate.p50,
+                p.all_cores.rate.worst,
+            )
+        })
+        .collect();
+    o.push_str(&svg_bars("throughput on all cores", "B", &bars));
+    o.push_str(&html_table(&PIPE_HEADER, &r.pipeline.iter().map(pipe_cells).collect::<Vec<_>>()));
+    if let Some(st) = &r.storage {
+        o.push_str("<h2>Storage</h2>");
+        let bars: Vec<(String, f64, f64)> = st
+            .rows
+            .iter()
+            .filter(|x| x.op != "list")
+            .map(|x| (format!("{} x{}", x.op, x.concurrency), x.bytes_per_s, x.bytes_per_s))
+            .collect();
+        o.push_str(&svg_bars("storage throughput", "B", &bars));
+    }
+    o.push_str("<h2>JSON</h2><pre>");
+    o.push_str(&esc(&serde_json::to_string_pretty(r).unwrap_or_default()));
+    o.push_str("</pre></body></html>\n");
+    o
+}

@@ -362,9 +362,35 @@ pub struct RestoreArgs {
     /// Do not restore entries matching this gitignore-style pattern (repeatable).
     #[arg(long = "exclude", short = 'e')]
     pub excludes: Vec<String>,
-    /// Replace files already in the target.
+    /// Like --include, ignoring case (repeatable).
+    #[arg(long = "iinclude", value_name = "PATTERN")]
+    pub iincludes: Vec<String>,
+    /// Like --exclude, ignoring case (repeatable).
+    #[arg(long = "iexclude", value_name = "PATTERN")]
+    pub iexcludes: Vec<String>,
+    /// Read include patterns from a file, one per line (repeatable).
+    #[arg(long = "include-file", value_name = "FILE")]
+    pub include_files: Vec<PathBuf>,
+    /// Read exclude patterns from a file, one per line (repeatable).
+    #[arg(long = "exclude-file", value_name = "FILE")]
+    pub exclude_files: Vec<PathBuf>,
+    /// Restore into a target that is not empty: `always` replaces what is there
+    /// (the value when none is given), `if-changed` keeps files of the same size
+    /// and modification time, `if-newer` keeps files at least as new, `never`
+    /// keeps everything there. Without it a non-empty target is refused (exit 21).
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "always", value_name = "WHEN")]
+    pub overwrite: Option<OverwriteArg>,
+    /// Remove what the target's restored directories hold that the snapshot does
+    /// not (never following symlinks); needs --overwrite.
+    #[arg(long, requires = "overwrite")]
+    pub delete: bool,
+    /// Show what would be restored (counts and bytes); touch nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// After restoring, read every restored file back and compare it with the
+    /// snapshot; a difference ends with exit code 20.
     #[arg(long)]
-    pub overwrite: bool,
+    pub verify: bool,
     /// As root, whether to restore what only root can create (owners, device nodes,
     /// setuid/setgid bits, `security.`/`trusted.` extended attributes such as file
     /// capabilities): `auto` only from a snapshot signed by this client's own writer
@@ -373,6 +399,15 @@ pub struct RestoreArgs {
     pub privileged: Privileged,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// `restore --overwrite`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OverwriteArg {
+    Always,
+    IfChanged,
+    IfNewer,
+    Never,
 }
 
 /// `restore --privileged`.

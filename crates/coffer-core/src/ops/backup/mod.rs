@@ -157,7 +157,7 @@ pub fn build_excludes(patterns: &[String]) -> Result<Gitignore> {
 }
 
 /// [`build_excludes`], matching without regard to case when `ignore_case`.
-fn build_matcher(patterns: &[String], ignore_case: bool) -> Result<Gitignore> {
+pub(crate) fn build_matcher(patterns: &[String], ignore_case: bool) -> Result<Gitignore> {
     let mut b = GitignoreBuilder::new("/");
     b.case_insensitive(ignore_case).map_err(|e| Error::InvalidInput(format!("bad exclude patterns: {e}")))?;
     for p in patterns {

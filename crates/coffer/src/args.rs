@@ -67,6 +67,11 @@ pub struct GlobalArgs {
     /// Print only errors and warnings; no progress bar.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Load defaults from profile NAME: $XDG_CONFIG_HOME/coffer/NAME.toml (else
+    /// ~/.config/coffer/NAME.toml), or the file given if NAME holds a `/` or ends in
+    /// `.toml`. Options on the command line win.
+    #[arg(short = 'P', long, env = "COFFER_PROFILE", global = true, value_name = "NAME")]
+    pub profile: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -124,6 +129,81 @@ pub enum Command {
     /// Sizes: what a restore would write, and the data stored for it after deduplication.
     #[command(after_help = EXIT_CODES)]
     Stats(StatsArgs),
+    /// Change snapshots' tags: each changed snapshot is replaced by a new signed one
+    /// that links to it, and a tombstone records the replacement.
+    #[command(after_help = EXIT_CODES)]
+    Tag(TagArgs),
+    /// Write a file of a snapshot to stdout, or a directory as a tar or zip archive.
+    #[command(after_help = EXIT_CODES)]
+    Dump(DumpArgs),
+    /// Find files and directories by name across snapshots.
+    #[command(after_help = EXIT_CODES)]
+    Find(FindArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("change").required(true).multiple(true)))]
+pub struct TagArgs {
+    /// Snapshots to change (id prefixes or `latest`); default: every snapshot the
+    /// --host/--tag/--path filters pass.
+    pub snapshots: Vec<String>,
+    /// Add this tag (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',', group = "change")]
+    pub add: Vec<String>,
+    /// Remove this tag (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',', group = "change")]
+    pub remove: Vec<String>,
+    /// Replace all tags with these (repeat, or separate with commas; `--set ''` removes all).
+    #[arg(long, value_delimiter = ',', num_args = 1, group = "change")]
+    pub set: Option<Vec<String>>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// Snapshot (id prefix or `latest`).
+    pub snapshot: String,
+    /// Path in the snapshot: a file is written as it is, a directory as an archive.
+    pub path: std::ffi::OsString,
+    /// The archive format for a directory.
+    #[arg(long, value_enum, default_value_t = ArchiveFormat::Tar)]
+    pub archive: ArchiveFormat,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 't', value_name = "FILE")]
+    pub target: Option<PathBuf>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `dump --archive`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArchiveFormat {
+    Tar,
+    Zip,
+}
+
+#[derive(Args, Debug)]
+pub struct FindArgs {
+    /// Name patterns (glob: `*`, `?`, `[...]`); an entry matching any is printed.
+    /// A pattern holding `/` is matched against the whole path.
+    #[arg(required = true)]
+    pub patterns: Vec<String>,
+    /// Only in these snapshots (id prefixes or `latest`; repeatable). Default: all.
+    #[arg(long = "snapshot", short = 's', value_name = "ID")]
+    pub snapshots: Vec<String>,
+    /// Only snapshots taken at or after this time (`YYYY-MM-DD[ HH:MM:SS]` in local
+    /// time, or RFC 3339).
+    #[arg(long, short = 'N', value_name = "TIME")]
+    pub newest: Option<String>,
+    /// Only snapshots taken at or before this time.
+    #[arg(long, short = 'O', value_name = "TIME")]
+    pub oldest: Option<String>,
+    /// Match names without regard to case.
+    #[arg(long, short = 'i')]
+    pub ignore_case: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 #[derive(Args, Debug)]

@@ -192,3 +192,245 @@ fn restore_pattern_options_from_files_and_ignoring_case() {
     let err = assert_code(&out, 1);
     assert!(err.contains("no-such-list"), "{err}");
 }
+
+/// A source with a multi-chunk file, a symlink, a hard link and modes.
+fn dump_source(env: &Env) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let src = env.path("dsrc");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("big.bin"), random_bytes(3 << 20, 7)).unwrap();
+    fs::write(src.join("sub/run.sh"), b"#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(src.join("sub/run.sh"), fs::Permissions::from_mode(0o750)).unwrap();
+    set_mtime(&src.join("sub/run.sh"), SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000));
+    std::os::unix::fs::symlink("sub/run.sh", src.join("link")).unwrap();
+    fs::hard_link(src.join("big.bin"), src.join("big-again.bin")).unwrap();
+    src
+}
+
+#[test]
+fn dump_writes_a_file_and_a_directory_as_tar_or_zip() {
+    let env = Env::new();
+    let src = dump_source(&env);
+    let id = env.backup(&[&src]);
+    let big = fs::read(src.join("big.bin")).unwrap();
+
+    let out = env.run(&["dump", &id, &format!("{}/big.bin", src.display())]);
+    assert_success(&out);
+    assert!(out.stdout == big, "dump of a file differs from it");
+
+    // tar, the default: names, modes, times, symlink, hard link and content.
+    let out = env.run(&["dump", &id, s(&src)]);
+    assert_success(&out);
+    let mut archive = tar::Archive::new(&out.stdout[..]);
+    let prefix = src.strip_prefix("/").unwrap().to_path_buf();
+    let mut seen = Vec::new();
+    for e in archive.entries().unwrap() {
+        let mut e = e.unwrap();
+        let rel = e.path().unwrap().strip_prefix(&prefix).unwrap().display().to_string();
+        let kind = e.header().entry_type();
+        match rel.as_str() {
+            "sub/run.sh" => {
+                assert_eq!(e.header().mode().unwrap(), 0o750);
+                assert_eq!(e.header().mtime().unwrap(), 1_600_000_000);
+                let mut body = String::new();
+                std::io::Read::read_to_string(&mut e, &mut body).unwrap();
+                assert_eq!(body, "#!/bin/sh\necho hi\n");
+            }
+            "link" => {
+                assert_eq!(kind, tar::EntryType::Symlink);
+                assert_eq!(e.link_name().unwrap().unwrap().to_str(), Some("sub/run.sh"));
+            }
+            "big-again.bin" => {
+                // Walked first (name order): the content is here, big.bin links to it.
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut body).unwrap();
+                assert!(body == big);
+            }
+            "big.bin" => {
+                assert_eq!(kind, tar::EntryType::Link);
+                assert!(e.link_name().unwrap().unwrap().ends_with("big-again.bin"));
+            }
+            _ => {}
+        }
+        seen.push(rel);
+    }
+    assert_eq!(seen, ["", "big-again.bin", "big.bin", "link", "sub", "sub/run.sh"]);
+
+    // zip: every name has its content, symlinks are kept.
+    let file = env.path("out.zip");
+    assert_success(&env.run(&["dump", &id, s(&src), "--archive", "zip", "--target", s(&file)]));
+    let mut zip = zip::ZipArchive::new(fs::File::open(&file).unwrap()).unwrap();
+    let mut names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+    names.sort();
+    let p = prefix.display().to_string();
+    assert_eq!(
+        names,
+        [
+            format!("{p}/"),
+            format!("{p}/big-again.bin"),
+            format!("{p}/big.bin"),
+            format!("{p}/link"),
+            format!("{p}/sub/"),
+            format!("{p}/sub/run.sh")
+        ]
+    );
+    let mut body = Vec::new();
+    std::io::Read::read_to_end(&mut zip.by_name(&format!("{p}/big.bin")).unwrap(), &mut body).unwrap();
+    assert!(body == big);
+    let run = zip.by_name(&format!("{p}/sub/run.sh")).unwrap();
+    assert_eq!(run.unix_mode().map(|m| m & 0o7777), Some(0o750));
+    drop(run);
+    assert!(zip.by_name(&format!("{p}/link")).unwrap().is_symlink());
+
+    // A path that is not in the snapshot is an error naming it.
+    let err = assert_code(&env.run(&["dump", &id, "/no/such/path"]), 1);
+    assert!(err.contains("/no/such/path"), "{err}");
+}
+
+#[test]
+fn find_matches_names_across_snapshots() {
+    let env = Env::new();
+    let src = env.path("fsrc");
+    fs::create_dir_all(src.join("docs")).unwrap();
+    fs::write(src.join("docs/Report.PDF"), b"pdf one").unwrap();
+    fs::write(src.join("notes.txt"), b"n").unwrap();
+    let first = env.backup(&[&src]);
+    fs::write(src.join("docs/report-2.pdf"), b"pdf two!").unwrap();
+    let second = env.backup(&[&src]);
+
+    let out = env.run(&["--json", "find", "*.pdf"]);
+    assert_success(&out);
+    let lines: Vec<serde_json::Value> =
+        text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let matches: Vec<_> = lines.iter().filter(|v| v["type"] == "match").collect();
+    assert_eq!(matches.len(), 1, "{lines:?}");
+    assert_eq!(matches[0]["snapshot_id"], second.as_str());
+    assert!(matches[0]["path"].as_str().unwrap().ends_with("/docs/report-2.pdf"));
+    assert_eq!(matches[0]["size"], 8);
+    assert!(matches[0]["mtime"].as_str().unwrap().ends_with('Z'), "{}", matches[0]);
+    assert_eq!(lines.last().unwrap()["type"], "find_summary");
+
+    let out = env.run(&["find", "-i", "*.pdf"]);
+    assert_success(&out);
+    let t = text(&out.stdout);
+    assert_eq!(t.matches("Report.PDF").count(), 2, "{t}");
+    assert!(t.contains("3 matches in 2 snapshots"), "{t}");
+
+    let out = env.run(&["find", "-i", "*.pdf", "--snapshot", &first[..8]]);
+    assert!(text(&out.stdout).contains("1 match in 1 snapshot"), "{}", text(&out.stdout));
+    let out = env.run(&["find", "docs", "--newest", "2999-01-01"]);
+    assert!(text(&out.stdout).contains("0 matches in 0 snapshots"), "{}", text(&out.stdout));
+    // A pattern with a slash matches whole paths.
+    let out = env.run(&["find", &format!("{}/*.txt", src.display())]);
+    assert!(text(&out.stdout).contains("2 matches"), "{}", text(&out.stdout));
+    let err = assert_code(&env.run(&["find", "[oops"]), 1);
+    assert!(err.contains("[oops"), "{err}");
+}
+
+#[test]
+fn tag_replaces_snapshots_and_keeps_the_history_checkable() {
+    let env = Env::new();
+    let src = env.path("tsrc");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let first = env.backup(&[&src]);
+    let second = env.backup(&[&src]);
+
+    let first_time = env.json(&["snapshots"])[0]["snapshot"]["time"].clone();
+    let v = env.json(&["tag", "--add", "keep,work", &first]);
+    assert_eq!(v["type"], "tag_summary");
+    let changed = &v["changed"][0];
+    assert_eq!(changed["old_snapshot_id"], first.as_str());
+    assert_eq!(changed["tags"], serde_json::json!(["keep", "work"]));
+    let retagged = changed["snapshot_id"].as_str().unwrap().to_string();
+    assert_ne!(retagged, first);
+
+    let list = env.json(&["snapshots"]);
+    let ids: Vec<&str> = list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&retagged.as_str()) && ids.contains(&second.as_str()) && !ids.contains(&first.as_str()));
+    // The same time and tree as the one it replaces.
+    assert_eq!(list[0]["id"], retagged.as_str(), "the retagged snapshot kept its place");
+    assert_eq!(list[0]["snapshot"]["time"], first_time);
+
+    // Nothing to change: no new snapshot.
+    let v = env.json(&["tag", "--add", "keep", &retagged]);
+    assert_eq!(v["unchanged"], 1);
+    assert!(v["changed"].as_array().unwrap().is_empty());
+
+    // --remove, then --set '' on every snapshot the filter passes.
+    let v = env.json(&["tag", "--remove", "work", &retagged]);
+    let again = v["changed"][0]["snapshot_id"].as_str().unwrap().to_string();
+    assert_eq!(v["changed"][0]["tags"], serde_json::json!(["keep"]));
+    let v = env.json(&["tag", "--set", "daily", "--tag", "keep"]);
+    assert_eq!(v["changed"].as_array().unwrap().len(), 1);
+    assert_eq!(v["changed"][0]["old_snapshot_id"], again.as_str());
+
+    // The history is whole: check passes without errors or warnings, and a new backup links on.
+    env.backup(&[&src]);
+    let out = env.run(&["check"]);
+    assert_success(&out);
+    let err = text(&out.stderr);
+    assert!(!err.contains("warning") && !err.contains("out of order"), "{err}");
+    // The restored content of a retagged snapshot is what was backed up.
+    let target = env.path("t");
+    let latest_daily = env.json(&["snapshots", "--tag", "daily"]);
+    let id = latest_daily[0]["id"].as_str().unwrap();
+    env.json(&["restore", &format!("{id}:{}", src.display()), "--target", s(&target)]);
+    assert_eq!(fs::read(target.join("f")).unwrap(), b"x");
+
+    // No change given is a usage error.
+    assert_code(&env.run(&["tag", &second]), 2);
+}
+
+#[test]
+fn profiles_give_repository_passphrase_excludes_and_policy() {
+    let env = Env::new();
+    let src = env.path("psrc");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("keep.txt"), b"k").unwrap();
+    fs::write(src.join("scratch.tmp"), b"t").unwrap();
+    let config = env.path("config");
+    fs::create_dir_all(config.join("coffer")).unwrap();
+    let profile = format!(
+        "repository = {:?}\npassword-command = \"echo {PASSWORD}\"\n[backup]\nexclude = [\"*.tmp\"]\ntag = \
+         [\"nightly\"]\n[forget]\nkeep-last = 1\n",
+        env.repo().display().to_string()
+    );
+    fs::write(config.join("coffer/nightly.toml"), profile).unwrap();
+    let run = |args: &[&str]| {
+        env.cmd()
+            .env_remove("COFFER_REPOSITORY")
+            .env_remove("COFFER_PASSWORD")
+            .env("XDG_CONFIG_HOME", &config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert_success(&run(&["-P", "nightly", "backup", s(&src)]));
+    assert_success(&run(&["--profile", "nightly", "backup", s(&src)]));
+    let out = run(&["-P", "nightly", "--json", "snapshots"]);
+    assert_success(&out);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    assert_eq!(list[0]["snapshot"]["tags"], serde_json::json!(["nightly"]));
+    let out = run(&["-P", "nightly", "ls", "latest", s(&src)]);
+    let listing = text(&out.stdout);
+    assert!(listing.contains("keep.txt") && !listing.contains("scratch.tmp"), "{listing}");
+    // The profile's policy applies when the command line gives none.
+    assert_success(&run(&["-P", "nightly", "forget"]));
+    let out = run(&["-P", "nightly", "--json", "snapshots"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    // The command line wins: another repository, and an exclude instead of the profile's.
+    assert_code(&run(&["-P", "nightly", "--repo", s(&env.path("elsewhere")), "snapshots"]), 10);
+    assert_success(&run(&["-P", "nightly", "backup", s(&src), "--exclude", "keep.txt"]));
+    let listing = text(&run(&["-P", "nightly", "ls", "latest", s(&src)]).stdout);
+    assert!(!listing.contains("keep.txt") && listing.contains("scratch.tmp"), "{listing}");
+
+    // An unknown key is an error naming it; so is a missing profile.
+    fs::write(config.join("coffer/typo.toml"), "[forget]\nkeep-dayly = 7\n").unwrap();
+    let err = assert_code(&run(&["-P", "typo", "snapshots"]), 2);
+    assert!(err.contains("keep-dayly"), "{err}");
+    let err = assert_code(&run(&["-P", "absent", "snapshots"]), 2);
+    assert!(err.contains("absent.toml"), "{err}");
+}

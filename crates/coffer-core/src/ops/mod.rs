@@ -4,6 +4,8 @@
 pub mod backup;
 pub mod check;
 pub mod diff;
+pub mod dump;
+pub mod find;
 pub mod forget;
 pub mod keys;
 pub mod prove;
@@ -11,3 +13,4 @@ pub mod prune;
 pub mod repair;
 pub mod restore;
 pub mod retention;
+pub mod tag;

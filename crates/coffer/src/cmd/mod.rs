@@ -4,6 +4,8 @@ pub mod backup;
 pub mod cat;
 pub mod check;
 pub mod diff;
+pub mod dump;
+pub mod find;
 pub mod forget;
 pub mod generate;
 pub mod init;
@@ -15,6 +17,7 @@ pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 pub mod writers;
 
 use coffer_core::Id;

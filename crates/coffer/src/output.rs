@@ -86,7 +86,9 @@ pub fn parse_time(s: &str, flag: &str) -> anyhow::Result<std::time::SystemTime> 
         Ok(ts) => ts,
         Err(_) => s
             .parse::<jiff::civil::DateTime>()
-            .or_else(|e| s.parse::<jiff::civil::Date>().map(|d| d.to_datetime(jiff::civil::Time::midnight())).map_err(|_| e))
+            .or_else(|e| {
+                s.parse::<jiff::civil::Date>().map(|d| d.to_datetime(jiff::civil::Time::midnight())).map_err(|_| e)
+            })
             .and_then(|dt| dt.to_zoned(time_zone()))
             .map(|z| z.timestamp())
             .map_err(|e| anyhow::anyhow!("{flag} {s:?} is not a time like \"2024-05-01 10:00:00\": {e}"))?,
@@ -118,4 +120,3 @@ mod tests {
         assert_eq!(super::time("not a time"), "not a time");
     }
 }
-

@@ -91,8 +91,9 @@ pub fn config_home() -> Option<PathBuf> {
 
 /// Reads and parses a profile file.
 pub fn load(path: &Path) -> Result<Profile> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read profile {} (create it, or check the name given to -P)", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!("cannot read profile {} (create it, or check the name given to -P)", path.display())
+    })?;
     toml::from_str(&text).map_err(|e| anyhow!("profile {}: {}", path.display(), e.to_string().trim_end()))
 }
 

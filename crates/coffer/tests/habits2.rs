@@ -52,7 +52,11 @@ fn restore_dry_run_counts_and_touches_nothing() {
     fs::write(target.join("a.txt"), b"mine").unwrap();
     let out = env.run(&["restore", &spec, "--target", s(&target), "--dry-run"]);
     assert_success(&out);
-    assert!(text(&out.stdout).contains("would restore") && text(&out.stdout).contains("5 files"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("would restore") && text(&out.stdout).contains("5 files"),
+        "{}",
+        text(&out.stdout)
+    );
     assert_eq!(fs::read(target.join("a.txt")).unwrap(), b"mine");
     assert_eq!(fs::read_dir(&target).unwrap().count(), 1);
 }
@@ -300,8 +304,7 @@ fn find_matches_names_across_snapshots() {
 
     let out = env.run(&["--json", "find", "*.pdf"]);
     assert_success(&out);
-    let lines: Vec<serde_json::Value> =
-        text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let matches: Vec<_> = lines.iter().filter(|v| v["type"] == "match").collect();
     assert_eq!(matches.len(), 1, "{lines:?}");
     assert_eq!(matches[0]["snapshot_id"], second.as_str());
@@ -433,4 +436,24 @@ fn profiles_give_repository_passphrase_excludes_and_policy() {
     assert!(err.contains("keep-dayly"), "{err}");
     let err = assert_code(&run(&["-P", "absent", "snapshots"]), 2);
     assert!(err.contains("absent.toml"), "{err}");
+}
+
+#[test]
+fn json_objects_of_ls_and_snapshots_carry_a_type() {
+    let env = Env::new();
+    let src = env.path("jsrc");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    env.backup(&[&src]);
+    let list = env.json(&["snapshots"]);
+    assert_eq!(list[0]["type"], "snapshot");
+    assert!(list[0]["snapshot"]["time"].as_str().unwrap().ends_with('Z'));
+    let grouped = env.json(&["snapshots", "--group-by", "host"]);
+    assert_eq!(grouped[0]["type"], "group");
+    let out = env.run(&["--json", "ls", "latest"]);
+    assert_success(&out);
+    for line in text(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["type"], "node", "{line}");
+    }
 }

@@ -36,7 +36,11 @@ impl NamePatterns {
                 .literal_separator(true)
                 .build()
                 .map_err(|e| Error::InvalidInput(format!("bad pattern {p:?}: {e}")))?;
-            if p.contains('/') { paths.add(glob) } else { names.add(glob) };
+            if p.contains('/') {
+                paths.add(glob)
+            } else {
+                names.add(glob)
+            };
         }
         let build = |b: GlobSetBuilder| b.build().map_err(|e| Error::InvalidInput(format!("bad patterns: {e}")));
         Ok(NamePatterns { names: build(names)?, paths: build(paths)? })

@@ -89,7 +89,13 @@ fn tar_header(node: &Node, kind: tar::EntryType) -> tar::Header {
     h
 }
 
-fn write_tar(repo: &Repository, tree: coffer_core::Id, prefix: &Path, dir: Option<&Node>, out: impl Write) -> Result<()> {
+fn write_tar(
+    repo: &Repository,
+    tree: coffer_core::Id,
+    prefix: &Path,
+    dir: Option<&Node>,
+    out: impl Write,
+) -> Result<()> {
     let mut b = tar::Builder::new(out);
     if let Some(d) = dir {
         let mut h = tar_header(d, tar::EntryType::Directory);
@@ -156,7 +162,13 @@ fn zip_time(node: &Node) -> zip::DateTime {
         .unwrap_or_default()
 }
 
-fn write_zip(repo: &Repository, tree: coffer_core::Id, prefix: &Path, dir: Option<&Node>, out: impl Write) -> Result<()> {
+fn write_zip(
+    repo: &Repository,
+    tree: coffer_core::Id,
+    prefix: &Path,
+    dir: Option<&Node>,
+    out: impl Write,
+) -> Result<()> {
     use zip::write::SimpleFileOptions;
     let mut z = zip::ZipWriter::new_stream(out);
     let options = |node: &Node| {
@@ -198,7 +210,8 @@ fn write_zip(repo: &Repository, tree: coffer_core::Id, prefix: &Path, dir: Optio
                 Ok(())
             }
             NodeKind::Symlink => {
-                let target = node.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()).unwrap_or_default();
+                let target =
+                    node.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()).unwrap_or_default();
                 z.add_symlink(name, target, options(node)).map_err(|e| zerr(path, e))
             }
             _ => {
@@ -211,7 +224,9 @@ fn write_zip(repo: &Repository, tree: coffer_core::Id, prefix: &Path, dir: Optio
     let mut w = z.finish().map_err(|e| anyhow!("cannot finish the zip archive: {e}"))?.into_inner();
     w.flush()?;
     if not_utf8 > 0 {
-        eprintln!("warning: {not_utf8} names are not UTF-8 and were written with replacement characters; use --archive tar to keep them exact");
+        eprintln!(
+            "warning: {not_utf8} names are not UTF-8 and were written with replacement characters; use --archive tar to keep them exact"
+        );
     }
     if skipped > 0 {
         eprintln!("warning: {skipped} device nodes and FIFOs were left out: zip cannot hold them; use --archive tar");

@@ -465,7 +465,10 @@ impl<'a> Planner<'a> {
         let listed = match handles::list(handle.as_fd()) {
             Ok(l) => l,
             Err(e) => {
-                self.warn(&dir_name.path(), format!("cannot list the directory to delete what the snapshot lacks: {e}"));
+                self.warn(
+                    &dir_name.path(),
+                    format!("cannot list the directory to delete what the snapshot lacks: {e}"),
+                );
                 return;
             }
         };

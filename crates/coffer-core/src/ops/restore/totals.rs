@@ -8,8 +8,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::{RestoreSummary, Selector};
 use super::plan::{Entries, load_tree};
+use super::{RestoreSummary, Selector};
 use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind};
 use crate::repo::Repository;

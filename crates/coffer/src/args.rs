@@ -67,6 +67,11 @@ pub struct GlobalArgs {
     /// Print only errors and warnings; no progress bar.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Load defaults from profile NAME: $XDG_CONFIG_HOME/coffer/NAME.toml (else
+    /// ~/.config/coffer/NAME.toml), or the file given if NAME holds a `/` or ends in
+    /// `.toml`. Options on the command line win.
+    #[arg(short = 'P', long, env = "COFFER_PROFILE", global = true, value_name = "NAME")]
+    pub profile: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -127,6 +132,81 @@ pub enum Command {
     /// Measure which settings back up fastest on this machine and this data.
     #[command(after_help = EXIT_CODES)]
     Bench(crate::cmd::bench::BenchArgs),
+    /// Change snapshots' tags: each changed snapshot is replaced by a new signed one
+    /// that links to it, and a tombstone records the replacement.
+    #[command(after_help = EXIT_CODES)]
+    Tag(TagArgs),
+    /// Write a file of a snapshot to stdout, or a directory as a tar or zip archive.
+    #[command(after_help = EXIT_CODES)]
+    Dump(DumpArgs),
+    /// Find files and directories by name across snapshots.
+    #[command(after_help = EXIT_CODES)]
+    Find(FindArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("change").required(true).multiple(true)))]
+pub struct TagArgs {
+    /// Snapshots to change (id prefixes or `latest`); default: every snapshot the
+    /// --host/--tag/--path filters pass.
+    pub snapshots: Vec<String>,
+    /// Add this tag (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',', group = "change")]
+    pub add: Vec<String>,
+    /// Remove this tag (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',', group = "change")]
+    pub remove: Vec<String>,
+    /// Replace all tags with these (repeat, or separate with commas; `--set ''` removes all).
+    #[arg(long, value_delimiter = ',', num_args = 1, group = "change")]
+    pub set: Option<Vec<String>>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// Snapshot (id prefix or `latest`).
+    pub snapshot: String,
+    /// Path in the snapshot: a file is written as it is, a directory as an archive.
+    pub path: std::ffi::OsString,
+    /// The archive format for a directory.
+    #[arg(long, value_enum, default_value_t = ArchiveFormat::Tar)]
+    pub archive: ArchiveFormat,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 't', value_name = "FILE")]
+    pub target: Option<PathBuf>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `dump --archive`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArchiveFormat {
+    Tar,
+    Zip,
+}
+
+#[derive(Args, Debug)]
+pub struct FindArgs {
+    /// Name patterns (glob: `*`, `?`, `[...]`); an entry matching any is printed.
+    /// A pattern holding `/` is matched against the whole path.
+    #[arg(required = true)]
+    pub patterns: Vec<String>,
+    /// Only in these snapshots (id prefixes or `latest`; repeatable). Default: all.
+    #[arg(long = "snapshot", short = 's', value_name = "ID")]
+    pub snapshots: Vec<String>,
+    /// Only snapshots taken at or after this time (`YYYY-MM-DD[ HH:MM:SS]` in local
+    /// time, or RFC 3339).
+    #[arg(long, short = 'N', value_name = "TIME")]
+    pub newest: Option<String>,
+    /// Only snapshots taken at or before this time.
+    #[arg(long, short = 'O', value_name = "TIME")]
+    pub oldest: Option<String>,
+    /// Match names without regard to case.
+    #[arg(long, short = 'i')]
+    pub ignore_case: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 #[derive(Args, Debug)]
@@ -365,9 +445,35 @@ pub struct RestoreArgs {
     /// Do not restore entries matching this gitignore-style pattern (repeatable).
     #[arg(long = "exclude", short = 'e')]
     pub excludes: Vec<String>,
-    /// Replace files already in the target.
+    /// Like --include, ignoring case (repeatable).
+    #[arg(long = "iinclude", value_name = "PATTERN")]
+    pub iincludes: Vec<String>,
+    /// Like --exclude, ignoring case (repeatable).
+    #[arg(long = "iexclude", value_name = "PATTERN")]
+    pub iexcludes: Vec<String>,
+    /// Read include patterns from a file, one per line (repeatable).
+    #[arg(long = "include-file", value_name = "FILE")]
+    pub include_files: Vec<PathBuf>,
+    /// Read exclude patterns from a file, one per line (repeatable).
+    #[arg(long = "exclude-file", value_name = "FILE")]
+    pub exclude_files: Vec<PathBuf>,
+    /// Restore into a target that is not empty: `always` replaces what is there
+    /// (the value when none is given), `if-changed` keeps files of the same size
+    /// and modification time, `if-newer` keeps files at least as new, `never`
+    /// keeps everything there. Without it a non-empty target is refused (exit 21).
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "always", value_name = "WHEN")]
+    pub overwrite: Option<OverwriteArg>,
+    /// Remove what the target's restored directories hold that the snapshot does
+    /// not (never following symlinks); needs --overwrite.
+    #[arg(long, requires = "overwrite")]
+    pub delete: bool,
+    /// Show what would be restored (counts and bytes); touch nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// After restoring, read every restored file back and compare it with the
+    /// snapshot; a difference ends with exit code 20.
     #[arg(long)]
-    pub overwrite: bool,
+    pub verify: bool,
     /// As root, whether to restore what only root can create (owners, device nodes,
     /// setuid/setgid bits, `security.`/`trusted.` extended attributes such as file
     /// capabilities): `auto` only from a snapshot signed by this client's own writer
@@ -376,6 +482,15 @@ pub struct RestoreArgs {
     pub privileged: Privileged,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// `restore --overwrite`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OverwriteArg {
+    Always,
+    IfChanged,
+    IfNewer,
+    Never,
 }
 
 /// `restore --privileged`.

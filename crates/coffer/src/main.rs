@@ -8,6 +8,7 @@ mod foreign;
 mod interrupt;
 mod output;
 mod password;
+mod profile;
 mod progress;
 mod repo_open;
 
@@ -149,6 +150,15 @@ fn main() -> ExitCode {
     default_sigpipe();
     let mut cli = Cli::parse();
     let json = cli.global.json;
+    if let Some(name) = cli.global.profile.clone() {
+        let loaded = profile::path_of(&name, profile::config_home())
+            .and_then(|path| profile::load(&path))
+            .and_then(|p| profile::apply(p, &mut cli));
+        if let Err(e) = loaded {
+            output::error(json, &e, exit::USAGE);
+            return ExitCode::from(exit::USAGE);
+        }
+    }
     output::set_utc(cli.global.utc);
     progress::set_interval(Some(cli.global.progress_interval).filter(|d| !d.is_zero()));
     if let Err(e) = repository_from_file(&mut cli.global) {
@@ -178,6 +188,9 @@ fn main() -> ExitCode {
         Command::Generate(a) => cmd::generate::run(&cli.global, a),
         Command::Stats(a) => cmd::stats::run(&cli.global, a),
         Command::Bench(a) => cmd::bench::run(&cli.global, a),
+        Command::Tag(a) => cmd::tag::run(&cli.global, a),
+        Command::Dump(a) => cmd::dump::run(&cli.global, a),
+        Command::Find(a) => cmd::find::run(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

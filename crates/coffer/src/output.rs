@@ -78,6 +78,32 @@ pub fn time(rfc3339: &str) -> String {
     }
 }
 
+/// Parses a time given on the command line (`flag` names it in the error):
+/// `YYYY-MM-DD`, `YYYY-MM-DD HH:MM[:SS]` (or with a `T`) in the display time
+/// zone, or an RFC 3339 time.
+pub fn parse_time(s: &str, flag: &str) -> anyhow::Result<std::time::SystemTime> {
+    let ts = match s.parse::<jiff::Timestamp>() {
+        Ok(ts) => ts,
+        Err(_) => s
+            .parse::<jiff::civil::DateTime>()
+            .or_else(|e| {
+                s.parse::<jiff::civil::Date>().map(|d| d.to_datetime(jiff::civil::Time::midnight())).map_err(|_| e)
+            })
+            .and_then(|dt| dt.to_zoned(time_zone()))
+            .map(|z| z.timestamp())
+            .map_err(|e| anyhow::anyhow!("{flag} {s:?} is not a time like \"2024-05-01 10:00:00\": {e}"))?,
+    };
+    Ok(std::time::SystemTime::from(ts))
+}
+
+/// An RFC 3339 time in UTC for JSON output, from seconds and nanoseconds since the epoch.
+pub fn rfc3339(secs: i64, nanos: u32) -> String {
+    match jiff::Timestamp::new(secs, nanos as i32) {
+        Ok(ts) => ts.to_string(),
+        Err(_) => secs.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -145,6 +145,7 @@ fn the_largest_tombstones_are_accepted() {
             hostname: "h".into(),
             paths: big_paths.clone(),
             history: vec![id(7); 100],
+            replaced_by: None,
         })
         .collect();
     forgotten.extend((10..30_000).map(|n| Forgotten {
@@ -154,6 +155,7 @@ fn the_largest_tombstones_are_accepted() {
         hostname: "h".into(),
         paths: vec!["/home".into()],
         history: vec![id(n - 1)],
+        replaced_by: None,
     }));
     let batches = crate::ops::forget::tombstone_batches(forgotten);
     assert!(batches.len() >= 4);

@@ -26,6 +26,10 @@ pub struct Forgotten {
     /// The history it linked to, so the chain stays whole without it.
     #[serde(default)]
     pub history: Vec<Id>,
+    /// The snapshot that replaces it (`coffer tag`), which lists it in its
+    /// history (docs/design.md#tag). Absent for a plain forget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_by: Option<Id>,
 }
 
 /// A tombstone.

@@ -1,6 +1,7 @@
 //! Removing snapshots on purpose: a signed tombstone first, then the snapshots.
 //! See docs/design.md#tombstones.
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use crate::crypto::sign::SigningKey;
@@ -18,6 +19,18 @@ use crate::repo::history::History;
 /// them again finishes the job without a new tombstone. Returns the id of the
 /// (first) tombstone that records the removal.
 pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey) -> Result<Id> {
+    forget_replaced(repo, history, ids, &HashMap::new(), key)
+}
+
+/// [`forget`], recording for the snapshots in `replaced_by` the snapshot that
+/// replaces each (`coffer tag`, docs/design.md#tag).
+pub fn forget_replaced(
+    repo: &Repository,
+    history: &History,
+    ids: &[Id],
+    replaced_by: &HashMap<Id, Id>,
+    key: &SigningKey,
+) -> Result<Id> {
     if ids.is_empty() {
         return Err(Error::InvalidInput("no snapshot to forget".into()));
     }
@@ -39,6 +52,7 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
                 hostname: s.hostname.clone(),
                 paths: s.paths.clone(),
                 history: s.history.clone(),
+                replaced_by: replaced_by.get(id).copied(),
             }),
             // A damaged snapshot can be forgotten too; what it held is unknown.
             None if history.present.contains(id) => forgotten.push(Forgotten {
@@ -48,6 +62,7 @@ pub fn forget(repo: &Repository, history: &History, ids: &[Id], key: &SigningKey
                 hostname: String::new(),
                 paths: Vec::new(),
                 history: Vec::new(),
+                replaced_by: replaced_by.get(id).copied(),
             }),
             None => return Err(Error::SnapshotNotFound(id.to_hex())),
         }

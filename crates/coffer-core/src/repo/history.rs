@@ -185,6 +185,28 @@ impl History {
             if !t.signature.is_valid() {
                 f.errors.push(format!("tombstone {}: {}", id.short(), t.signature.describe()));
             }
+            // A snapshot replaced by `coffer tag`: its replacement must link to it.
+            for r in &t.forgotten {
+                let Some(by) = r.replaced_by else { continue };
+                match self.snapshots.iter().find(|(i, _)| *i == by) {
+                    Some((_, s)) if !s.history.contains(&r.id) => f.errors.push(format!(
+                        "tombstone {} says snapshot {} replaces {}, but {} does not link to it in its history",
+                        id.short(),
+                        by.short(),
+                        r.id.short(),
+                        by.short()
+                    )),
+                    Some(_) => {}
+                    None if forgotten.contains_key(&by) => {}
+                    None => f.errors.push(format!(
+                        "snapshot {} that replaces {} (tombstone {}) is missing: it is not in the repository and no \
+                         tombstone records its removal",
+                        by.short(),
+                        r.id.short(),
+                        id.short()
+                    )),
+                }
+            }
         }
         // Each missing entry is reported once, with the first entry that refers to it.
         let mut reported = HashSet::new();

@@ -17,7 +17,7 @@ fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
 }
 
 /// `patterns` followed by the patterns of each file, one a line (`#` comments).
-fn patterns_from(patterns: &[String], files: &[PathBuf]) -> Result<Vec<String>> {
+pub(crate) fn patterns_from(patterns: &[String], files: &[PathBuf]) -> Result<Vec<String>> {
     let mut patterns = patterns.to_vec();
     for f in files {
         let text = std::fs::read_to_string(f).with_context(|| format!("cannot read exclude file {}", f.display()))?;

@@ -48,7 +48,7 @@ fn print(global: &GlobalArgs, long: bool, path: &Path, n: &Node) {
     if global.json {
         // Paths are exact bytes: a string when UTF-8, else {"hex": …} (as names in trees).
         let exact = Bytes(path.as_os_str().as_bytes().to_vec());
-        output::json(&json!({"path": exact, "node": n}));
+        output::json(&json!({"type": "node", "path": exact, "node": n}));
     } else if long {
         let owner = n.user.clone().unwrap_or_else(|| n.uid.to_string());
         let group = n.group.clone().unwrap_or_else(|| n.gid.to_string());

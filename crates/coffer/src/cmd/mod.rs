@@ -5,6 +5,8 @@ pub mod bench;
 pub mod cat;
 pub mod check;
 pub mod diff;
+pub mod dump;
+pub mod find;
 pub mod forget;
 pub mod generate;
 pub mod init;
@@ -16,6 +18,7 @@ pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 pub mod writers;
 
 use coffer_core::Id;

@@ -8,12 +8,12 @@ use anyhow::{Result, anyhow};
 use coffer_core::crypto::sign::PublicKey;
 use coffer_core::format::signed::SignatureStatus;
 use coffer_core::format::snapshot::Snapshot;
-use coffer_core::ops::restore::{BatchLimits, RestoreOptions, RestoreSummary, restore};
+use coffer_core::ops::restore::{BatchLimits, Overwrite, RestoreOptions, RestoreSummary, restore};
 use coffer_core::repo::{Repository, SnapshotFilter, WRITER_KEY_FILE};
 use coffer_core::{Error, Id};
 use serde_json::json;
 
-use crate::args::{GlobalArgs, Privileged, RestoreArgs};
+use crate::args::{GlobalArgs, OverwriteArg, Privileged, RestoreArgs};
 use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
@@ -30,12 +30,42 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     let opts = RestoreOptions {
         target: a.target.clone(),
         subpath,
-        includes: a.includes.clone(),
-        excludes: a.excludes.clone(),
-        overwrite: a.overwrite,
+        includes: super::backup::patterns_from(&a.includes, &a.include_files)?,
+        excludes: super::backup::patterns_from(&a.excludes, &a.exclude_files)?,
+        iincludes: a.iincludes.clone(),
+        iexcludes: a.iexcludes.clone(),
+        overwrite: match a.overwrite {
+            None => Overwrite::Refuse,
+            Some(OverwriteArg::Always) => Overwrite::Always,
+            Some(OverwriteArg::IfChanged) => Overwrite::IfChanged,
+            Some(OverwriteArg::IfNewer) => Overwrite::IfNewer,
+            Some(OverwriteArg::Never) => Overwrite::Never,
+        },
+        delete: a.delete,
+        dry_run: a.dry_run,
         privileged: privileged(&repo, &snap, a.privileged)?,
         batch: batch_limits()?,
     };
+    if a.dry_run {
+        let s = restore(&repo, &snap, &opts, &coffer_core::progress::NoProgress)?;
+        if global.json {
+            output::json(&json!({
+                "type": "dry_run", "snapshot_id": id, "target": a.target,
+                "files": s.files, "dirs": s.dirs, "others": s.others, "bytes": s.bytes,
+            }));
+        } else if !global.quiet {
+            println!(
+                "would restore snapshot {} to {}: {} files, {} directories, {} other entries, {} (nothing written)",
+                id.short(),
+                a.target.display(),
+                s.files,
+                s.dirs,
+                s.others,
+                output::bytes(s.bytes)
+            );
+        }
+        return Ok(exit::OK);
+    }
     let display = Display::new(global.json, global.quiet, "restore");
     let summary = restore(&repo, &snap, &opts, &display);
     display.finish();
@@ -53,6 +83,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             "type": "summary", "snapshot_id": id, "target": a.target,
             "files": summary.files, "dirs": summary.dirs, "others": summary.others,
             "bytes": summary.bytes, "warnings": summary.warnings, "failures": summary.failures.len(),
+            "skipped": summary.skipped, "deleted": summary.deleted,
         }));
     } else if !global.quiet {
         println!(
@@ -64,6 +95,9 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             summary.others,
             output::bytes(summary.bytes)
         );
+        if summary.skipped > 0 || summary.deleted > 0 {
+            println!("kept {} entries already in the target, deleted {}", summary.skipped, summary.deleted);
+        }
     }
     report_withheld(global, &id, a.privileged, &summary);
     let n = summary.failures.len();
@@ -76,6 +110,39 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             "{n} entries could not be restored ({what}: {}); everything else was restored",
             path.display()
         )));
+    }
+    if a.verify {
+        return verify(global, &repo, &id, &snap, &opts);
+    }
+    Ok(exit::OK)
+}
+
+/// `--verify`: reads back what was restored and compares it with the snapshot.
+fn verify(global: &GlobalArgs, repo: &Repository, id: &Id, snap: &Snapshot, opts: &RestoreOptions) -> Result<u8> {
+    let v = coffer_core::ops::restore::verify(repo, snap, opts)?;
+    for (path, why) in &v.mismatches {
+        if global.json {
+            eprintln!("{}", json!({"type": "verify_mismatch", "path": path, "message": why}));
+        } else {
+            eprintln!("error: {}: {why}", path.display());
+        }
+    }
+    if global.json {
+        output::json(&json!({
+            "type": "verify_summary", "snapshot_id": id, "files": v.files, "bytes": v.bytes,
+            "mismatches": v.mismatches.len(),
+        }));
+    } else if !global.quiet {
+        println!("verified {} files, {}: {} differ", v.files, output::bytes(v.bytes), v.mismatches.len());
+    }
+    if let Some((path, why)) = v.mismatches.first() {
+        return Err(anyhow!(Error::corrupt(format!("restored file {}", path.display()), why.clone())).context(
+            format!(
+                "{} restored files differ from snapshot {}: restore them again with --overwrite",
+                v.mismatches.len(),
+                id.short()
+            ),
+        ));
     }
     Ok(exit::OK)
 }

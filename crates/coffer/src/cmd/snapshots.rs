@@ -44,7 +44,7 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
     }
     if global.json {
         let entry = |(id, s): &(Id, Snapshot)| {
-            json!({"id": id, "snapshot": s, "signed_by": s.signature.describe(),
+            json!({"type": "snapshot", "id": id, "snapshot": s, "signed_by": s.signature.describe(),
                    "signature_valid": s.signature.is_valid()})
         };
         let doc = if group_by.is_some() && a.group_by.is_some() {
@@ -52,7 +52,7 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
                 .iter()
                 .map(|(key, members)| {
                     let key = key.as_ref().map(|k| json!({"host": k.host, "paths": k.paths, "tags": k.tags}));
-                    json!({"group_key": key, "snapshots": members.iter().map(entry).collect::<Vec<_>>()})
+                    json!({"type": "group", "group_key": key, "snapshots": members.iter().map(entry).collect::<Vec<_>>()})
                 })
                 .collect();
             serde_json::Value::Array(list)

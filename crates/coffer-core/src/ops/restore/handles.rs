@@ -136,20 +136,20 @@ pub(super) fn exists(e: &io::Error) -> bool {
 
 /// Makes directory `n` in `dir` (mode 0700 until its own mode is applied, so
 /// nobody else can add to it meanwhile) and opens it. A directory already there
-/// is used as it is; anything else there is an error, or with `overwrite` is
-/// removed first.
-pub(super) fn make_dir(dir: BorrowedFd<'_>, n: &[u8], overwrite: bool) -> io::Result<OwnedFd> {
+/// is used as it is when `existing`; anything else there is an error, or with
+/// `replace` is removed first.
+pub(super) fn make_dir(dir: BorrowedFd<'_>, n: &[u8], existing: bool, replace: bool) -> io::Result<OwnedFd> {
     match rustix::fs::mkdirat(dir, name(n), Mode::from_raw_mode(0o700)) {
         Ok(()) => return open_dir(dir, n),
         Err(Errno::EXIST) => {}
         Err(e) => return Err(e.into()),
     }
-    if !overwrite {
+    if !existing {
         return Err(Errno::EXIST.into());
     }
     match open_dir(dir, n) {
         Ok(fd) => Ok(fd),
-        Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOTDIR | Errno::LOOP)) => {
+        Err(e) if replace && matches!(Errno::from_io_error(&e), Some(Errno::NOTDIR | Errno::LOOP)) => {
             remove(dir, n)?;
             rustix::fs::mkdirat(dir, name(n), Mode::from_raw_mode(0o700))?;
             open_dir(dir, n)
@@ -182,6 +182,28 @@ pub(super) fn reopen_file(dir: BorrowedFd<'_>, n: &[u8], created: (u64, u64)) ->
         return Err(io::Error::other("replaced by another file while it was being restored"));
     }
     Ok(fd)
+}
+
+/// What stands at name `n` in `dir` (never following a symlink), if anything.
+pub(super) fn stat_at(dir: BorrowedFd<'_>, n: &[u8]) -> io::Result<Option<rustix::fs::Stat>> {
+    match rustix::fs::statat(dir, name(n), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The names in directory `dir` (without `.` and `..`).
+pub(super) fn list(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
+    let mut d = Dir::new(open_dir(dir, b".")?)?;
+    let mut names = Vec::new();
+    while let Some(e) = d.read() {
+        let n = e?.file_name().to_bytes().to_vec();
+        if n != b"." && n != b".." {
+            names.push(n);
+        }
+    }
+    Ok(names)
 }
 
 /// The device and inode of an open file.

@@ -39,13 +39,16 @@ mod tests;
 #[cfg(test)]
 mod tests_hostile;
 mod totals;
+mod verify;
 mod write;
+
+pub use verify::{VerifySummary, verify};
 
 use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::fs::meta::RestorePolicy;
 pub use crate::fs::meta::Withheld;
-use crate::fs::select::build_excludes;
+use crate::fs::select::build_matcher;
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::repo::tree_walk::locate;
@@ -62,8 +65,18 @@ pub struct RestoreOptions {
     pub includes: Vec<String>,
     /// gitignore-style patterns of entries not to restore.
     pub excludes: Vec<String>,
-    /// Replace what is already in the target instead of refusing.
-    pub overwrite: bool,
+    /// [`RestoreOptions::includes`] matched without regard to case (`--iinclude`).
+    pub iincludes: Vec<String>,
+    /// [`RestoreOptions::excludes`] matched without regard to case (`--iexclude`).
+    pub iexcludes: Vec<String>,
+    /// What to do with what is already in the target.
+    pub overwrite: Overwrite,
+    /// Remove what a restored directory of the target holds that the
+    /// snapshot's directory does not (`--delete`); needs an overwrite mode
+    /// other than [`Overwrite::Refuse`].
+    pub delete: bool,
+    /// Only count what would be restored; the target is not touched (`--dry-run`).
+    pub dry_run: bool,
     /// When run as root: also restore what only root can create (owners, device
     /// nodes, setuid/setgid bits, `security.` and `trusted.` extended
     /// attributes). Only for snapshots whose author is trusted with root's
@@ -72,6 +85,36 @@ pub struct RestoreOptions {
     /// How much is planned before it is written (the default suits every use;
     /// tests set tiny limits to exercise many batches).
     pub batch: BatchLimits,
+}
+
+/// What a restore does with entries already in the target
+/// (docs/design.md#restore-options).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overwrite {
+    /// A target that is not empty is refused ([`Error::TargetNotEmpty`]).
+    #[default]
+    Refuse,
+    /// Whatever stands at a name the snapshot restores is replaced.
+    Always,
+    /// A regular file whose size and modification time equal the snapshot's is
+    /// kept; anything else is replaced.
+    IfChanged,
+    /// A regular file at least as new as the snapshot's is kept; anything else is replaced.
+    IfNewer,
+    /// Whatever already stands at a name is kept; only missing entries are restored.
+    Never,
+}
+
+impl Overwrite {
+    /// Whether a non-empty target is accepted.
+    pub fn allows_existing(self) -> bool {
+        self != Overwrite::Refuse
+    }
+
+    /// Whether an entry in the way of a directory may be removed.
+    fn replaces(self) -> bool {
+        matches!(self, Overwrite::Always | Overwrite::IfChanged | Overwrite::IfNewer)
+    }
 }
 
 /// How much one batch of a restore may hold before it is written. A batch is
@@ -115,6 +158,10 @@ pub struct RestoreSummary {
     pub failures: Vec<(PathBuf, Error)>,
     /// What only root can create and was left out ([`RestoreOptions::privileged`]).
     pub withheld: Withheld,
+    /// Entries kept as they were in the target ([`RestoreOptions::overwrite`]).
+    pub skipped: u64,
+    /// Entries removed from the target ([`RestoreOptions::delete`]).
+    pub deleted: u64,
 }
 
 impl RestoreSummary {
@@ -127,6 +174,8 @@ impl RestoreSummary {
         self.warnings += other.warnings;
         self.failures.extend(other.failures);
         self.withheld.add(&other.withheld);
+        self.skipped += other.skipped;
+        self.deleted += other.deleted;
     }
 
     /// Whether any entry was not restored because repository data is damaged.
@@ -135,26 +184,45 @@ impl RestoreSummary {
     }
 }
 
-/// Which entries of the snapshot a restore takes, from `--include` and `--exclude`.
+/// Which entries of the snapshot a restore takes, from `--include`,
+/// `--exclude` and their case-insensitive forms.
 struct Selector {
-    includes: Option<Gitignore>,
+    /// Case-sensitive and case-insensitive include patterns; none when neither was given.
+    includes: Option<(Gitignore, Gitignore)>,
     excludes: Gitignore,
+    iexcludes: Gitignore,
 }
 
 impl Selector {
     fn new(opts: &RestoreOptions) -> Result<Selector> {
-        let includes = if opts.includes.is_empty() { None } else { Some(build_excludes(&opts.includes)?) };
-        Ok(Selector { includes, excludes: build_excludes(&opts.excludes)? })
+        let includes = if opts.includes.is_empty() && opts.iincludes.is_empty() {
+            None
+        } else {
+            Some((build_matcher(&opts.includes, false)?, build_matcher(&opts.iincludes, true)?))
+        };
+        Ok(Selector {
+            includes,
+            excludes: build_matcher(&opts.excludes, false)?,
+            iexcludes: build_matcher(&opts.iexcludes, true)?,
+        })
+    }
+
+    /// Whether every entry is taken unless excluded (no include pattern).
+    fn takes_all(&self) -> bool {
+        self.includes.is_none()
     }
 
     /// `None` if the entry at `snap_path` is excluded (with everything below it);
     /// otherwise whether it is selected itself, rather than only walked for
     /// selected entries below it.
     fn judge(&self, snap_path: &Path, is_dir: bool, ancestor_selected: bool) -> Option<bool> {
-        if self.excludes.matched(snap_path, is_dir).is_ignore() {
+        if self.excludes.matched(snap_path, is_dir).is_ignore() || self.iexcludes.matched(snap_path, is_dir).is_ignore()
+        {
             return None;
         }
-        let included = self.includes.as_ref().is_none_or(|inc| inc.matched(snap_path, is_dir).is_ignore());
+        let included = self.includes.as_ref().is_none_or(|(inc, iinc)| {
+            inc.matched(snap_path, is_dir).is_ignore() || iinc.matched(snap_path, is_dir).is_ignore()
+        });
         Some(ancestor_selected || included)
     }
 }
@@ -182,6 +250,15 @@ fn restore_observed(
     let snap_root = Path::new("/").join(&subpath);
     let located = locate(repo, snapshot.tree, &snap_root)?;
     let select = Selector::new(opts)?;
+    if opts.dry_run {
+        return totals::dry_run(repo, &select, &located, &snap_root);
+    }
+    if opts.delete && !opts.overwrite.allows_existing() {
+        return Err(Error::InvalidInput(
+            "--delete removes what is already in the target: give --overwrite too (always, if-changed, if-newer or never)"
+                .into(),
+        ));
+    }
     if progress.wants_totals() {
         let t = totals::count(repo, &select, &located, &snap_root)?;
         progress.set_total(t.bytes, t.files);
@@ -189,7 +266,7 @@ fn restore_observed(
     prepare_target(&opts.target, opts.overwrite)?;
     let root: handles::Handle = Arc::new(handles::open_target(&opts.target).map_err(|e| Error::io(&opts.target, e))?);
     let policy = RestorePolicy::new(crate::fs::meta::is_root(), opts.privileged);
-    let mut writer = write::Writer::new(repo, progress, policy, opts.overwrite, root.clone());
+    let mut writer = write::Writer::new(repo, progress, policy, opts.overwrite.allows_existing(), root.clone());
     std::thread::scope(|s| {
         // A rendezvous channel: the walk plans the next batch while the writer
         // writes this one, and no further.
@@ -212,11 +289,11 @@ fn restore_observed(
     })
 }
 
-/// Checks that the target is empty (unless `overwrite`) or creates it.
-fn prepare_target(target: &Path, overwrite: bool) -> Result<()> {
+/// Checks that the target is empty (unless `overwrite` accepts what is there) or creates it.
+fn prepare_target(target: &Path, overwrite: Overwrite) -> Result<()> {
     match std::fs::read_dir(target) {
         Ok(mut rd) => {
-            if rd.next().is_some() && !overwrite {
+            if rd.next().is_some() && !overwrite.allows_existing() {
                 return Err(Error::TargetNotEmpty { path: target.to_path_buf() });
             }
             Ok(())

@@ -10,7 +10,7 @@
 //! handles bounded however deep the tree, only some are kept (see [`keep`]) and
 //! the others are opened again, when needed, from the nearest one kept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
 use super::handles::{self, DirName, Handle, Place};
-use super::{BatchLimits, RestoreOptions, RestoreSummary, Selector};
+use super::{BatchLimits, Overwrite, RestoreOptions, RestoreSummary, Selector};
 use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind};
 use crate::fs::meta::{self, MODE_BITS, RestorePolicy};
@@ -144,13 +144,19 @@ struct Frame<'a> {
     selected: bool,
     /// The length of the snapshot path buffer without this directory's name.
     snap_len: usize,
+    /// With `--delete`, for a restored directory: the names its tree holds, so
+    /// that what else the target's directory holds is removed when it is left.
+    names: Option<HashSet<Vec<u8>>>,
 }
 
 /// Walks trees and plans the restore; see the module documentation.
 pub(super) struct Planner<'a> {
     repo: &'a Repository,
     select: &'a Selector,
+    /// Whether entries already in the target are accepted ([`Overwrite::allows_existing`]).
     overwrite: bool,
+    mode: Overwrite,
+    delete: bool,
     as_root: bool,
     policy: RestorePolicy,
     progress: &'a dyn Progress,
@@ -204,7 +210,9 @@ impl<'a> Planner<'a> {
         Planner {
             repo,
             select,
-            overwrite: opts.overwrite,
+            overwrite: opts.overwrite.allows_existing(),
+            mode: opts.overwrite,
+            delete: opts.delete,
             as_root: meta::is_root(),
             policy,
             progress,
@@ -223,6 +231,10 @@ impl<'a> Planner<'a> {
     /// the writer. Returns what the walk itself restored (directories, symlinks,
     /// special files), warned about and failed to restore.
     pub fn run(&mut self, located: Located, snap_root: &Path, target: &Path, root: Handle) -> Result<RestoreSummary> {
+        let located_kind = match &located {
+            Located::Root(_) => None,
+            Located::Entry(node) => Some(node.kind),
+        };
         let (nodes, snap) = match located {
             Located::Root(id) => (load_tree(self.repo, &id)?, snap_root.to_path_buf()),
             Located::Entry(node) if node.kind == NodeKind::Dir => {
@@ -234,6 +246,8 @@ impl<'a> Planner<'a> {
             }
         };
         self.snap = snap.as_os_str().as_bytes().to_vec();
+        // The target itself is a restored directory when a whole directory is restored into it.
+        let whole_dir = self.select.takes_all() && !matches!(&located_kind, Some(k) if *k != NodeKind::Dir);
         self.stack.push(Frame {
             name: DirName::root(target),
             handle: Some(root),
@@ -242,6 +256,7 @@ impl<'a> Planner<'a> {
             rest: nodes,
             selected: false,
             snap_len: self.snap.len(),
+            names: (self.delete && whole_dir).then(HashSet::new),
         });
         while let Some(top) = self.stack.last_mut() {
             match top.rest.next() {
@@ -348,7 +363,7 @@ impl<'a> Planner<'a> {
         }
         let mut parent = self.resolve(first).map_err(|e| Error::io(self.stack[first].name.path(), e))?;
         for d in first + 1..=top {
-            let h = handles::make_dir(parent.as_fd(), self.stack[d].name.name(), self.overwrite)
+            let h = handles::make_dir(parent.as_fd(), self.stack[d].name.name(), self.overwrite, self.mode.replaces())
                 .map_err(|e| self.dir_error(&self.stack[d].name.path(), e))?;
             parent = Arc::new(h);
             self.stack[d].made = true;
@@ -370,6 +385,9 @@ impl<'a> Planner<'a> {
 
     /// Plans one entry of the directory on top of the stack.
     fn visit(&mut self, node: Node) -> Result<()> {
+        if let Some(names) = &mut self.stack.last_mut().expect("not empty").names {
+            names.insert(node.name.0.clone());
+        }
         let snap_len = self.push_name(&node.name.0);
         let is_dir = node.kind == NodeKind::Dir;
         let ancestor = self.stack.last().expect("not empty").selected;
@@ -394,6 +412,10 @@ impl<'a> Planner<'a> {
         };
         let dir_name = self.stack.last().expect("not empty").name.clone();
         let place = Place { dir, dir_name, name: node.name.0.clone() };
+        if self.keeps_existing(&node, &place) {
+            self.summary.skipped += 1;
+            return Ok(());
+        }
         self.check_mode(|| place.path(), &node);
         match node.kind {
             NodeKind::File => self.plan_file(node, place),
@@ -404,6 +426,59 @@ impl<'a> Planner<'a> {
             _ => {
                 self.make_special(&node, &place);
                 Ok(())
+            }
+        }
+    }
+
+    /// Whether the entry already at `place` stays as it is ([`Overwrite`]).
+    fn keeps_existing(&mut self, node: &Node, place: &Place) -> bool {
+        if matches!(self.mode, Overwrite::Refuse | Overwrite::Always) {
+            return false;
+        }
+        let st = match handles::stat_at(place.dir.as_fd(), &place.name) {
+            Ok(Some(st)) => st,
+            Ok(None) => return false,
+            Err(e) => {
+                self.warn(&place.path(), format!("cannot look at what is already there: {e}; it is replaced"));
+                return false;
+            }
+        };
+        let is_file = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        let mtime = (st.st_mtime as i64, st.st_mtime_nsec as u32);
+        let theirs = (node.mtime.0, node.mtime.1);
+        match self.mode {
+            Overwrite::Never => true,
+            Overwrite::IfNewer => is_file && node.kind == NodeKind::File && mtime >= theirs,
+            Overwrite::IfChanged => {
+                is_file && node.kind == NodeKind::File && st.st_size as u64 == node.size && mtime == theirs
+            }
+            Overwrite::Refuse | Overwrite::Always => false,
+        }
+    }
+
+    /// Removes what the target's directory on top of the stack holds that its
+    /// tree does not (`--delete`), never following a symlink.
+    fn delete_extra(&mut self, handle: &Handle) {
+        let top = self.stack.len() - 1;
+        let Some(names) = self.stack[top].names.take() else { return };
+        let dir_name = self.stack[top].name.clone();
+        let listed = match handles::list(handle.as_fd()) {
+            Ok(l) => l,
+            Err(e) => {
+                self.warn(
+                    &dir_name.path(),
+                    format!("cannot list the directory to delete what the snapshot lacks: {e}"),
+                );
+                return;
+            }
+        };
+        for n in listed.into_iter().filter(|n| !names.contains(n)) {
+            match handles::remove(handle.as_fd(), &n) {
+                Ok(()) => self.summary.deleted += 1,
+                Err(e) => {
+                    let path = dir_name.join(&n);
+                    self.warn(&path, format!("cannot delete it (--delete): {e}"));
+                }
             }
         }
     }
@@ -435,6 +510,7 @@ impl<'a> Planner<'a> {
             rest: Entries::Listed(Vec::new().into_iter()),
             selected,
             snap_len,
+            names: (self.delete && selected).then(HashSet::new),
         });
         self.release();
         let path = || name.path();
@@ -461,6 +537,15 @@ impl<'a> Planner<'a> {
     /// its contents are written.
     fn finish_dir(&mut self) -> Result<()> {
         let top = self.stack.len() - 1;
+        if self.stack[top].names.is_some() && self.stack[top].made {
+            match self.resolve(top) {
+                Ok(handle) => self.delete_extra(&handle),
+                Err(e) => {
+                    let path = self.stack[top].name.path();
+                    self.warn(&path, format!("cannot open the directory to delete what the snapshot lacks: {e}"));
+                }
+            }
+        }
         if self.stack[top].node.is_some() && self.stack[top].made {
             match self.resolve(top) {
                 Ok(handle) => {

@@ -59,7 +59,7 @@ fn options(target: &Path, subpath: &Path, overwrite: bool, limit: usize) -> Rest
     RestoreOptions {
         target: target.to_path_buf(),
         subpath: Some(subpath.to_path_buf()),
-        overwrite,
+        overwrite: if overwrite { Overwrite::Always } else { Overwrite::Refuse },
         batch: BatchLimits { entries: limit, chunks: limit },
         ..RestoreOptions::default()
     }
@@ -320,7 +320,8 @@ fn a_200000_level_chain_restores() {
     let target = dir.path().join("target");
     for includes in [vec![], vec!["f".to_string()]] {
         let overwrite = !includes.is_empty();
-        let opts = RestoreOptions { target: target.clone(), includes, overwrite, ..RestoreOptions::default() };
+        let mode = if overwrite { Overwrite::Always } else { Overwrite::Refuse };
+        let opts = RestoreOptions { target: target.clone(), includes, overwrite: mode, ..RestoreOptions::default() };
         let started = std::time::Instant::now();
         let summary = restore(&repo, &snapshot, &opts, &NoProgress).unwrap();
         eprintln!("restored {LEVELS} levels (overwrite: {overwrite}) in {:?}", started.elapsed());

@@ -8,10 +8,10 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::Selector;
 use super::plan::{Entries, load_tree};
+use super::{RestoreSummary, Selector};
 use crate::error::{Error, Result};
-use crate::format::tree::NodeKind;
+use crate::format::tree::{Node, NodeKind};
 use crate::repo::Repository;
 use crate::repo::tree_walk::Located;
 
@@ -30,9 +30,25 @@ struct Frame<'a> {
     snap_len: usize,
 }
 
-/// Counts what restoring `located` (found at `snap_root`) writes. A tree that
-/// cannot be loaded counts as empty (the restore reports it).
-pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, snap_root: &Path) -> Result<Totals> {
+/// One entry a restore takes, as [`walk`] reports it.
+pub(super) struct Taken<'n> {
+    /// Its path relative to the target.
+    pub rel: &'n Path,
+    pub node: &'n Node,
+    /// Whether it is a further name of an inode already reported.
+    pub another_name: bool,
+}
+
+/// Walks what restoring `located` (found at `snap_root`) takes, calling `f` with
+/// each selected entry (directories before what they hold). A tree that cannot
+/// be loaded counts as empty (the restore reports it).
+pub(super) fn walk(
+    repo: &Repository,
+    select: &Selector,
+    located: &Located,
+    snap_root: &Path,
+    f: &mut dyn FnMut(Taken<'_>),
+) -> Result<()> {
     let (nodes, snap) = match located {
         Located::Root(id) => (load_tree(repo, id)?, snap_root),
         Located::Entry(node) if node.kind == NodeKind::Dir => {
@@ -44,8 +60,8 @@ pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, sna
         }
     };
     let mut snap = snap.as_os_str().as_bytes().to_vec();
+    let base = snap.len();
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
-    let mut totals = Totals::default();
     let mut stack = vec![Frame { rest: nodes, selected: false, snap_len: snap.len() }];
     while let Some(top) = stack.last_mut() {
         // A part that does not load ends its directory here (the restore reports it).
@@ -62,21 +78,58 @@ pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, sna
         snap.extend_from_slice(&node.name.0);
         let is_dir = node.kind == NodeKind::Dir;
         let judged = select.judge(Path::new(OsStr::from_bytes(&snap)), is_dir, ancestor);
+        let rel = || {
+            let r = snap[base..].strip_prefix(b"/").unwrap_or(&snap[base..]);
+            Path::new(OsStr::from_bytes(r)).to_path_buf()
+        };
         match (judged, node.subtree) {
             (Some(selected), Some(id)) if is_dir => {
+                if selected {
+                    f(Taken { rel: &rel(), node: &node, another_name: false });
+                }
                 let rest = load_tree(repo, &id).unwrap_or(Entries::Listed(Vec::new().into_iter()));
                 stack.push(Frame { rest, selected, snap_len });
                 continue;
             }
-            (Some(true), _)
-                if node.kind == NodeKind::File && (node.links <= 1 || seen.insert((node.device, node.inode))) =>
-            {
-                totals.bytes += node.size;
-                totals.files += 1;
+            (Some(true), _) if node.kind != NodeKind::Socket => {
+                let another_name =
+                    node.kind == NodeKind::File && node.links > 1 && !seen.insert((node.device, node.inode));
+                f(Taken { rel: &rel(), node: &node, another_name });
             }
             _ => {}
         }
         snap.truncate(snap_len);
     }
+    Ok(())
+}
+
+/// Counts what restoring `located` (found at `snap_root`) writes.
+pub(super) fn count(repo: &Repository, select: &Selector, located: &Located, snap_root: &Path) -> Result<Totals> {
+    let mut totals = Totals::default();
+    walk(repo, select, located, snap_root, &mut |t| {
+        if t.node.kind == NodeKind::File && !t.another_name {
+            totals.bytes += t.node.size;
+            totals.files += 1;
+        }
+    })?;
     Ok(totals)
+}
+
+/// What a restore would write, counted without touching the target (`--dry-run`).
+pub(super) fn dry_run(
+    repo: &Repository,
+    select: &Selector,
+    located: &Located,
+    snap_root: &Path,
+) -> Result<RestoreSummary> {
+    let mut s = RestoreSummary::default();
+    walk(repo, select, located, snap_root, &mut |t| match t.node.kind {
+        NodeKind::File if !t.another_name => {
+            s.files += 1;
+            s.bytes += t.node.size;
+        }
+        NodeKind::Dir => s.dirs += 1,
+        _ => s.others += 1,
+    })?;
+    Ok(s)
 }

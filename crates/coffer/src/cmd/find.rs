@@ -1,0 +1,74 @@
+//! `coffer find`: entries whose name matches a pattern, across snapshots
+//! (docs/design.md#find). Trees are streamed; each match is printed as found.
+
+use std::os::unix::ffi::OsStrExt;
+
+use anyhow::Result;
+use coffer_core::Id;
+use coffer_core::format::bytes::Bytes;
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::format::tree::NodeKind;
+use coffer_core::ops::find::{NamePatterns, find};
+use coffer_core::repo::SnapshotFilter;
+use coffer_core::repo::history::History;
+use serde_json::json;
+
+use crate::args::{FindArgs, GlobalArgs};
+use crate::{exit, output, repo_open};
+
+pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
+    let patterns = NamePatterns::new(&a.patterns, a.ignore_case)?;
+    let newest = a.newest.as_deref().map(|t| output::parse_time(t, "--newest")).transpose()?;
+    let oldest = a.oldest.as_deref().map(|t| output::parse_time(t, "--oldest")).transpose()?;
+    let repo = repo_open::open(global)?;
+    let filter = SnapshotFilter::from(&a.filter);
+    let snaps: Vec<(Id, Snapshot)> = if a.snapshots.is_empty() {
+        History::load(&repo)?.live_snapshots().into_iter().filter(|(_, s)| filter.matches(s)).collect()
+    } else {
+        let mut v: Vec<(Id, Snapshot)> = Vec::new();
+        for name in &a.snapshots {
+            let found = repo_open::find_snapshot(&repo, name, &filter)?;
+            if !v.iter().any(|(id, _)| *id == found.0) {
+                v.push(found);
+            }
+        }
+        v
+    };
+    let mut matches = 0u64;
+    let mut searched = 0u64;
+    for (id, snap) in &snaps {
+        let t = snap.system_time();
+        if newest.is_some_and(|n| t < n) || oldest.is_some_and(|o| t > o) {
+            continue;
+        }
+        super::flag_signature(id, snap);
+        searched += 1;
+        let mut header = false;
+        find(&repo, snap.tree, &patterns, &mut |path, node| {
+            matches += 1;
+            if global.json {
+                output::json(&json!({
+                    "type": "match", "snapshot_id": id, "snapshot_time": snap.time,
+                    "path": Bytes(path.as_os_str().as_bytes().to_vec()), "kind": node.kind,
+                    "size": node.size, "mtime": output::rfc3339(node.mtime.0, node.mtime.1),
+                }));
+            } else {
+                if !header {
+                    println!("snapshot {} of {}:", id.short(), output::time(&snap.time));
+                    header = true;
+                }
+                let size = if node.kind == NodeKind::File { node.size.to_string() } else { "-".into() };
+                println!("  {}  {:>12}  {}", output::file_time(node.mtime.0), size, path.display());
+            }
+            Ok(())
+        })?;
+    }
+    repo_open::report_bad_copies(global, &repo);
+    if global.json {
+        output::json(&json!({"type": "find_summary", "snapshots": searched, "matches": matches}));
+    } else if !global.quiet {
+        let s = |n: u64| if n == 1 { "" } else { "es" };
+        println!("{matches} match{} in {searched} snapshot{}", s(matches), if searched == 1 { "" } else { "s" });
+    }
+    Ok(exit::OK)
+}

@@ -111,6 +111,9 @@ fn main() -> ExitCode {
         Command::Key(a) => cmd::key::run(&cli.global, a),
         Command::Repair(a) => cmd::repair::run(&cli.global, a),
     };
+    if cli.global.verbose {
+        repo_open::report_storage_counts(json);
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

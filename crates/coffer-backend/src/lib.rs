@@ -33,7 +33,9 @@ mod retry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use self::opendal::{CREDENTIAL_VARIABLES, DEFAULT_REMOTE_CONNECTIONS, OpendalBackend, RemoteOptions};
+pub use self::opendal::{
+    CREDENTIAL_VARIABLES, DEFAULT_REMOTE_CONNECTIONS, DEFAULT_SFTP_CONNECTIONS, OpendalBackend, RemoteOptions,
+};
 pub use counting::{CountingBackend, Counts, CountsHandle};
 pub use faulty::{Faults, FaultyBackend};
 pub use local::io_err as local_io_error;

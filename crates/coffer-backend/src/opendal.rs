@@ -26,6 +26,10 @@ use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
 /// Requests in flight against an object store unless told otherwise.
 pub const DEFAULT_REMOTE_CONNECTIONS: usize = 32;
 
+/// Connections to an SFTP server unless told otherwise: each is an `ssh`
+/// process with its own session.
+pub const DEFAULT_SFTP_CONNECTIONS: usize = 4;
+
 /// The environment variables a remote location may take its credentials and
 /// settings from. The library reads none of them: the binary reads these and
 /// passes them in [`RemoteOptions::vars`].
@@ -59,8 +63,10 @@ pub struct RemoteOptions {
     /// Credential and setting variables by name (those of
     /// [`CREDENTIAL_VARIABLES`] that are set).
     pub vars: BTreeMap<String, String>,
-    /// Requests in flight at most ([`Backend::connections`]).
-    pub connections: usize,
+    /// Requests in flight at most ([`Backend::connections`]); `None` for the
+    /// service's default ([`DEFAULT_REMOTE_CONNECTIONS`], or
+    /// [`DEFAULT_SFTP_CONNECTIONS`] for SFTP).
+    pub connections: Option<usize>,
     /// Extra trusted certificates (PEM), added to the system's roots.
     pub cacert: Option<Vec<u8>>,
     /// How long one request may take before it fails as a (transient) timeout.
@@ -71,7 +77,7 @@ impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
             vars: BTreeMap::new(),
-            connections: DEFAULT_REMOTE_CONNECTIONS,
+            connections: None,
             cacert: None,
             timeout: Duration::from_secs(120),
         }
@@ -185,14 +191,14 @@ fn config_err(location: &str, message: impl Into<String>) -> BackendError {
 
 /// The reqwest client for HTTP services: rustls over ring, the system's roots
 /// plus `cacert`, and a connection pool as large as the requests in flight.
-fn http_client(location: &str, opts: &RemoteOptions) -> BackendResult<reqwest::Client> {
+fn http_client(location: &str, opts: &RemoteOptions, connections: usize) -> BackendResult<reqwest::Client> {
     // rustls needs a crypto provider; ring is the one coffer already links. When
     // the process has one installed, this does nothing.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut b = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         .read_timeout(opts.timeout)
-        .pool_max_idle_per_host(opts.connections.max(1));
+        .pool_max_idle_per_host(connections);
     if let Some(pem) = &opts.cacert {
         let certs = reqwest::Certificate::from_pem_bundle(pem)
             .map_err(|e| config_err(location, format!("--cacert: not a PEM certificate bundle: {e}")))?;
@@ -221,6 +227,11 @@ impl OpendalBackend {
     /// belongs to [`super::LocalBackend`].
     pub fn open(location: &Location, opts: &RemoteOptions) -> BackendResult<Self> {
         let loc = location.to_string();
+        let connections = match location {
+            Location::Sftp { .. } => opts.connections.unwrap_or(DEFAULT_SFTP_CONNECTIONS),
+            _ => opts.connections.unwrap_or(DEFAULT_REMOTE_CONNECTIONS),
+        }
+        .max(1);
         let var = |k: &str| opts.vars.get(k).map(String::as_str).filter(|v| !v.is_empty());
         let need = |k: &str, what: &str| {
             var(k).ok_or_else(|| config_err(&loc, format!("{what}: set {k} in the environment")))
@@ -342,14 +353,14 @@ impl OpendalBackend {
         let op = match location {
             Location::Sftp { .. } => op,
             _ => {
-                let transport = opendal_http_transport_reqwest::ReqwestTransport::new(http_client(&loc, opts)?);
+                let transport = opendal_http_transport_reqwest::ReqwestTransport::new(http_client(&loc, opts, connections)?);
                 op.with_context(
                     opendal::OperationContext::new().with_http_transport(opendal::HttpTransporter::new(transport)),
                 )
             }
         };
         let op = op.layer(opendal::layers::TimeoutLayer::new().with_timeout(opts.timeout).with_io_timeout(opts.timeout));
-        let mut be = Self::from_operator(op, loc, opts.connections.max(1))?;
+        let mut be = Self::from_operator(op, loc, connections)?;
         // An SFTP upload writes the file in place, so a reader could see a part
         // of it (the conformance suite's atomic-write check caught this): stage it.
         be.staged = matches!(location, Location::Sftp { .. });

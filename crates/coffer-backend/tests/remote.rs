@@ -89,7 +89,7 @@ fn s3_connections_default_and_configured() {
     };
     let bucket = var("COFFER_TEST_S3_BUCKET").unwrap();
     assert_eq!(s3_at(&endpoint, &bucket, "x", &opts).connections(), 32);
-    opts.connections = 5;
+    opts.connections = Some(5);
     assert_eq!(s3_at(&endpoint, &bucket, "x", &opts).connections(), 5);
 }
 
@@ -118,7 +118,7 @@ fn sftp_setup() -> Option<(String, String, u16, String, RemoteOptions)> {
     unsafe { std::env::set_var("PATH", path) };
     let mut opts = RemoteOptions::default();
     opts.vars.insert("COFFER_SFTP_KEY".into(), key);
-    opts.connections = 4;
+    opts.connections = Some(4);
     Some((user, host, port, root, opts))
 }
 

@@ -40,9 +40,9 @@ pub struct GlobalArgs {
     #[arg(short = 'r', long, env = "COFFER_REPOSITORY", global = true)]
     pub repo: Option<String>,
     /// Requests to keep in flight to the storage when fetching many objects
-    /// (default: 32 for remote storage, the number of cores for a local disk).
-    #[arg(long, env = "COFFER_CONNECTIONS", global = true, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
-    pub connections: Option<usize>,
+    /// (default: 32 for object stores, 4 for SFTP, the number of cores for a local disk).
+    #[arg(long, env = "COFFER_CONNECTIONS", global = true, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub connections: Option<u16>,
     /// Trust the CA certificates in this PEM file too (besides the system's) for
     /// HTTPS storage.
     #[arg(long, env = "COFFER_CACERT", global = true, value_name = "FILE")]

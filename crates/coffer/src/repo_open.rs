@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Context, Result};
 use coffer_backend::location::Location;
 use coffer_backend::{
-    Backend, CREDENTIAL_VARIABLES, CountingBackend, DEFAULT_REMOTE_CONNECTIONS, Counts, CountsHandle, Faults, FaultyBackend, LocalBackend, Modes, OpendalBackend,
+    Backend, CREDENTIAL_VARIABLES, CountingBackend, Counts, CountsHandle, Faults, FaultyBackend, LocalBackend, Modes, OpendalBackend,
     RemoteOptions, RetryBackend, RetryPolicy,
 };
 use coffer_core::Id;
@@ -54,7 +54,7 @@ fn settings() -> StorageSettings {
 pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
     let _ = SETTINGS.set(StorageSettings {
         json: global.json,
-        connections: global.connections,
+        connections: global.connections.map(usize::from),
         cacert: global.cacert.clone(),
     });
     match &global.repo {
@@ -124,7 +124,7 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
     };
     Ok(RemoteOptions {
         vars,
-        connections: settings.connections.unwrap_or(DEFAULT_REMOTE_CONNECTIONS),
+        connections: settings.connections,
         cacert,
         ..RemoteOptions::default()
     })

@@ -85,7 +85,6 @@ impl Remote {
             .env("HOME", self.path("home"))
             .env("COFFER_REPOSITORY", &self.repo)
             .env("COFFER_PASSWORD", PASSWORD)
-            .env("COFFER_TEST_PRUNE_GRACE_MS", "10")
             .env("COFFER_RETRY_BASE_MS", "20")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         c
@@ -136,7 +135,7 @@ fn full_life(r: &Remote) {
     assert_success(&r.run(&["-q", "forget", "--keep-last", "1"]));
     let snaps = r.json(&["snapshots"]);
     assert_eq!(snaps.as_array().map(Vec::len), Some(1), "{snaps}");
-    let out = r.run(&["prune", "--max-unused", "0"]);
+    let out = r.cmd().env("COFFER_TEST_PRUNE_GRACE_MS", "10").args(["prune", "--max-unused", "0"]).output().unwrap();
     assert_success(&out);
     assert_success(&r.run(&["-q", "check", "--read-data"]));
     let again = r.path("again");
@@ -201,6 +200,16 @@ fn an_unknown_or_malformed_location_is_refused_and_no_local_directory_is_made() 
         let err = text(&out.stderr);
         assert!(err.contains(loc) && err.contains("accepted forms"), "{loc}: {err}");
     }
+    // An unreadable --cacert is named, before anything is created.
+    let out = env
+        .cmd()
+        .current_dir(&cwd)
+        .env("COFFER_REPOSITORY", "s3:https://s3.example.invalid/bucket")
+        .args(["--cacert", "/nonexistent/ca.pem", "snapshots"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && err.contains("--cacert") && err.contains("/nonexistent/ca.pem"), "{err}");
     // restic's sftp form is a remote location now: with a host that does not
     // resolve it fails as storage, and never becomes a local directory.
     let out = env

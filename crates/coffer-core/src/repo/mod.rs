@@ -573,8 +573,9 @@ impl Repository {
         // backend's I/O pool: as many requests in flight as it wants.
         let workers = self.backend.connections();
         for batch in ids.chunks(4 * workers) {
-            let files: Vec<_> = self.fetch_many(batch, |id| (id, self.load_index_file(id)));
+            let files: Vec<_> = self.fetch_many(batch, |id| (*id, self.load_index_file(id)));
             for (id, file) in files {
+                let id = &id;
                 // A file is added whole or not at all.
                 let file = file.and_then(|recs| {
                     let beyond = recs.iter().flat_map(|r| &r.entries).find(|e| e.offset > u32::MAX as u64);

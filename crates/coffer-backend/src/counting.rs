@@ -171,14 +171,14 @@ mod tests {
         be.write("data/aa/x", vec![1; 100]).unwrap();
         be.write("index/y", vec![2; 10]).unwrap();
         assert_eq!(be.read("data/aa/x").unwrap().len(), 100);
-        assert_eq!(be.read_ranges("data/aa/x", &[(0, 10), (90, 20)]).iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>(), 20);
+        assert_eq!(
+            be.read_ranges("data/aa/x", &[(0, 10), (90, 20)]).iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>(),
+            20
+        );
         assert!(be.read("data/aa/none").is_err());
         be.stat("index/y").unwrap();
         be.list("data/").unwrap();
         be.delete("index/y").unwrap();
-        assert_eq!(
-            h.get(),
-            Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120 }
-        );
+        assert_eq!(h.get(), Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120 });
     }
 }

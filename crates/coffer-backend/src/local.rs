@@ -269,7 +269,12 @@ impl LocalBackend {
     /// Fills a new file in `tmp/` with `fill`, syncs it, and puts it in place:
     /// with `replace`, by a rename over whatever is there; without, by a link,
     /// which fails if the name exists (then `Ok(false)`, nothing changed).
-    fn put(&self, name: &str, fill: impl FnOnce(&mut File) -> std::io::Result<()>, replace: bool) -> BackendResult<bool> {
+    fn put(
+        &self,
+        name: &str,
+        fill: impl FnOnce(&mut File) -> std::io::Result<()>,
+        replace: bool,
+    ) -> BackendResult<bool> {
         let parts = components(name)?;
         let (last, dirs) = parts.split_last().expect("at least one component");
         let fds = self.walk(name, dirs, true)?;
@@ -287,7 +292,9 @@ impl LocalBackend {
             .map_err(|e| io_err(name, e));
         let placed = filled.and_then(|()| {
             if replace {
-                return rustix::fs::renameat(&tmp, tname.as_str(), parent, *last).map(|()| true).map_err(|e| err(name, e));
+                return rustix::fs::renameat(&tmp, tname.as_str(), parent, *last)
+                    .map(|()| true)
+                    .map_err(|e| err(name, e));
             }
             let linked = match rustix::fs::linkat(&tmp, tname.as_str(), parent, *last, AtFlags::empty()) {
                 Ok(()) => Ok(true),

@@ -185,7 +185,10 @@ fn split_url(loc: &str, url: &str) -> Result<(String, String), LocationError> {
 /// come from the environment, never from the location, which is shown in messages).
 fn check_authority(loc: &str, authority: &str) -> Result<(), LocationError> {
     if authority.contains('@') {
-        return Err(bad(loc, "credentials do not belong in the location (it is printed in messages): set them in the environment"));
+        return Err(bad(
+            loc,
+            "credentials do not belong in the location (it is printed in messages): set them in the environment",
+        ));
     }
     let (host, port) = match authority.rsplit_once(':') {
         Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (h, Some(p)),
@@ -310,7 +313,12 @@ mod tests {
         let l = Location::parse("sftp://u@127.0.0.1:2222/srv/r").unwrap();
         assert_eq!(
             l,
-            Location::Sftp { user: Some("u".into()), host: "127.0.0.1".into(), port: Some(2222), path: "/srv/r".into() }
+            Location::Sftp {
+                user: Some("u".into()),
+                host: "127.0.0.1".into(),
+                port: Some(2222),
+                path: "/srv/r".into()
+            }
         );
         assert_eq!(Location::parse(&l.to_string()).unwrap(), l);
         assert!(matches!(Location::parse("sftp:host:backups").unwrap(), Location::Sftp { user: None, .. }));

@@ -75,12 +75,7 @@ pub struct RemoteOptions {
 
 impl Default for RemoteOptions {
     fn default() -> Self {
-        RemoteOptions {
-            vars: BTreeMap::new(),
-            connections: None,
-            cacert: None,
-            timeout: Duration::from_secs(120),
-        }
+        RemoteOptions { vars: BTreeMap::new(), connections: None, cacert: None, timeout: Duration::from_secs(120) }
     }
 }
 
@@ -107,7 +102,9 @@ fn runtime() -> BackendResult<&'static tokio::runtime::Runtime> {
         .thread_name("coffer-io")
         .enable_all()
         .build()
-        .map_err(|e| BackendError::new(ErrorKind::Permanent, "runtime", format!("cannot start the I/O runtime: {e}")))?;
+        .map_err(|e| {
+            BackendError::new(ErrorKind::Permanent, "runtime", format!("cannot start the I/O runtime: {e}"))
+        })?;
     Ok(RT.get_or_init(|| rt))
 }
 
@@ -233,9 +230,8 @@ impl OpendalBackend {
         }
         .max(1);
         let var = |k: &str| opts.vars.get(k).map(String::as_str).filter(|v| !v.is_empty());
-        let need = |k: &str, what: &str| {
-            var(k).ok_or_else(|| config_err(&loc, format!("{what}: set {k} in the environment")))
-        };
+        let need =
+            |k: &str, what: &str| var(k).ok_or_else(|| config_err(&loc, format!("{what}: set {k} in the environment")));
         let op = match location {
             Location::Local(_) => {
                 return Err(config_err(&loc, "a local directory is opened with the local backend"));
@@ -353,13 +349,15 @@ impl OpendalBackend {
         let op = match location {
             Location::Sftp { .. } => op,
             _ => {
-                let transport = opendal_http_transport_reqwest::ReqwestTransport::new(http_client(&loc, opts, connections)?);
+                let transport =
+                    opendal_http_transport_reqwest::ReqwestTransport::new(http_client(&loc, opts, connections)?);
                 op.with_context(
                     opendal::OperationContext::new().with_http_transport(opendal::HttpTransporter::new(transport)),
                 )
             }
         };
-        let op = op.layer(opendal::layers::TimeoutLayer::new().with_timeout(opts.timeout).with_io_timeout(opts.timeout));
+        let op =
+            op.layer(opendal::layers::TimeoutLayer::new().with_timeout(opts.timeout).with_io_timeout(opts.timeout));
         let mut be = Self::from_operator(op, loc, connections)?;
         // An SFTP upload writes the file in place, so a reader could see a part
         // of it (the conformance suite's atomic-write check caught this): stage it.

@@ -111,13 +111,7 @@ impl<B: Backend> RetryBackend<B> {
 impl<B: Backend> RetryBackend<B> {
     /// `read`, the result of reading `len` bytes at `offset`, as a transient error
     /// when it came back short but the object does not end there.
-    fn checked_range(
-        &self,
-        name: &str,
-        offset: u64,
-        len: u64,
-        read: BackendResult<Vec<u8>>,
-    ) -> BackendResult<Vec<u8>> {
+    fn checked_range(&self, name: &str, offset: u64, len: u64, read: BackendResult<Vec<u8>>) -> BackendResult<Vec<u8>> {
         let data = read?;
         if (data.len() as u64) < len {
             let size = self.inner.stat(name)?;
@@ -239,12 +233,12 @@ mod tests {
     #[test]
     fn every_retry_is_announced_with_its_object_attempt_and_error() {
         let faults = Faults { seed: 7, transient: 0.5, ..Faults::default() };
-        let policy = RetryPolicy { attempts: 20, base_delay: Duration::from_micros(10), max_delay: Duration::from_millis(1) };
+        let policy =
+            RetryPolicy { attempts: 20, base_delay: Duration::from_micros(10), max_delay: Duration::from_millis(1) };
         let seen: Arc<Mutex<Vec<(String, u32, String)>>> = Default::default();
         let log = seen.clone();
-        let be = RetryBackend::new(FaultyBackend::new(MemBackend::new(), faults), policy).on_retry(move |e| {
-            log.lock().unwrap().push((e.object.to_string(), e.attempt, e.error.message.clone()))
-        });
+        let be = RetryBackend::new(FaultyBackend::new(MemBackend::new(), faults), policy)
+            .on_retry(move |e| log.lock().unwrap().push((e.object.to_string(), e.attempt, e.error.message.clone())));
         for i in 0..20 {
             be.write(&format!("index/{i}"), vec![i as u8; 10]).unwrap();
             assert_eq!(be.read(&format!("index/{i}")).unwrap(), vec![i as u8; 10]);
@@ -261,7 +255,8 @@ mod tests {
     #[test]
     fn batched_ranges_retry_the_failed_ones_alone() {
         let faults = Faults { seed: 3, transient: 0.3, short_read: 0.3, ..Faults::default() };
-        let policy = RetryPolicy { attempts: 30, base_delay: Duration::from_micros(10), max_delay: Duration::from_millis(1) };
+        let policy =
+            RetryPolicy { attempts: 30, base_delay: Duration::from_micros(10), max_delay: Duration::from_millis(1) };
         let mem = Arc::new(MemBackend::new());
         mem.write("data/aa/p", (0..=255u8).cycle().take(10_000).collect()).unwrap();
         let be = RetryBackend::new(FaultyBackend::new(mem, faults), policy);

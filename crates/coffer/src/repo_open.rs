@@ -11,8 +11,8 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Context, Result};
 use coffer_backend::location::Location;
 use coffer_backend::{
-    Backend, CREDENTIAL_VARIABLES, CountingBackend, Counts, CountsHandle, Faults, FaultyBackend, LocalBackend, Modes, OpendalBackend,
-    RemoteOptions, RetryBackend, RetryPolicy,
+    Backend, CREDENTIAL_VARIABLES, CountingBackend, Counts, CountsHandle, Faults, FaultyBackend, LocalBackend, Modes,
+    OpendalBackend, RemoteOptions, RetryBackend, RetryPolicy,
 };
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
@@ -122,12 +122,7 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("--cacert: cannot read {}", p.display()))?),
         None => None,
     };
-    Ok(RemoteOptions {
-        vars,
-        connections: settings.connections,
-        cacert,
-        ..RemoteOptions::default()
-    })
+    Ok(RemoteOptions { vars, connections: settings.connections, cacert, ..RemoteOptions::default() })
 }
 
 /// [`backend`], creating files with `modes` until the repository's `config`

@@ -251,8 +251,11 @@ fn retries_are_reported_as_they_happen_in_text_and_json() {
         .output()
         .unwrap();
     assert_success(&out);
-    let events: Vec<serde_json::Value> =
-        text(&out.stderr).lines().filter_map(|l| serde_json::from_str(l).ok()).filter(|v: &serde_json::Value| v["type"] == "retry").collect();
+    let events: Vec<serde_json::Value> = text(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["type"] == "retry")
+        .collect();
     assert!(!events.is_empty(), "{}", text(&out.stderr));
     assert!(events[0]["attempt"].as_u64().unwrap() >= 2 && events[0]["object"].is_string(), "{}", events[0]);
 }

@@ -19,7 +19,6 @@ pub use trees::{TREE_CUT_CONTEXT, TreeNodes};
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-
 use crate::chunker::{Chunker, ChunkerParams};
 use crate::crypto::{AeadKey, Cipher, Epoch, Key, ScryptParams, blob_id, random_array};
 use coffer_backend::{Backend, ErrorKind};

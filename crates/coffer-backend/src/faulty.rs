@@ -105,6 +105,10 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         self.inner.location()
     }
 
+    fn connections(&self) -> usize {
+        self.inner.connections()
+    }
+
     fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
         self.before(name)?;
         self.inner.read_max(name, max)
@@ -122,6 +126,15 @@ impl<B: Backend> Backend for FaultyBackend<B> {
 
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
         self.faulty_write(name, || self.inner.write(name, data))
+    }
+
+    fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        let mut created = false;
+        self.faulty_write(name, || {
+            created = self.inner.write_new(name, data)?;
+            Ok(())
+        })?;
+        Ok(created)
     }
 
     fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {

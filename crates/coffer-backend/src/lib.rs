@@ -10,19 +10,39 @@
 //!   first; the caller decides whether a short object is damage.
 //! - `read_max` refuses an object larger than the caller allows without reading
 //!   it, so a planted giant object costs no memory.
+//! - `list(prefix)` returns every object whose name starts with the prefix
+//!   directory, up to two directory levels below it, and sees every object whose
+//!   `write` has returned (list-after-write).
+//! - `delete` of an absent object succeeds.
+//!
+//! A backend also says how many requests it wants in flight
+//! ([`Backend::connections`]); [`fan_out`] runs a batch of object reads on that
+//! many threads, so fetching many objects does not borrow the CPU pool. The
+//! wrappers ([`RetryBackend`], [`CountingBackend`], [`FaultyBackend`]) are
+//! composed by the binary in one place; [`Location`] parses where a repository
+//! is. The feature `testing` adds [`testing::run_suite`], the conformance suite
+//! every backend must pass.
 
+mod counting;
 mod faulty;
 mod local;
+pub mod location;
 mod mem;
 mod opendal;
 mod retry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
-pub use self::opendal::OpendalBackend;
+pub use self::opendal::{
+    CREDENTIAL_VARIABLES, DEFAULT_REMOTE_CONNECTIONS, DEFAULT_SFTP_CONNECTIONS, OpendalBackend, RemoteOptions,
+};
+pub use counting::{CountingBackend, Counts, CountsHandle};
 pub use faulty::{Faults, FaultyBackend};
 pub use local::io_err as local_io_error;
 pub use local::{LocalBackend, Modes};
+pub use location::{Location, LocationError};
 pub use mem::MemBackend;
-pub use retry::{RetryBackend, RetryPolicy};
+pub use retry::{RetryBackend, RetryEvent, RetryPolicy};
 
 use std::fmt;
 use std::fs::File;
@@ -102,6 +122,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn location(&self) -> String {
         (**self).location()
     }
+    fn connections(&self) -> usize {
+        (**self).connections()
+    }
+    fn read_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Vec<BackendResult<Vec<u8>>> {
+        (**self).read_ranges(name, ranges)
+    }
     fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
         (**self).read_max(name, max)
     }
@@ -110,6 +136,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
         (**self).write(name, data)
+    }
+    fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        (**self).write_new(name, data)
     }
     fn write_file(&self, name: &str, file: &File, len: u64) -> BackendResult<()> {
         (**self).write_file(name, file, len)
@@ -150,9 +179,37 @@ pub trait Backend: Send + Sync {
     /// Reads `len` bytes at `offset`; returns fewer only if the object ends first.
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>>;
 
+    /// Reads several `(offset, len)` ranges of one object, each as
+    /// [`Backend::read_range`] would, results in the order asked. The default
+    /// reads them one after the other; a remote backend sends them concurrently.
+    fn read_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Vec<BackendResult<Vec<u8>>> {
+        ranges.iter().map(|&(offset, len)| self.read_range(name, offset, len)).collect()
+    }
+
+    /// How many requests this backend wants in flight at once when many objects
+    /// are fetched ([`fan_out`]): a few for a local disk, tens for an object
+    /// store whose every request waits a round trip.
+    fn connections(&self) -> usize {
+        local_connections()
+    }
+
     /// Writes an object atomically; idempotent for equal content. Takes the
     /// bytes by value so that a backend can hand them on without a copy.
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()>;
+
+    /// Writes an object only if none of that name exists: `Ok(true)` when it was
+    /// written, `Ok(false)` when an object of that name was there already (it is
+    /// left as it was). For objects that must never be replaced, such as
+    /// `config`. The local backend and S3 (`If-None-Match: *`) decide this
+    /// atomically; the default asks [`Backend::stat`] first, which leaves a window
+    /// in which two writers may both create.
+    fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        match self.stat(name) {
+            Ok(_) => Ok(false),
+            Err(e) if e.kind == ErrorKind::NotFound => self.write(name, data).map(|()| true),
+            Err(e) => Err(e),
+        }
+    }
 
     /// Writes an object from the first `len` bytes of a local file, with the
     /// guarantees of [`Backend::write`]. The file is read with positioned reads,
@@ -195,6 +252,48 @@ pub(crate) fn read_spool(name: &str, file: &File, offset: u64, len: u64) -> Back
         BackendError::new(ErrorKind::Permanent, name, format!("cannot read the local file being uploaded: {e}"))
     })?;
     Ok(buf)
+}
+
+/// Requests in flight for a local disk: the number of cores, between 2 and 8
+/// (what the CPU pool gave before the backend chose, so local speed is kept).
+pub fn local_connections() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 8)
+}
+
+/// Applies `f` to every item on up to `workers` threads (the caller's included)
+/// and returns the results in the order of `items`: the I/O pool for fetching
+/// many objects, sized by [`Backend::connections`] rather than by the cores. The
+/// threads live for this call only; with one item or one worker, `f` runs on the
+/// calling thread.
+pub fn fan_out<T: Sync, R: Send>(workers: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = workers.min(items.len()).max(1);
+    if workers == 1 {
+        return items.iter().map(&f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(i) else { return done };
+            done.push((i, f(item)));
+        }
+    };
+    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
+        for (i, r) in work() {
+            slots[i] = Some(r);
+        }
+        for h in handles {
+            // A panic in `f` is the caller's bug: carry it on to the caller.
+            let done = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for (i, r) in done {
+                slots[i] = Some(r);
+            }
+        }
+    });
+    slots.into_iter().map(|r| r.expect("every item was taken by one worker")).collect()
 }
 
 /// `N` bytes from the operating system's random source, for names and jitter

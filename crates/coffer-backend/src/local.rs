@@ -75,6 +75,8 @@ pub struct LocalBackend {
     initial: Modes,
     /// Modes taken from `config`, once it exists.
     modes: OnceLock<Modes>,
+    /// Requests in flight when many objects are fetched.
+    connections: usize,
 }
 
 /// What an errno means for coffer, and what to do about it.
@@ -175,7 +177,20 @@ impl LocalBackend {
         let location = root.display().to_string();
         let root_fd = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| err(&location, e))?;
-        Ok(LocalBackend { root: root.to_path_buf(), root_fd, initial, modes: OnceLock::new() })
+        Ok(LocalBackend {
+            root: root.to_path_buf(),
+            root_fd,
+            initial,
+            modes: OnceLock::new(),
+            connections: super::local_connections(),
+        })
+    }
+
+    /// The same backend fetching with `n` requests in flight (at least one)
+    /// instead of one per core.
+    pub fn with_connections(mut self, n: usize) -> Self {
+        self.connections = n.max(1);
+        self
     }
 
     /// The modes for new files and directories: those of `config` once it exists.
@@ -248,6 +263,18 @@ impl LocalBackend {
     /// Writes an object by filling a new file in `tmp/` with `fill`, syncing it,
     /// and renaming it into place.
     fn write_with(&self, name: &str, fill: impl FnOnce(&mut File) -> std::io::Result<()>) -> BackendResult<()> {
+        self.put(name, fill, true).map(|_| ())
+    }
+
+    /// Fills a new file in `tmp/` with `fill`, syncs it, and puts it in place:
+    /// with `replace`, by a rename over whatever is there; without, by a link,
+    /// which fails if the name exists (then `Ok(false)`, nothing changed).
+    fn put(
+        &self,
+        name: &str,
+        fill: impl FnOnce(&mut File) -> std::io::Result<()>,
+        replace: bool,
+    ) -> BackendResult<bool> {
         let parts = components(name)?;
         let (last, dirs) = parts.split_last().expect("at least one component");
         let fds = self.walk(name, dirs, true)?;
@@ -258,17 +285,33 @@ impl LocalBackend {
         let mode = Mode::from_raw_mode(self.modes().file);
         let fd = rustix::fs::openat(&tmp, tname.as_str(), flags, mode).map_err(|e| err(name, e))?;
         let mut file = File::from(fd);
-        let written = rustix::fs::fchmod(&file, mode)
+        let filled = rustix::fs::fchmod(&file, mode)
             .map_err(std::io::Error::from)
             .and_then(|()| fill(&mut file))
             .and_then(|()| file.sync_all())
-            .map_err(|e| io_err(name, e))
-            .and_then(|()| rustix::fs::renameat(&tmp, tname.as_str(), parent, *last).map_err(|e| err(name, e)));
-        if written.is_err() {
+            .map_err(|e| io_err(name, e));
+        let placed = filled.and_then(|()| {
+            if replace {
+                return rustix::fs::renameat(&tmp, tname.as_str(), parent, *last)
+                    .map(|()| true)
+                    .map_err(|e| err(name, e));
+            }
+            let linked = match rustix::fs::linkat(&tmp, tname.as_str(), parent, *last, AtFlags::empty()) {
+                Ok(()) => Ok(true),
+                Err(Errno::EXIST) => Ok(false),
+                Err(e) => Err(err(name, e)),
+            };
+            let _ = rustix::fs::unlinkat(&tmp, tname.as_str(), AtFlags::empty());
+            linked
+        });
+        if placed.is_err() {
             let _ = rustix::fs::unlinkat(&tmp, tname.as_str(), AtFlags::empty());
         }
-        written?;
-        self.sync_dirs(name, &fds)
+        let created = placed?;
+        if created {
+            self.sync_dirs(name, &fds)?;
+        }
+        Ok(created)
     }
 
     /// A new unnamed file in `tmp/` (reached without following links), readable
@@ -323,6 +366,10 @@ impl Backend for LocalBackend {
         self.root.display().to_string()
     }
 
+    fn connections(&self) -> usize {
+        self.connections
+    }
+
     fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
         let (file, size) = self.open_object(name)?;
         if size > max {
@@ -356,6 +403,10 @@ impl Backend for LocalBackend {
 
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
         self.write_with(name, |f| f.write_all(&data))
+    }
+
+    fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        self.put(name, |f| f.write_all(&data), false)
     }
 
     fn write_file(&self, name: &str, file: &File, len: u64) -> BackendResult<()> {

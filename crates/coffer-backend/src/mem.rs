@@ -68,6 +68,16 @@ impl Backend for MemBackend {
         Ok(())
     }
 
+    fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        match self.objects().entry(name.to_string()) {
+            std::collections::btree_map::Entry::Occupied(_) => Ok(false),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(data);
+                Ok(true)
+            }
+        }
+    }
+
     fn stat(&self, name: &str) -> BackendResult<u64> {
         self.get(name).map(|d| d.len() as u64)
     }

@@ -36,13 +36,24 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Args, Debug, Clone)]
 pub struct GlobalArgs {
-    /// Repository location (a directory). Default: $XDG_DATA_HOME/coffer/repo,
-    /// else ~/.local/share/coffer/repo.
+    /// Repository location: a directory (PATH or local:PATH), s3:https://HOST[:PORT]/BUCKET[/PREFIX],
+    /// s3:HOST/BUCKET[/PREFIX], s3://BUCKET[/PREFIX] (AWS), sftp:[USER@]HOST:/PATH,
+    /// sftp://[USER@]HOST[:PORT]/PATH, webdav:https://HOST/PATH, azure:, gs:, b2:, swift:CONTAINER[:/PREFIX].
+    /// Credentials come from the service's usual variables (AWS_ACCESS_KEY_ID, ...).
+    /// Default: $XDG_DATA_HOME/coffer/repo, else ~/.local/share/coffer/repo.
     #[arg(short = 'r', long, env = "COFFER_REPOSITORY", global = true)]
     pub repo: Option<String>,
     /// Read the repository location from this file (first line).
     #[arg(long, env = "COFFER_REPOSITORY_FILE", global = true, value_name = "FILE")]
     pub repository_file: Option<PathBuf>,
+    /// Requests to keep in flight to the storage when fetching many objects
+    /// (default: 32 for object stores, 4 for SFTP, the number of cores for a local disk).
+    #[arg(long, env = "COFFER_CONNECTIONS", global = true, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub connections: Option<u16>,
+    /// Trust the CA certificates in this PEM file too (besides the system's) for
+    /// HTTPS storage.
+    #[arg(long, env = "COFFER_CACERT", global = true, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
     /// Read the passphrase from this file (first line). COFFER_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_PASSWORD_FILE", global = true)]
     pub password_file: Option<PathBuf>,
@@ -50,7 +61,8 @@ pub struct GlobalArgs {
     /// (not with --password-file). COFFER_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_PASSWORD_COMMAND", global = true, value_name = "COMMAND")]
     pub password_command: Option<String>,
-    /// Say more (repeatable: -vv): `backup -v` lists the files it reads.
+    /// Say more (repeatable: -vv): `backup -v` lists the files it reads; every command ends
+    /// with the storage requests and bytes it made.
     #[arg(short = 'v', long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
     /// Show times in UTC instead of local time.

@@ -4,8 +4,8 @@
 //! (docs/design.md#exit-codes).
 
 use std::fmt;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+
+use coffer_backend::Backend;
 
 /// The first bytes of every sealed object, `config` included (docs/design.md#sealed-objects).
 const MAGIC: &[u8] = b"coffer";
@@ -14,7 +14,7 @@ const MAGIC: &[u8] = b"coffer";
 #[derive(Debug)]
 pub struct NotCoffer {
     /// The repository location.
-    pub location: PathBuf,
+    pub location: String,
     /// What it looks like, e.g. "a restic repository".
     pub looks_like: &'static str,
 }
@@ -25,53 +25,49 @@ impl fmt::Display for NotCoffer {
             f,
             "{} is not a coffer repository (it looks like {}): its config does not start with coffer's \
              header; check --repo, or use the program that made it",
-            self.location.display(),
-            self.looks_like
+            self.location, self.looks_like
         )
     }
 }
 
 impl std::error::Error for NotCoffer {}
 
-/// Fails with [`NotCoffer`] when `path/config` exists but is not a coffer object.
-/// A missing or unreadable config is left to the repository code to report.
-pub fn check(path: &Path) -> Result<(), NotCoffer> {
-    let Ok(mut f) = std::fs::File::open(path.join("config")) else {
+/// Fails with [`NotCoffer`] when the storage holds a `config` that is not a
+/// coffer object. A missing or unreadable config is left to the repository code
+/// to report.
+pub fn check(be: &dyn Backend) -> Result<(), NotCoffer> {
+    let Ok(head) = be.read_range("config", 0, 16) else {
         return Ok(());
     };
-    let mut head = [0u8; 16];
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    if head[..n].starts_with(MAGIC) {
+    if head.starts_with(MAGIC) {
         return Ok(());
     }
-    let looks_like = if head[..n].starts_with(b"[repository]") {
+    let holds = |prefix: &str| be.list(prefix).is_ok_and(|l| !l.is_empty());
+    let looks_like = if head.starts_with(b"[repository]") {
         "a borg repository"
-    } else if path.join("keys").is_dir() && path.join("data").is_dir() {
+    } else if holds("keys/") && holds("data/") {
         "a restic repository"
     } else {
         "files of another program"
     };
-    Err(NotCoffer { location: path.to_path_buf(), looks_like })
+    Err(NotCoffer { location: be.location(), looks_like })
 }
 
 #[cfg(test)]
 mod tests {
+    use coffer_backend::{Backend, MemBackend};
+
     #[test]
     fn a_coffer_config_passes_and_others_are_named() {
-        let d = tempfile::tempdir().unwrap();
-        assert!(super::check(d.path()).is_ok(), "no config: left to the repository code");
-        std::fs::write(d.path().join("config"), b"coffer\x02\x01rest").unwrap();
-        assert!(super::check(d.path()).is_ok());
-        std::fs::write(d.path().join("config"), b"\x8a\x13random bytes of restic").unwrap();
-        std::fs::create_dir(d.path().join("keys")).unwrap();
-        std::fs::create_dir(d.path().join("data")).unwrap();
-        let e = super::check(d.path()).unwrap_err();
+        let be = MemBackend::new();
+        assert!(super::check(&be).is_ok(), "no config: left to the repository code");
+        be.write("config", b"coffer\x02\x01rest".to_vec()).unwrap();
+        assert!(super::check(&be).is_ok());
+        be.write("config", b"\x8a\x13random bytes of restic".to_vec()).unwrap();
+        assert_eq!(super::check(&be).unwrap_err().looks_like, "files of another program");
+        be.write("keys/0123", b"k".to_vec()).unwrap();
+        be.write("data/01/0123", b"d".to_vec()).unwrap();
+        let e = super::check(&be).unwrap_err();
         assert_eq!(e.looks_like, "a restic repository");
         assert!(e.to_string().contains("not a coffer repository"), "{e}");
     }

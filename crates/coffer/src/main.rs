@@ -192,6 +192,9 @@ fn main() -> ExitCode {
         Command::Dump(a) => cmd::dump::run(&cli.global, a),
         Command::Find(a) => cmd::find::run(&cli.global, a),
     };
+    if cli.global.verbose > 0 {
+        repo_open::report_storage_counts(json);
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

@@ -1,11 +1,19 @@
-//! Finding and opening the repository named on the command line.
+//! Finding and opening the repository named on the command line: the location
+//! (docs/design.md#locations), and the one place where the storage stack is
+//! composed: the backend for the location (local directory or an OpenDAL
+//! service), fault injection for tests, request counting, and retries that are
+//! reported as they happen (docs/design.md#storage-contract).
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
-use anyhow::{Context, Result, bail};
-use coffer_backend::{Backend, Faults, FaultyBackend, LocalBackend, Modes, RetryBackend, RetryPolicy};
+use anyhow::{Context, Result};
+use coffer_backend::location::Location;
+use coffer_backend::{
+    Backend, CREDENTIAL_VARIABLES, CountingBackend, Counts, CountsHandle, Faults, FaultyBackend, LocalBackend, Modes,
+    OpendalBackend, RemoteOptions, RetryBackend, RetryPolicy,
+};
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::repo::history::{HEADS_FILE, History};
@@ -23,34 +31,121 @@ pub fn default_location() -> Result<PathBuf> {
     Ok(home.join(".local/share/coffer/repo"))
 }
 
-/// Where the repository is, and whether it is the embedded default.
-pub fn location(global: &GlobalArgs) -> Result<(PathBuf, bool)> {
+/// What the storage stack needs from the command line, kept when the location
+/// is first asked for (every command asks for it before opening storage).
+#[derive(Clone, Debug, Default)]
+struct StorageSettings {
+    json: bool,
+    connections: Option<usize>,
+    cacert: Option<PathBuf>,
+}
+
+static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
+
+/// The request counts of the storage opened by this command, once it is open.
+static COUNTS: OnceLock<CountsHandle> = OnceLock::new();
+
+fn settings() -> StorageSettings {
+    SETTINGS.get().cloned().unwrap_or_default()
+}
+
+/// Where the repository is, and whether it is the embedded default. A location
+/// that names no storage coffer knows is an error, never a local directory.
+pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
+    let _ = SETTINGS.set(StorageSettings {
+        json: global.json,
+        connections: global.connections.map(usize::from),
+        cacert: global.cacert.clone(),
+    });
     match &global.repo {
-        Some(r) => {
-            let path = r.strip_prefix("local:").unwrap_or(r);
-            if let Some((scheme, _)) = path.split_once("://") {
-                bail!("repository location {r:?}: the {scheme:?} backend is not supported yet; use a local directory");
-            }
-            Ok((PathBuf::from(path), false))
-        }
-        None => Ok((default_location()?, true)),
+        Some(r) => Ok((Location::parse(r)?, false)),
+        None => Ok((Location::Local(default_location()?), true)),
     }
 }
 
-/// Opens the storage backend at `path`, with transient errors retried.
+/// The requests and bytes this command sent to its storage so far; `None`
+/// before any storage was opened.
+pub fn storage_counts() -> Option<Counts> {
+    COUNTS.get().map(CountsHandle::get)
+}
+
+/// The counts as a JSON object, for `--json` summaries (`null` before storage
+/// was opened).
+pub fn storage_counts_json() -> serde_json::Value {
+    match storage_counts() {
+        Some(c) => serde_json::json!({
+            "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
+            "bytes_up": c.bytes_up, "bytes_down": c.bytes_down,
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
+/// Prints the storage counts on stderr (for `--verbose`): a text line, or a JSON
+/// line of type `storage` with `--json`.
+pub fn report_storage_counts(json: bool) {
+    let Some(c) = storage_counts() else { return };
+    if json {
+        eprintln!("{}", serde_json::json!({"type": "storage", "requests": storage_counts_json()}));
+    } else {
+        eprintln!(
+            "storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down",
+            c.put,
+            c.get,
+            c.head,
+            c.list,
+            c.delete,
+            crate::output::bytes(c.bytes_up),
+            crate::output::bytes(c.bytes_down)
+        );
+    }
+}
+
+/// Opens the storage backend at `loc`, with transient errors retried.
 ///
 /// Two variables exist for tests: `COFFER_TEST_FAULTS` injects storage faults
 /// (see `coffer_backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
 /// the first retry delay.
-pub fn backend(path: &Path) -> Result<Arc<dyn Backend>> {
-    backend_with_modes(path, Modes::PRIVATE)
+pub fn backend(loc: &Location) -> Result<Arc<dyn Backend>> {
+    backend_with_modes(loc, Modes::PRIVATE)
+}
+
+/// The options of a remote location: credentials from the environment (the
+/// variables of `coffer_backend::opendal::CREDENTIAL_VARIABLES`), `--connections`
+/// and `--cacert`.
+fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
+    let vars = CREDENTIAL_VARIABLES
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (k.to_string(), v)))
+        .collect();
+    let cacert = match &settings.cacert {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("--cacert: cannot read {}", p.display()))?),
+        None => None,
+    };
+    Ok(RemoteOptions { vars, connections: settings.connections, cacert, ..RemoteOptions::default() })
 }
 
 /// [`backend`], creating files with `modes` until the repository's `config`
-/// exists (from then on, they take the mode of `config`).
-fn backend_with_modes(path: &Path, modes: Modes) -> Result<Arc<dyn Backend>> {
-    let be = LocalBackend::with_modes(path, modes)
-        .with_context(|| format!("cannot open repository storage at {}", path.display()))?;
+/// exists (from then on, they take the mode of `config`). The stack, from the
+/// storage up: the backend, the fault injector (tests), the request counter
+/// (below the retries, so that it counts every attempt), the retries.
+fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> {
+    let settings = settings();
+    let base: Arc<dyn Backend> = match loc {
+        Location::Local(path) => {
+            let mut be = LocalBackend::with_modes(path, modes)
+                .with_context(|| format!("cannot open repository storage at {}", path.display()))?;
+            if let Some(n) = settings.connections {
+                be = be.with_connections(n);
+            }
+            Arc::new(be)
+        }
+        remote => Arc::new(
+            OpendalBackend::open(remote, &remote_options(&settings)?)
+                .map_err(coffer_core::Error::Backend)
+                .with_context(|| format!("cannot open repository storage at {remote}"))?,
+        ),
+    };
     let mut policy = RetryPolicy::default();
     if let Some(ms) = std::env::var("COFFER_RETRY_BASE_MS").ok().and_then(|v| v.parse().ok()) {
         policy.base_delay = std::time::Duration::from_millis(ms);
@@ -58,11 +153,34 @@ fn backend_with_modes(path: &Path, modes: Modes) -> Result<Arc<dyn Backend>> {
     let inner: Arc<dyn Backend> = match std::env::var("COFFER_TEST_FAULTS") {
         Ok(spec) if !spec.is_empty() => {
             let faults = Faults::parse(&spec).map_err(|e| anyhow::anyhow!("COFFER_TEST_FAULTS: {e}"))?;
-            Arc::new(FaultyBackend::new(be, faults))
+            Arc::new(FaultyBackend::new(base, faults))
         }
-        _ => Arc::new(be),
+        _ => base,
     };
-    Ok(Arc::new(RetryBackend::new(inner, policy)))
+    let counting = CountingBackend::new(inner);
+    let _ = COUNTS.set(counting.handle());
+    let json = settings.json;
+    let retry = RetryBackend::new(counting, policy).on_retry(move |e| {
+        if json {
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "type": "retry", "object": e.object, "attempt": e.attempt, "attempts": e.attempts,
+                    "delay_ms": e.delay.as_millis() as u64, "error": e.error.to_string(),
+                })
+            );
+        } else {
+            eprintln!(
+                "storage: retrying {} in {:.1}s (attempt {} of {}): {}",
+                e.object,
+                e.delay.as_secs_f64(),
+                e.attempt,
+                e.attempts,
+                e.error
+            );
+        }
+    });
+    Ok(Arc::new(retry))
 }
 
 /// Opens the repository and loads its index. An index file that does not load is
@@ -99,49 +217,52 @@ fn warn(global: &GlobalArgs, message: &str) {
 }
 
 /// Opens the repository without loading the index.
-pub fn open_unindexed(global: &GlobalArgs, path: &Path) -> Result<Repository> {
-    Ok(open_with_passphrase(global, path)?.0)
+pub fn open_unindexed(global: &GlobalArgs, loc: &Location) -> Result<Repository> {
+    Ok(open_with_passphrase(global, loc)?.0)
 }
 
 /// Opens the repository without loading the index, and returns the passphrase that
 /// opened it too (a key rotation wraps the new keys under it).
-pub fn open_with_passphrase(global: &GlobalArgs, path: &Path) -> Result<(Repository, password::Passphrase)> {
-    if !path.exists() {
-        return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
+pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repository, password::Passphrase)> {
+    if loc.local_path().is_some_and(|p| !p.exists()) {
+        return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
-    let be = backend(path)?;
+    let be = backend(loc)?;
     if !Repository::exists(be.as_ref())? {
         // What is there may be a repository whose config was lost: say so.
         Repository::check_new_location(be.as_ref())?;
-        return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
+        return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
-    crate::foreign::check(path)?;
+    crate::foreign::check(be.as_ref())?;
     let pw = password::read(global, Purpose::Open)?;
     let repo = Repository::open(be, pw.as_bytes())?;
     Ok((repo, pw))
 }
 
-/// Creates a repository at `path`, readable by its owner only.
-pub fn create(global: &GlobalArgs, path: &Path, opts: &InitOptions) -> Result<Repository> {
-    create_with_modes(global, path, opts, Modes::PRIVATE)
+/// Creates a repository at `loc`, readable by its owner only.
+pub fn create(global: &GlobalArgs, loc: &Location, opts: &InitOptions) -> Result<Repository> {
+    create_with_modes(global, loc, opts, Modes::PRIVATE)
 }
 
-/// Creates a repository at `path` whose files and directories get `modes`. A
-/// location that holds a repository already, or what is left of one whose
-/// `config` was lost, is refused before the passphrase is asked for.
-pub fn create_with_modes(global: &GlobalArgs, path: &Path, opts: &InitOptions, modes: Modes) -> Result<Repository> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create the directory {} for the repository", parent.display()))?;
+/// Creates a repository at `loc` whose files and directories get `modes` (on a
+/// local disk). A location that holds a repository already, or what is left of
+/// one whose `config` was lost, is refused before the passphrase is asked for. A
+/// remote bucket or server directory must exist; its prefix needs no creating.
+pub fn create_with_modes(global: &GlobalArgs, loc: &Location, opts: &InitOptions, modes: Modes) -> Result<Repository> {
+    if let Some(path) = loc.local_path() {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create the directory {} for the repository", parent.display()))?;
+        }
+        match std::fs::DirBuilder::new().mode(modes.dir).create(path) {
+            Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(modes.dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+            Err(e) => Err(e),
+        }
+        .with_context(|| format!("cannot create repository directory {}", path.display()))?;
     }
-    match std::fs::DirBuilder::new().mode(modes.dir).create(path) {
-        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(modes.dir)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(e) => Err(e),
-    }
-    .with_context(|| format!("cannot create repository directory {}", path.display()))?;
-    let be = backend_with_modes(path, modes)?;
-    crate::foreign::check(path)?;
+    let be = backend_with_modes(loc, modes)?;
+    crate::foreign::check(be.as_ref())?;
     Repository::check_new_location(be.as_ref())?;
     let pw = password::read(global, Purpose::Create)?;
     Ok(Repository::init(be, pw.as_bytes(), opts)?)

@@ -71,10 +71,11 @@ impl History {
         self.tombstones.retain(|(i, _)| present.contains(i));
         self.damaged.clear();
         self.damaged_tombstones.clear();
-        let new_snaps: Vec<_> =
-            snap_ids.par_iter().filter(|i| !known.contains(i)).map(|i| (*i, repo.load_snapshot(i))).collect();
-        let new_tombs: Vec<_> =
-            tomb_ids.par_iter().filter(|i| !known.contains(i)).map(|i| (*i, repo.load_tombstone(i))).collect();
+        // Fetched on the backend's I/O pool (as many requests in flight as it wants).
+        let snap_new: Vec<Id> = snap_ids.iter().filter(|i| !known.contains(i)).copied().collect();
+        let new_snaps: Vec<_> = repo.fetch_many(&snap_new, |i| (*i, repo.load_snapshot(i)));
+        let tomb_new: Vec<Id> = tomb_ids.iter().filter(|i| !known.contains(i)).copied().collect();
+        let new_tombs: Vec<_> = repo.fetch_many(&tomb_new, |i| (*i, repo.load_tombstone(i)));
         let mut present = present;
         for (id, r) in new_snaps {
             match r {

@@ -20,8 +20,6 @@ pub use trees::{TREE_CUT_CONTEXT, TreeNodes};
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-use rayon::prelude::*;
-
 use crate::chunker::{Chunker, ChunkerParams};
 use crate::crypto::{AeadKey, Cipher, Epoch, Key, ScryptParams, blob_id, random_array};
 use coffer_backend::{Backend, ErrorKind};
@@ -234,7 +232,11 @@ impl Repository {
         let config_key = keys.data.get(0).expect("a new repository has epoch 0");
         let sealed = envelope::seal(config_key, 0, cipher, SealedKind::Config, &config.encode());
         check_storable(ObjectKind::Config, sealed.len())?;
-        backend.write("config", sealed)?;
+        // Never over another repository's config (two inits at once): created
+        // only if absent, atomically where the storage can (docs/design.md#storage-contract).
+        if !backend.write_new("config", sealed)? {
+            return Err(Error::RepoExists { location: backend.location() });
+        }
         Ok(Self::assemble(backend, keys, config, key_id))
     }
 
@@ -291,7 +293,9 @@ impl Repository {
         let config_key = keys.data.get(0).expect("a key file holds epoch 0");
         let sealed = envelope::seal(config_key, 0, Cipher::preferred(), SealedKind::Config, &config.encode());
         check_storable(ObjectKind::Config, sealed.len())?;
-        backend.write("config", sealed)?;
+        if !backend.write_new("config", sealed)? {
+            return Err(Error::RepoExists { location: backend.location() });
+        }
         let c = &config.chunker;
         let reset = vec![
             format!(
@@ -568,9 +572,13 @@ impl Repository {
         let mut index = self.index_mut();
         let mut bulk = index.bulk(expected);
         let mut damaged = Vec::new();
-        for batch in ids.chunks(4 * rayon::current_num_threads()) {
-            let files: Vec<_> = batch.par_iter().map(|id| (id, self.load_index_file(id))).collect();
+        // Batches of a few files per connection, fetched (and decoded) on the
+        // backend's I/O pool: as many requests in flight as it wants.
+        let workers = self.backend.connections();
+        for batch in ids.chunks(4 * workers) {
+            let files: Vec<_> = self.fetch_many(batch, |id| (*id, self.load_index_file(id)));
             for (id, file) in files {
+                let id = &id;
                 // A file is added whole or not at all.
                 let file = file.and_then(|recs| {
                     let beyond = recs.iter().flat_map(|r| &r.entries).find(|e| e.offset > u32::MAX as u64);
@@ -613,7 +621,7 @@ impl Repository {
             return Ok(None);
         }
         let records: Vec<index_file::PackRecord> =
-            orphans.par_iter().filter_map(|(id, size)| self.read_pack_record(id, *size)).collect();
+            self.fetch_many(&orphans, |(id, size)| self.read_pack_record(id, *size)).into_iter().flatten().collect();
         if records.is_empty() {
             return Ok(None);
         }
@@ -799,11 +807,19 @@ impl Repository {
         Ok(data)
     }
 
+    /// Applies `f` (which fetches objects) to every item on the backend's I/O
+    /// pool: [`Backend::connections`] threads, not the CPU pool, so a remote
+    /// backend has many requests in flight and a local one a few
+    /// (docs/design.md#storage-contract).
+    pub fn fetch_many<T: Sync, R: Send>(&self, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+        coffer_backend::fan_out(self.backend.connections(), items, f)
+    }
+
     /// Loads every snapshot, oldest first. A damaged snapshot does not hide the
     /// others: it is returned in the second list. Storage errors fail the call.
     pub fn snapshots(&self) -> Result<(Vec<(Id, Snapshot)>, DamagedSnapshots)> {
         let ids = self.list_ids(ObjectKind::Snapshot)?;
-        let loaded: Vec<(Id, Result<Snapshot>)> = ids.par_iter().map(|id| (*id, self.load_snapshot(id))).collect();
+        let loaded: Vec<(Id, Result<Snapshot>)> = self.fetch_many(&ids, |id| (*id, self.load_snapshot(id)));
         let (mut snaps, damaged) = signed::split_damaged(loaded)?;
         snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
         Ok((snaps, damaged))

@@ -114,8 +114,8 @@ fn parse_time(s: &str) -> Result<std::time::SystemTime> {
 /// would store every earlier backup again) and the local state directories, the
 /// one in use and the default one, which hold this client's signing keys. Each is
 /// given as written and with symlinks resolved, as the walk may meet either.
-fn own_files(repo: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![repo.to_path_buf()];
+fn own_files(repo: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = repo.map(Path::to_path_buf).into_iter().collect();
     dirs.extend(repo_open::state_base().ok());
     dirs.extend(dirs::home_dir().map(|h| h.join(".local/state/coffer")));
     let mut out = Vec::new();
@@ -166,7 +166,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     coffer_core::fs::select::build_excludes(&read_exclude_files(a)?)?;
     let (path, is_default) = repo_open::location(global)?;
     let mut created = false;
-    let repo = if is_default && !path.join("config").exists() {
+    let repo = if is_default && !path.local_path().is_some_and(|p| p.join("config").exists()) {
         created = true;
         let repo = repo_open::create(global, &path, &InitOptions::default())?;
         if !global.json && !global.quiet {
@@ -190,7 +190,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         repo.writer_key(&state)?
     };
     // Found once the state directory exists, so that its real path is known.
-    let own = own_files(&path);
+    let own = own_files(path.local_path());
     refuse_own_files(&paths, &own)?;
     let opts = BackupOptions {
         paths,
@@ -224,7 +224,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         output::json(&json!({
             "type": "summary",
             "created_repository": created,
-            "repository": path,
+            "repository": path.to_string(),
             "snapshot_id": result.id,
             "dry_run": a.dry_run,
             "incomplete": s.is_incomplete() || missing > 0,
@@ -233,6 +233,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
             "skipped": s.skipped_count,
             "parent": s.parent,
             "summary": m,
+            "storage": repo_open::storage_counts_json(),
         }));
     } else if !global.quiet {
         println!("Files:    {} new, {} changed, {} unchanged", m.files_new, m.files_changed, m.files_unchanged);

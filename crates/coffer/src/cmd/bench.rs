@@ -116,7 +116,7 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
 /// Measures the repository's storage on a fresh scratch prefix.
 fn storage(global: &GlobalArgs, quick: bool) -> Result<bench::StorageReport> {
     let (path, _) = repo_open::location(global)?;
-    let backend = if path.is_dir() { Some(repo_open::backend(&path)?) } else { None };
+    let backend = if path.local_path().is_none_or(|p| p.is_dir()) { Some(repo_open::backend(&path)?) } else { None };
     let Some(backend) = backend.filter(|b| Repository::exists(b.as_ref()).unwrap_or(false)) else {
         bail!(
             "no repository at {}: --storage measures an existing repository's storage; pass --repo or create one \

@@ -40,7 +40,9 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let modes = if a.group_readable { Modes::GROUP_READABLE } else { Modes::PRIVATE };
     let repo = repo_open::create_with_modes(global, &path, &opts, modes)?;
     if global.json {
-        output::json(&json!({"created": true, "location": path, "id": repo.config().id, "config": repo.config()}));
+        output::json(
+            &json!({"created": true, "location": path.to_string(), "id": repo.config().id, "config": repo.config()}),
+        );
     } else if !global.quiet {
         println!("created coffer repository {} at {}", repo.config().id.short(), path.display());
         println!("keep the passphrase safe: without it, the data cannot be read");

@@ -96,7 +96,7 @@ fn list(global: &GlobalArgs, repo: &Repository) -> Result<u8> {
     Ok(if damaged.is_empty() { exit::OK } else { exit::DAMAGED })
 }
 
-fn rotate(global: &GlobalArgs, path: &std::path::Path, r: &KeyRotateArgs) -> Result<u8> {
+fn rotate(global: &GlobalArgs, path: &coffer_backend::Location, r: &KeyRotateArgs) -> Result<u8> {
     let (repo, pw) = repo_open::open_with_passphrase(global, path)?;
     let others: Vec<Id> = repo.list_ids(ObjectKind::Key)?.into_iter().filter(|id| *id != repo.key_id()).collect();
     if !others.is_empty() && !r.yes {

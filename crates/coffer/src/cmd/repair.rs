@@ -72,7 +72,7 @@ fn index(global: &GlobalArgs, dry_run: bool) -> Result<u8> {
 fn config(global: &GlobalArgs, a: &RepairConfigArgs) -> Result<u8> {
     let opts = crate::cmd::init::settings(&a.settings)?;
     let (path, _) = repo_open::location(global)?;
-    if !path.is_dir() {
+    if path.local_path().is_some_and(|p| !p.is_dir()) {
         return Err(coffer_core::Error::RepoNotFound { location: path.display().to_string() }.into());
     }
     let be = repo_open::backend(&path)?;

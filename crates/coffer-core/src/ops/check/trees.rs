@@ -1,8 +1,10 @@
 //! Loading many trees at once. Tree blobs are small (hundreds of bytes) and a
 //! backup stores those of neighbouring directories close together, so the tree
-//! blobs of a batch that lie near each other in a pack are read in one request;
-//! then every blob is decrypted and decoded in parallel. A tree whose request fails
-//! is loaded alone, so that its error is exactly the one a single load gives.
+//! blobs of a batch that lie near each other in a pack are read in one request,
+//! the requests on the backend's I/O pool (as many in flight as
+//! `Backend::connections` says, not one per core); then every blob is decrypted
+//! and decoded in parallel on the CPU pool. A tree whose request fails is loaded
+//! alone, so that its error is exactly the one a single load gives.
 
 use rayon::prelude::*;
 
@@ -31,7 +33,7 @@ pub(super) type Placed = Option<(PackEntry, PackInfo, usize)>;
 pub(super) fn load_trees(repo: &Repository, ids: &[Id]) -> Vec<Result<Tree>> {
     let (runs, placed) = plan(repo, ids);
     let read: Vec<Option<Vec<u8>>> =
-        runs.par_iter().map(|r| repo.read_pack_range(&r.pack, r.start, r.end - r.start).ok()).collect();
+        repo.fetch_many(&runs, |r| repo.read_pack_range(&r.pack, r.start, r.end - r.start).ok());
     ids.par_iter()
         .zip(placed)
         .map(|(id, place)| match place {

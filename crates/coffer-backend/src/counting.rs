@@ -1,0 +1,184 @@
+//! A wrapper that counts the requests a command sends to its storage (PUT, GET,
+//! HEAD, LIST, DELETE) and the bytes sent and received, for `--verbose` and the
+//! `--json` summaries. It sits below the retry wrapper, so every attempt counts:
+//! the figures are what the storage saw. See docs/design.md#storage-contract.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::{Backend, BackendResult, ObjectInfo};
+
+/// Requests and bytes so far, as counted by a [`CountingBackend`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Writes (`write`, `write_file`).
+    pub put: u64,
+    /// Reads (`read_max`, `read_range`; each range of `read_ranges`).
+    pub get: u64,
+    /// Size queries (`stat`).
+    pub head: u64,
+    /// Listings (`list`), one per call whatever the number of pages.
+    pub list: u64,
+    /// Deletions.
+    pub delete: u64,
+    /// Bytes written.
+    pub bytes_up: u64,
+    /// Bytes read.
+    pub bytes_down: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    put: AtomicU64,
+    get: AtomicU64,
+    head: AtomicU64,
+    list: AtomicU64,
+    delete: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+}
+
+/// Counts the requests made to the backend it wraps.
+pub struct CountingBackend<B> {
+    inner: B,
+    counters: std::sync::Arc<Counters>,
+}
+
+/// A handle that reads the counts of a [`CountingBackend`] after the backend
+/// has been handed on (inside other wrappers, or to a repository).
+#[derive(Clone)]
+pub struct CountsHandle(std::sync::Arc<Counters>);
+
+impl CountsHandle {
+    /// The counts so far.
+    pub fn get(&self) -> Counts {
+        let c = &self.0;
+        Counts {
+            put: c.put.load(Relaxed),
+            get: c.get.load(Relaxed),
+            head: c.head.load(Relaxed),
+            list: c.list.load(Relaxed),
+            delete: c.delete.load(Relaxed),
+            bytes_up: c.bytes_up.load(Relaxed),
+            bytes_down: c.bytes_down.load(Relaxed),
+        }
+    }
+}
+
+impl<B: Backend> CountingBackend<B> {
+    /// Wraps `inner`, with every count at zero.
+    pub fn new(inner: B) -> Self {
+        CountingBackend { inner, counters: Default::default() }
+    }
+
+    /// A handle on the counts, valid for as long as anyone holds it.
+    pub fn handle(&self) -> CountsHandle {
+        CountsHandle(self.counters.clone())
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> Counts {
+        self.handle().get()
+    }
+
+    fn got(&self, r: &BackendResult<Vec<u8>>) {
+        self.counters.get.fetch_add(1, Relaxed);
+        if let Ok(d) = r {
+            self.counters.bytes_down.fetch_add(d.len() as u64, Relaxed);
+        }
+    }
+
+    fn put(&self, len: u64) {
+        self.counters.put.fetch_add(1, Relaxed);
+        self.counters.bytes_up.fetch_add(len, Relaxed);
+    }
+}
+
+impl<B: Backend> Backend for CountingBackend<B> {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn connections(&self) -> usize {
+        self.inner.connections()
+    }
+
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        let r = self.inner.read_max(name, max);
+        self.got(&r);
+        r
+    }
+
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        let r = self.inner.read_range(name, offset, len);
+        self.got(&r);
+        r
+    }
+
+    fn read_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Vec<BackendResult<Vec<u8>>> {
+        let rs = self.inner.read_ranges(name, ranges);
+        rs.iter().for_each(|r| self.got(r));
+        rs
+    }
+
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        self.put(data.len() as u64);
+        self.inner.write(name, data)
+    }
+
+    fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        self.put(data.len() as u64);
+        self.inner.write_new(name, data)
+    }
+
+    fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {
+        self.put(len);
+        self.inner.write_file(name, file, len)
+    }
+
+    fn spool_dir(&self) -> Option<std::path::PathBuf> {
+        self.inner.spool_dir()
+    }
+
+    fn spool_file(&self) -> Option<BackendResult<std::fs::File>> {
+        self.inner.spool_file()
+    }
+
+    fn stat(&self, name: &str) -> BackendResult<u64> {
+        self.counters.head.fetch_add(1, Relaxed);
+        self.inner.stat(name)
+    }
+
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.inner.list(prefix)
+    }
+
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        self.counters.delete.fetch_add(1, Relaxed);
+        self.inner.delete(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemBackend;
+
+    #[test]
+    fn counts_each_kind_of_request_and_the_bytes() {
+        let be = CountingBackend::new(MemBackend::new());
+        let h = be.handle();
+        be.write("data/aa/x", vec![1; 100]).unwrap();
+        be.write("index/y", vec![2; 10]).unwrap();
+        assert_eq!(be.read("data/aa/x").unwrap().len(), 100);
+        assert_eq!(
+            be.read_ranges("data/aa/x", &[(0, 10), (90, 20)]).iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>(),
+            20
+        );
+        assert!(be.read("data/aa/none").is_err());
+        be.stat("index/y").unwrap();
+        be.list("data/").unwrap();
+        be.delete("index/y").unwrap();
+        assert_eq!(h.get(), Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120 });
+    }
+}

@@ -1,0 +1,277 @@
+//! Repositories that are not local directories (docs/design.md#locations): the
+//! whole life of a repository on a real S3 server and on an SFTP server (init,
+//! backup, restore bit-exact, check --read-data, forget, prune), when their test
+//! variables are set (docs/testing.md; each test uses its own prefix, so they run
+//! in parallel); and, everywhere, that a location coffer cannot use is refused
+//! rather than made into a local directory, that retries are reported, and that
+//! `--verbose` and `--json` give the storage request counts.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+fn var(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+/// A prefix no other test or run uses.
+fn unique(tag: &str) -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{tag}-{}-{t}", std::process::id())
+}
+
+/// A remote repository and local scratch space.
+struct Remote {
+    dir: tempfile::TempDir,
+    repo: String,
+    env: Vec<(String, String)>,
+}
+
+impl Remote {
+    /// A repository in a fresh prefix of the S3 test bucket; `None` (after a
+    /// notice) when the S3 variables are not set.
+    fn s3(tag: &str) -> Option<Remote> {
+        let Some(endpoint) = var("COFFER_TEST_S3_ENDPOINT") else {
+            eprintln!("skipped: COFFER_TEST_S3_ENDPOINT and the other COFFER_TEST_S3_* variables are not set");
+            return None;
+        };
+        let bucket = var("COFFER_TEST_S3_BUCKET")?;
+        let env = vec![
+            ("AWS_ACCESS_KEY_ID".into(), var("COFFER_TEST_S3_ACCESS_KEY")?),
+            ("AWS_SECRET_ACCESS_KEY".into(), var("COFFER_TEST_S3_SECRET_KEY")?),
+            ("AWS_REGION".into(), var("COFFER_TEST_S3_REGION")?),
+        ];
+        let repo = format!("s3:{endpoint}/{bucket}/{}", unique(tag));
+        Some(Remote { dir: tempfile::tempdir().unwrap(), repo, env })
+    }
+
+    /// A repository in a fresh directory of the SFTP test server; `None` (after
+    /// a notice) when the SFTP variables are not set. `ssh` is wrapped so that it
+    /// checks the server's key against the test known-hosts file.
+    fn sftp(tag: &str) -> Option<Remote> {
+        let Some(host) = var("COFFER_TEST_SFTP_HOST") else {
+            eprintln!("skipped: COFFER_TEST_SFTP_HOST and the other COFFER_TEST_SFTP_* variables are not set");
+            return None;
+        };
+        let (port, user) = (var("COFFER_TEST_SFTP_PORT")?, var("COFFER_TEST_SFTP_USER")?);
+        let (key, known, root) =
+            (var("COFFER_TEST_SFTP_KEY")?, var("COFFER_TEST_SFTP_KNOWN_HOSTS")?, var("COFFER_TEST_SFTP_ROOT")?);
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let ssh = bin.join("ssh");
+        std::fs::write(
+            &ssh,
+            format!("#!/bin/sh\nexec /usr/bin/ssh -o UserKnownHostsFile={known} -o IdentitiesOnly=yes \"$@\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let repo = format!("sftp://{user}@{host}:{port}{root}/{}", unique(tag));
+        Some(Remote { dir, repo, env: vec![("COFFER_SFTP_KEY".into(), key), ("PATH".into(), path)] })
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_coffer"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.path("home"))
+            .env("COFFER_REPOSITORY", &self.repo)
+            .env("COFFER_PASSWORD", PASSWORD)
+            .env("COFFER_RETRY_BASE_MS", "20")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run(&[&["--json"], args].concat());
+        assert_success(&out);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
+    }
+}
+
+fn make_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+    for i in 0..20u64 {
+        std::fs::write(root.join(format!("f{i}")), random_bytes(20_000 + i as usize * 3_000, i)).unwrap();
+    }
+    std::fs::write(root.join("sub/big"), random_bytes(10 << 20, 77)).unwrap();
+    std::fs::write(root.join("sub/deeper/text"), "a line of text\n".repeat(50_000)).unwrap();
+    std::fs::write(root.join("sub/empty"), b"").unwrap();
+}
+
+/// init, two backups, restore bit-exact, check --read-data, forget, prune, and
+/// check and restore again.
+fn full_life(r: &Remote) {
+    let out = r.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]);
+    assert_success(&out);
+    let src = r.path("src");
+    make_tree(&src);
+    let s = src.to_str().unwrap();
+    let first = r.json(&["backup", s]);
+    let storage = &first["storage"];
+    assert!(storage["put"].as_u64().unwrap() > 0 && storage["bytes_up"].as_u64().unwrap() > 10 << 20, "{first}");
+    std::fs::write(src.join("f3"), random_bytes(70_000, 4242)).unwrap();
+    std::fs::remove_file(src.join("f4")).unwrap();
+    let second = r.json(&["backup", s]);
+    assert_ne!(first["snapshot_id"], second["snapshot_id"]);
+
+    let target = r.path("out");
+    assert_success(&r.run(&["-q", "restore", "latest", "--target", target.to_str().unwrap()]));
+    assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+    assert_success(&r.run(&["-q", "check", "--read-data"]));
+
+    assert_success(&r.run(&["-q", "forget", "--keep-last", "1"]));
+    let snaps = r.json(&["snapshots"]);
+    assert_eq!(snaps.as_array().map(Vec::len), Some(1), "{snaps}");
+    let out = r.cmd().env("COFFER_TEST_PRUNE_GRACE_MS", "10").args(["prune", "--max-unused", "0"]).output().unwrap();
+    assert_success(&out);
+    assert_success(&r.run(&["-q", "check", "--read-data"]));
+    let again = r.path("again");
+    assert_success(&r.run(&["-q", "restore", "latest", "--target", again.to_str().unwrap()]));
+    assert_same_tree(&src, &again.join(src.strip_prefix("/").unwrap()));
+}
+
+#[test]
+fn s3_repository_lives_through_backup_restore_check_forget_and_prune() {
+    let Some(r) = Remote::s3("cli-life") else { return };
+    full_life(&r);
+}
+
+#[test]
+fn sftp_repository_lives_through_backup_restore_check_forget_and_prune() {
+    let Some(r) = Remote::sftp("cli-life") else { return };
+    full_life(&r);
+}
+
+#[test]
+fn s3_verbose_reports_the_requests_and_a_second_init_is_refused() {
+    let Some(r) = Remote::s3("cli-verbose") else { return };
+    assert_success(&r.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]));
+    let out = r.run(&["--verbose", "snapshots"]);
+    assert_success(&out);
+    let err = text(&out.stderr);
+    assert!(err.contains("storage: ") && err.contains(" GET") && err.contains(" LIST"), "{err}");
+    let out = r.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]);
+    assert!(!out.status.success(), "a second init over a repository must fail");
+}
+
+#[test]
+fn s3_missing_bucket_and_wrong_credentials_are_storage_errors_that_say_so() {
+    let Some(mut r) = Remote::s3("cli-errors") else { return };
+    let endpoint = var("COFFER_TEST_S3_ENDPOINT").unwrap();
+    let good = r.repo.clone();
+    r.repo = format!("s3:{endpoint}/no-such-bucket-for-coffer/x");
+    let out = r.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]);
+    let err = assert_code(&out, 15);
+    assert!(err.contains("bucket does not exist"), "{err}");
+
+    r.repo = good;
+    for (k, v) in r.env.iter_mut() {
+        if k == "AWS_SECRET_ACCESS_KEY" {
+            *v = "not-the-secret".into();
+        }
+    }
+    let out = r.run(&["snapshots"]);
+    let err = assert_code(&out, 15);
+    assert!(err.contains("403") && err.contains("AWS_SECRET_ACCESS_KEY"), "{err}");
+}
+
+#[test]
+fn an_unknown_or_malformed_location_is_refused_and_no_local_directory_is_made() {
+    let env = Env::empty();
+    let cwd = env.path("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    for loc in ["ftp:host/srv/repo", "s3:https://host-only", "sftp:host", "s3://"] {
+        let out = env.cmd().current_dir(&cwd).env("COFFER_REPOSITORY", loc).args(["init", "--insecure-kdf"]).output();
+        let out = out.unwrap();
+        assert!(!out.status.success(), "{loc} was accepted");
+        let err = text(&out.stderr);
+        assert!(err.contains(loc) && err.contains("accepted forms"), "{loc}: {err}");
+    }
+    // An unreadable --cacert is named, before anything is created.
+    let out = env
+        .cmd()
+        .current_dir(&cwd)
+        .env("COFFER_REPOSITORY", "s3:https://s3.example.invalid/bucket")
+        .args(["--cacert", "/nonexistent/ca.pem", "snapshots"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && err.contains("--cacert") && err.contains("/nonexistent/ca.pem"), "{err}");
+    // restic's sftp form is a remote location now: with a host that does not
+    // resolve it fails as storage, and never becomes a local directory.
+    let out = env
+        .cmd()
+        .current_dir(&cwd)
+        .env("COFFER_REPOSITORY", "sftp:user@host.invalid:/srv/repo")
+        .env("COFFER_RETRY_BASE_MS", "1")
+        .args(["init", "--kdf-log-n", "10", "--insecure-kdf"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0, "something was created in the working directory");
+    assert!(!env.path("home").join(".local/share/coffer").exists());
+}
+
+#[test]
+fn retries_are_reported_as_they_happen_in_text_and_json() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(300_000, 5)).unwrap();
+    let faults = "seed=11,transient=0.3";
+    let out = env
+        .cmd()
+        .env("COFFER_TEST_FAULTS", faults)
+        .env("COFFER_RETRY_BASE_MS", "1")
+        .args(["-q", "backup", src.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let err = text(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("storage: retrying ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("(attempt ") && line.contains("injected"), "{line}");
+    let out = env
+        .cmd()
+        .env("COFFER_TEST_FAULTS", faults)
+        .env("COFFER_RETRY_BASE_MS", "1")
+        .args(["--json", "snapshots"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let events: Vec<serde_json::Value> = text(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["type"] == "retry")
+        .collect();
+    assert!(!events.is_empty(), "{}", text(&out.stderr));
+    assert!(events[0]["attempt"].as_u64().unwrap() >= 2 && events[0]["object"].is_string(), "{}", events[0]);
+}
+
+#[test]
+fn verbose_and_json_report_request_counts_on_a_local_repository() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(100_000, 6)).unwrap();
+    let v = env.json(&["backup", src.to_str().unwrap()]);
+    let st = &v["storage"];
+    assert!(st["put"].as_u64().unwrap() >= 3, "a pack, an index file and a snapshot at least: {v}");
+    assert!(st["bytes_up"].as_u64().unwrap() >= 100_000, "{v}");
+    let out = env.run(&["-v", "snapshots"]);
+    assert_success(&out);
+    let err = text(&out.stderr);
+    assert!(err.contains("storage: ") && err.contains(" PUT") && err.contains(" down"), "{err}");
+}

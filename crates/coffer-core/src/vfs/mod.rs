@@ -838,8 +838,8 @@ impl Vfs {
             i += 1;
         }
         // A reader going on from where it stopped gets the next blobs fetched ahead.
-        let sequential = offset == 0 || f.last_end.swap(end, Ordering::Relaxed) == offset;
-        if sequential {
+        let previous_end = f.last_end.swap(end, Ordering::Relaxed);
+        if offset == 0 || previous_end == offset {
             self.prefetch(&f, first);
         }
         Ok(out)

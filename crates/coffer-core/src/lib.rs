@@ -20,6 +20,7 @@
 //! - [`local_state`]: what a client remembers between runs.
 //! - [`ops`]: one module per user operation: backup, restore, check, prune,
 //!   forget, diff, prove, keys, repair.
+//! - [`vfs`]: the read-only snapshot file system behind `coffer mount`.
 //!
 //! Libraries never print: progress and warnings reach the caller through [`progress::Progress`].
 #![deny(missing_docs)]
@@ -37,6 +38,7 @@ pub mod merkle;
 pub mod ops;
 pub mod progress;
 pub mod repo;
+pub mod vfs;
 
 /// The storage layer, re-exported so that callers name one crate.
 pub use coffer_backend as backend;

@@ -106,6 +106,10 @@ pub enum Command {
     /// Restore a snapshot, or part of one, into a directory.
     #[command(after_help = EXIT_CODES)]
     Restore(RestoreArgs),
+    /// Mount every snapshot read-only at a directory (FUSE) until Ctrl-C or unmount.
+    #[cfg(all(feature = "mount", target_os = "linux"))]
+    #[command(after_help = EXIT_CODES)]
+    Mount(MountArgs),
     /// Print a decrypted repository object (for debugging).
     #[command(after_help = EXIT_CODES)]
     Cat(CatArgs),
@@ -432,6 +436,21 @@ pub struct LsArgs {
     pub long: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// `coffer mount` (docs/design.md#mount).
+#[cfg(all(feature = "mount", target_os = "linux"))]
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// Empty directory to mount the repository at.
+    pub mountpoint: PathBuf,
+    /// Memory for cached trees and data blobs.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Let other users than the one mounting read the mount (needs
+    /// `user_allow_other` in /etc/fuse.conf unless root).
+    #[arg(long)]
+    pub allow_other: bool,
 }
 
 #[derive(Args, Debug)]

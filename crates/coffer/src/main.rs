@@ -175,6 +175,8 @@ fn main() -> ExitCode {
         Command::Ls(a) => cmd::ls::run(&cli.global, a),
         Command::Diff(a) => cmd::diff::run(&cli.global, a),
         Command::Restore(a) => cmd::restore::run(&cli.global, a),
+        #[cfg(all(feature = "mount", target_os = "linux"))]
+        Command::Mount(a) => cmd::mount::run(&cli.global, a),
         Command::Cat(a) => cmd::cat::run(&cli.global, a),
         Command::Check(a) => cmd::check::run(&cli.global, a),
         Command::Forget(a) => cmd::forget::run(&cli.global, a),

@@ -12,6 +12,8 @@ pub mod generate;
 pub mod init;
 pub mod key;
 pub mod ls;
+#[cfg(all(feature = "mount", target_os = "linux"))]
+pub mod mount;
 pub mod prove;
 pub mod prune;
 pub mod repair;

@@ -173,7 +173,7 @@ fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 
 fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     let ids = repo.list_ids(ObjectKind::Index)?;
-    let loaded: Vec<_> = ids.par_iter().map(|id| repo.load_index_file(id)).collect();
+    let loaded: Vec<_> = repo.fetch_many(&ids, |id| repo.load_index_file(id));
     let mut good = Vec::new();
     for (id, res) in ids.iter().zip(loaded) {
         match res {

@@ -233,9 +233,16 @@ fn waves<'r, 'a>(ranges: &'r [Range<'a>]) -> impl Iterator<Item = &'r [Range<'a>
 /// are then read from other copies.
 type Fetched<'r, 'a> = (&'r Range<'a>, std::result::Result<Vec<u8>, (String, String)>);
 
-/// Fetches the ranges of a wave concurrently.
+/// Fetches the ranges of a wave concurrently, as many at once as the backend
+/// wants in flight (not one per core: a remote store needs many requests
+/// waiting at once).
 fn fetch_wave<'r, 'a>(repo: &Repository, wave: &'r [Range<'a>], errors: &Errors) -> Vec<Fetched<'r, 'a>> {
-    wave.par_iter().filter_map(|r| fetch(repo, r, errors).map(|bytes| (r, bytes))).collect()
+    let positions: Vec<usize> = (0..wave.len()).collect();
+    repo.fetch_many(&positions, |&i| fetch(repo, &wave[i], errors).map(|bytes| (i, bytes)))
+        .into_iter()
+        .flatten()
+        .map(|(i, bytes)| (&wave[i], bytes))
+        .collect()
 }
 
 /// Writes the blobs of a fetched wave in parallel.

@@ -139,10 +139,7 @@ fn exclusion_options() {
 #[test]
 fn time_and_skip_if_unchanged() {
     let env = Env::new();
-    // The snapshot's tree holds the source's ancestors too: /tmp's mtime changes as
-    // other tests make directories there, so the source lives where nothing else does.
-    let stable = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let src = stable.path().join("src");
+    let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a"), b"a").unwrap();
     let s = src.to_str().unwrap();
@@ -157,6 +154,9 @@ fn time_and_skip_if_unchanged() {
     assert!(env.json(&["snapshots"])[1]["snapshot"]["time"].as_str().unwrap().starts_with("2021-03-04T05:06:07"));
     assert_code(&env.run(&["backup", s, "--time", "yesterday"]), 1);
 
+    // The directory above the source changes (as /tmp does all the time): that
+    // is not a change of what is backed up.
+    std::fs::write(src.with_file_name("beside"), b"x").unwrap();
     let v = env.json(&["backup", s, "--skip-if-unchanged"]);
     assert_eq!(v["unchanged"], true);
     assert!(v["snapshot_id"].is_null());

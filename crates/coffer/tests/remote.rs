@@ -174,7 +174,7 @@ fn s3_missing_bucket_and_wrong_credentials_are_storage_errors_that_say_so() {
     let good = r.repo.clone();
     r.repo = format!("s3:{endpoint}/no-such-bucket-for-coffer/x");
     let out = r.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]);
-    let err = assert_code(&out, 15);
+    let err = assert_code(&out, 23);
     assert!(err.contains("bucket does not exist"), "{err}");
 
     r.repo = good;
@@ -184,7 +184,7 @@ fn s3_missing_bucket_and_wrong_credentials_are_storage_errors_that_say_so() {
         }
     }
     let out = r.run(&["snapshots"]);
-    let err = assert_code(&out, 15);
+    let err = assert_code(&out, 23);
     assert!(err.contains("403") && err.contains("AWS_SECRET_ACCESS_KEY"), "{err}");
 }
 

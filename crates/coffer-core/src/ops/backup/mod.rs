@@ -46,6 +46,7 @@ use crate::local_state::LocalState;
 use crate::merkle;
 use crate::progress::Progress;
 use crate::repo::history::{HEADS_FILE, History};
+use crate::repo::tree_walk::{self, Located};
 use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
 use leaves::{Leaves, Spill};
 
@@ -444,7 +445,10 @@ pub fn backup_with_limits(
         signature: Default::default(),
     };
     guard.ready_to_commit()?;
-    let unchanged = opts.skip_if_unchanged && parent_tree == Some(snapshot.tree);
+    let unchanged = match parent_tree {
+        Some(parent_tree) if opts.skip_if_unchanged => same_sources(repo, parent_tree, snapshot.tree, &paths),
+        _ => false,
+    };
     let id = if opts.dry_run || unchanged { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
     // Copies read past while another served (the parent's trees, blobs rescued
     // from a prune): damage in their packs.
@@ -456,6 +460,18 @@ pub fn backup_with_limits(
         state.write_ids(HEADS_FILE, &[id])?;
     }
     Ok(BackupResult { id, snapshot, unchanged })
+}
+
+/// Whether every given path's entry is the same in the trees `old` and `new`
+/// (the entry itself, and so, through its subtree id, everything below it). The
+/// directories above the given paths are not compared: their times change with
+/// whatever else happens beside the source.
+fn same_sources(repo: &Repository, old: Id, new: Id, paths: &[PathBuf]) -> bool {
+    old == new
+        || paths.iter().all(|p| match (tree_walk::locate(repo, old, p), tree_walk::locate(repo, new, p)) {
+            (Ok(Located::Entry(a)), Ok(Located::Entry(b))) => a == b,
+            _ => false,
+        })
 }
 
 /// Whether `snapshot` carries a valid signature by `key`, this client's writer key.

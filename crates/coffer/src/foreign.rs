@@ -42,10 +42,11 @@ pub fn check(be: &dyn Backend) -> Result<(), NotCoffer> {
     if head.starts_with(MAGIC) {
         return Ok(());
     }
-    let holds = |prefix: &str| be.list(prefix).is_ok_and(|l| !l.is_empty());
+    // restic keeps its key files in `keys/` (a coffer repository's are in `keys/`
+    // too, but its config has the coffer header checked above).
     let looks_like = if head.starts_with(b"[repository]") {
         "a borg repository"
-    } else if holds("keys/") && holds("data/") {
+    } else if be.list("keys/").is_ok_and(|l| !l.is_empty()) {
         "a restic repository"
     } else {
         "files of another program"
@@ -66,7 +67,6 @@ mod tests {
         be.write("config", b"\x8a\x13random bytes of restic".to_vec()).unwrap();
         assert_eq!(super::check(&be).unwrap_err().looks_like, "files of another program");
         be.write("keys/0123", b"k".to_vec()).unwrap();
-        be.write("data/01/0123", b"d".to_vec()).unwrap();
         let e = super::check(&be).unwrap_err();
         assert_eq!(e.looks_like, "a restic repository");
         assert!(e.to_string().contains("not a coffer repository"), "{e}");

@@ -264,6 +264,10 @@ pub fn create_with_modes(global: &GlobalArgs, loc: &Location, opts: &InitOptions
     let be = backend_with_modes(loc, modes)?;
     crate::foreign::check(be.as_ref())?;
     Repository::check_new_location(be.as_ref())?;
+    if !global.quiet && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        // The passphrase prompt comes next: say what it is for.
+        eprintln!("creating a new coffer repository at {loc}");
+    }
     let pw = password::read(global, Purpose::Create)?;
     Ok(Repository::init(be, pw.as_bytes(), opts)?)
 }

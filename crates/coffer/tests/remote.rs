@@ -274,4 +274,13 @@ fn verbose_and_json_report_request_counts_on_a_local_repository() {
     assert_success(&out);
     let err = text(&out.stderr);
     assert!(err.contains("storage: ") && err.contains(" PUT") && err.contains(" down"), "{err}");
+    // Restore and check report theirs in their summaries too: reads, no writes of data.
+    let target = env.path("out");
+    let v = env.json(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    assert!(
+        v["storage"]["get"].as_u64().unwrap() >= 2 && v["storage"]["bytes_down"].as_u64().unwrap() >= 100_000,
+        "{v}"
+    );
+    let v = env.json(&["check", "--read-data"]);
+    assert!(v["storage"]["get"].as_u64().unwrap() >= 2 && v["storage"]["list"].as_u64().unwrap() >= 1, "{v}");
 }

@@ -59,6 +59,7 @@ fn print_json(r: &CheckReport) {
         "packs": r.packs, "packs_read": r.packs_read, "packs_read_ids": r.packs_read_ids,
         "packs_unverified": r.packs_unverified, "new_round": r.new_round,
         "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten,
+        "storage": crate::repo_open::storage_counts_json(),
     }));
 }
 

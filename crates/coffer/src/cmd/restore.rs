@@ -84,6 +84,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             "files": summary.files, "dirs": summary.dirs, "others": summary.others,
             "bytes": summary.bytes, "warnings": summary.warnings, "failures": summary.failures.len(),
             "skipped": summary.skipped, "deleted": summary.deleted,
+            "storage": repo_open::storage_counts_json(),
         }));
     } else if !global.quiet {
         println!(

@@ -137,7 +137,9 @@ impl TestTree {
     }
 }
 
-fn test_node(name: &str, kind: NodeKind) -> Node {
+/// A tree entry named `name` of `kind` with plain metadata (mode 0644, owner 0,
+/// a fixed time) and no content; tests override the fields they need.
+pub fn test_node(name: &str, kind: NodeKind) -> Node {
     Node {
         name: Bytes(name.as_bytes().to_vec()),
         kind,

@@ -395,27 +395,13 @@ mod tests {
 
     fn node(name: &str, kind: NodeKind) -> Node {
         Node {
-            name: Bytes(name.as_bytes().to_vec()),
-            kind,
-            mode: 0o644,
             uid: 1000,
             gid: 1000,
             user: Some("me".into()),
             group: Some("me".into()),
-            mtime: Timestamp(1_700_000_000, 0),
-            ctime: Timestamp(1_700_000_000, 0),
-            size: 0,
             inode: 1,
             device: 1,
-            links: 1,
-            rdev: 0,
-            target: None,
-            xattrs: vec![],
-            content: vec![],
-            content_parts: vec![],
-            digest: None,
-            sparse: false,
-            subtree: None,
+            ..crate::testing::test_node(name, kind)
         }
     }
 

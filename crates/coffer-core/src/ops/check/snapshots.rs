@@ -531,20 +531,10 @@ mod tests {
             hostname: "h".into(),
             username: "u".into(),
             paths: vec!["/d".into()],
-            tags: vec![],
-            tree: root,
-            parent: None,
-            excludes: vec![],
-            skipped_count: 0,
-            skipped: vec![],
-            summary: Default::default(),
             program: "test".into(),
             writer: PublicKey([0; 32]),
-            history: vec![],
-            merkle_root: Id::default(),
-            merkle_leaves: 0,
             merkle_key: Id([key; 32]),
-            signature: Default::default(),
+            ..crate::testing::snapshot_of(root, &crate::crypto::sign::SigningKey::generate())
         }
     }
 

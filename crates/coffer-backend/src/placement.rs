@@ -225,7 +225,9 @@ pub enum PlacementError {
         partitions: u32,
     },
     /// Fewer backends than replicas.
-    #[error("placement: {replicas} replicas need at least {replicas} backends, but {backends} are given; add backends or lower the replica count")]
+    #[error(
+        "placement: {replicas} replicas need at least {replicas} backends, but {backends} are given; add backends or lower the replica count"
+    )]
     TooFewBackends {
         /// The replica count.
         replicas: u8,
@@ -233,7 +235,9 @@ pub enum PlacementError {
         backends: usize,
     },
     /// Fewer zones with capacity than replicas.
-    #[error("placement: {replicas} replicas need backends with capacity in at least {replicas} zones, but only {zones} zones have any; add backends in other zones or lower the replica count")]
+    #[error(
+        "placement: {replicas} replicas need backends with capacity in at least {replicas} zones, but only {zones} zones have any; add backends in other zones or lower the replica count"
+    )]
     TooFewZones {
         /// The replica count.
         replicas: u8,
@@ -244,7 +248,9 @@ pub enum PlacementError {
     #[error("placement: every backend has capacity 0; give at least one backend a capacity")]
     ZeroCapacity,
     /// More backends than the table can address or give a partition.
-    #[error("placement: {backends} backends with capacity cannot each hold a partition among {partitions} partitions of {replicas} replicas (at most {MAX_BACKENDS} backends); raise the partition count to at least {needed} or remove backends")]
+    #[error(
+        "placement: {backends} backends with capacity cannot each hold a partition among {partitions} partitions of {replicas} replicas (at most {MAX_BACKENDS} backends); raise the partition count to at least {needed} or remove backends"
+    )]
     TooManyBackends {
         /// Backends with capacity (or all backends, beyond [`MAX_BACKENDS`]).
         backends: usize,
@@ -262,7 +268,9 @@ pub enum PlacementError {
         name: String,
     },
     /// The previous table names a backend that is not in the list.
-    #[error("placement: the previous table names backend index {index}, but only {backends} backends are given; keep a removed backend in the list with capacity 0 until no table names it")]
+    #[error(
+        "placement: the previous table names backend index {index}, but only {backends} backends are given; keep a removed backend in the list with capacity 0 until no table names it"
+    )]
     UnknownBackend {
         /// The index the previous table names.
         index: u16,

@@ -410,7 +410,11 @@ impl State {
         for (p, row) in self.rows.iter().enumerate() {
             if row.len() != self.replicas {
                 return Err(PlacementError::InvalidTable {
-                    reason: format!("partition {p} has {} of {} replicas (a placement defect)", row.len(), self.replicas),
+                    reason: format!(
+                        "partition {p} has {} of {} replicas (a placement defect)",
+                        row.len(),
+                        self.replicas
+                    ),
                 });
             }
             owners.extend_from_slice(row);

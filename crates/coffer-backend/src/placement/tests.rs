@@ -91,7 +91,11 @@ fn partition_counts_follow_capacity() {
     let share = |c: f64| c / 17.0 * 2048.0;
     for (b, &n) in backends.iter().zip(&held) {
         let ideal = share(b.capacity as f64);
-        assert!(f64::from(n) <= ideal + 1e-9 && f64::from(n) >= ideal - 2.0, "{}: {n} partitions, ideal {ideal}", b.name);
+        assert!(
+            f64::from(n) <= ideal + 1e-9 && f64::from(n) >= ideal - 2.0,
+            "{}: {n} partitions, ideal {ideal}",
+            b.name
+        );
     }
     // R = 3: the 8 TB backend can hold each partition once, so it holds all
     // 1024 and the others share the other 2048 slots by capacity.

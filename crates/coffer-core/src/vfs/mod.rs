@@ -177,16 +177,101 @@ struct Layout {
     snapshots: HashSet<Id>,
 }
 
-/// A looked-up entry inside a snapshot, kept while the kernel holds it.
+/// A looked-up entry inside a snapshot, kept while the kernel holds it: 96
+/// bytes and its name, so that a kernel holding a million entries after
+/// `ls -lR` costs about 150 MB (docs/design.md#mount).
 struct Entry {
     /// The snapshot root directory's inode (hard links are grouped within it).
     root: Ino,
-    /// The tree holding the entry, and its name there.
-    dir: Id,
-    name: Vec<u8>,
-    subtree: Option<Id>,
-    attr: Attr,
+    /// The tree holding the entry (an index of [`EntryTable::trees`]), and its name there.
+    dir: u32,
+    /// The directory's own tree, or [`NO_TREE`].
+    subtree: u32,
     lookups: u64,
+    name: Box<[u8]>,
+    attr: StoredAttr,
+}
+
+/// `subtree` of an entry that is not a directory.
+const NO_TREE: u32 = u32::MAX;
+
+/// [`Attr`] as an entry keeps it: without the inode number (the table's key),
+/// times as seconds and nanoseconds.
+#[derive(Clone, Copy)]
+struct StoredAttr {
+    size: u64,
+    mtime: i64,
+    ctime: i64,
+    mtime_ns: u32,
+    ctime_ns: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    rdev: u32,
+    perm: u16,
+    kind: Kind,
+}
+
+impl StoredAttr {
+    fn of(a: &Attr, n: &Node) -> StoredAttr {
+        StoredAttr {
+            size: a.size,
+            mtime: n.mtime.0,
+            ctime: n.ctime.0,
+            mtime_ns: n.mtime.1,
+            ctime_ns: n.ctime.1,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            perm: a.perm,
+            kind: a.kind,
+        }
+    }
+
+    fn attr(&self, ino: Ino) -> Attr {
+        Attr {
+            ino,
+            kind: self.kind,
+            size: self.size,
+            perm: self.perm,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: self.rdev,
+            mtime: time(Timestamp(self.mtime, self.mtime_ns)),
+            ctime: time(Timestamp(self.ctime, self.ctime_ns)),
+        }
+    }
+}
+
+/// The entries the kernel holds, and the trees they name, each tree id kept
+/// once however many entries name it (directories are few beside files). The
+/// trees are kept for the life of the mount: at most one per distinct directory
+/// looked into or looked up.
+#[derive(Default)]
+struct EntryTable {
+    map: HashMap<Ino, Entry>,
+    trees: Vec<Id>,
+    tree_index: HashMap<Id, u32>,
+}
+
+impl EntryTable {
+    fn intern(&mut self, id: Id) -> u32 {
+        if let Some(&i) = self.tree_index.get(&id) {
+            return i;
+        }
+        // More distinct trees than fit in a u32 cannot be looked up in one mount's
+        // life on any machine that runs it; the last index is never handed out.
+        let i = u32::try_from(self.trees.len()).unwrap_or(NO_TREE - 1).min(NO_TREE - 1);
+        self.trees.push(id);
+        self.tree_index.insert(id, i);
+        i
+    }
+
+    fn tree(&self, i: u32) -> Option<Id> {
+        self.trees.get(i as usize).copied()
+    }
 }
 
 /// A listing being read.
@@ -223,7 +308,7 @@ struct Inner {
     on_damage: DamageReport,
     layout: RwLock<Layout>,
     refreshed: Mutex<Option<Instant>>,
-    entries: Mutex<HashMap<Ino, Entry>>,
+    entries: Mutex<EntryTable>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
@@ -572,7 +657,7 @@ impl Vfs {
             on_damage,
             layout: RwLock::new(Layout::default()),
             refreshed: Mutex::new(None),
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(EntryTable::default()),
             dirs: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -594,7 +679,7 @@ impl Vfs {
 
     /// Entries the kernel holds (looked up and not forgotten).
     pub fn entries_held(&self) -> usize {
-        self.inner.entries.lock().expect("poisoned").len()
+        self.inner.entries.lock().expect("poisoned").map.len()
     }
 
     fn dir_tree(&self, ino: Ino) -> VResult<Option<(Id, Ino)>> {
@@ -605,8 +690,9 @@ impl Vfs {
                 Virt::Link(_) => Err(VfsError::NotDir),
             };
         }
-        match self.inner.entries.lock().expect("poisoned").get(&ino) {
-            Some(e) => e.subtree.map(|t| Some((t, e.root))).ok_or(VfsError::NotDir),
+        let table = self.inner.entries.lock().expect("poisoned");
+        match table.map.get(&ino) {
+            Some(e) => table.tree(e.subtree).map(|t| Some((t, e.root))).ok_or(VfsError::NotDir),
             None => Err(VfsError::NotFound),
         }
     }
@@ -629,26 +715,28 @@ impl Vfs {
         let node = self.inner.find(&tree, name)?.ok_or(VfsError::NotFound)?;
         let ino = Inner::node_ino(parent, root, &node);
         let attr = Inner::node_attr(ino, &node);
-        let mut entries = self.inner.entries.lock().expect("poisoned");
-        let e = entries.entry(ino).or_insert_with(|| Entry {
-            root,
-            dir: tree,
-            name: node.name.0.clone(),
-            subtree: node.subtree.filter(|_| node.kind == NodeKind::Dir),
-            attr,
-            lookups: 0,
-        });
-        e.lookups += 1;
+        let mut table = self.inner.entries.lock().expect("poisoned");
+        if let Some(e) = table.map.get_mut(&ino) {
+            e.lookups += 1;
+            return Ok(attr);
+        }
+        let dir = table.intern(tree);
+        let subtree = match node.subtree.filter(|_| node.kind == NodeKind::Dir) {
+            Some(t) => table.intern(t),
+            None => NO_TREE,
+        };
+        let stored = StoredAttr::of(&attr, &node);
+        table.map.insert(ino, Entry { root, dir, subtree, lookups: 1, name: node.name.0.into(), attr: stored });
         Ok(attr)
     }
 
     /// The kernel dropped `n` references to `ino`.
     pub fn forget(&self, ino: Ino, n: u64) {
-        let mut entries = self.inner.entries.lock().expect("poisoned");
-        if let Some(e) = entries.get_mut(&ino) {
+        let mut table = self.inner.entries.lock().expect("poisoned");
+        if let Some(e) = table.map.get_mut(&ino) {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 {
-                entries.remove(&ino);
+                table.map.remove(&ino);
             }
         }
     }
@@ -661,14 +749,14 @@ impl Vfs {
         if let Some(v) = self.inner.layout.read().expect("poisoned").virt.get(&ino) {
             return Ok(self.inner.virt_attr(ino, v));
         }
-        self.inner.entries.lock().expect("poisoned").get(&ino).map(|e| e.attr).ok_or(VfsError::NotFound)
+        self.inner.entries.lock().expect("poisoned").map.get(&ino).map(|e| e.attr.attr(ino)).ok_or(VfsError::NotFound)
     }
 
     fn node(&self, ino: Ino) -> VResult<Node> {
         let (dir, name) = {
-            let entries = self.inner.entries.lock().expect("poisoned");
-            let e = entries.get(&ino).ok_or(VfsError::NotFound)?;
-            (e.dir, e.name.clone())
+            let table = self.inner.entries.lock().expect("poisoned");
+            let e = table.map.get(&ino).ok_or(VfsError::NotFound)?;
+            (table.tree(e.dir).ok_or(VfsError::NotFound)?, e.name.clone())
         };
         self.inner.find(&dir, &name)?.ok_or(VfsError::NotFound)
     }
@@ -871,5 +959,50 @@ impl Vfs {
     /// Closes a file handle.
     pub fn release(&self, fh: u64) {
         self.inner.files.lock().expect("poisoned").remove(&fh);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{TestTree, test_repo};
+
+    #[test]
+    fn entries_are_compact_and_give_back_what_lookup_gave() {
+        assert!(std::mem::size_of::<Entry>() <= 96, "an entry is {} bytes", std::mem::size_of::<Entry>());
+        let t = test_repo();
+        let both = TestTree::new().file("b", &[b"world!"]);
+        let tree = TestTree::new().file("a", &[b"hello"]).dir("d", both.clone()).dir("e", both);
+        let (sid, _) = t.snapshot(&tree);
+        let vfs = Vfs::new(Arc::new(t.repo), VfsOptions::default(), Box::new(|_| {})).unwrap();
+        let root = vfs.lookup(IDS, sid.short().as_bytes()).unwrap();
+        let a = vfs.lookup(root.ino, b"a").unwrap();
+        let (d, e) = (vfs.lookup(root.ino, b"d").unwrap(), vfs.lookup(root.ino, b"e").unwrap());
+        let (db, eb) = (vfs.lookup(d.ino, b"b").unwrap(), vfs.lookup(e.ino, b"b").unwrap());
+        assert_eq!((a.kind, a.size, db.size), (Kind::File, 5, 6));
+        assert_ne!(db.ino, eb.ino, "one name in two directories is two entries");
+        for got in [a, d, db, eb] {
+            let back = vfs.getattr(got.ino).unwrap();
+            assert_eq!(
+                (back.ino, back.kind, back.size, back.perm, back.nlink, back.uid, back.gid, back.mtime, back.ctime),
+                (got.ino, got.kind, got.size, got.perm, got.nlink, got.uid, got.gid, got.mtime, got.ctime)
+            );
+        }
+        // d and e hold the same tree: it is kept once.
+        {
+            let table = vfs.inner.entries.lock().unwrap();
+            let (td, te) = (&table.map[&d.ino], &table.map[&e.ino]);
+            assert_eq!(td.subtree, te.subtree);
+            assert_eq!(table.map[&db.ino].dir, table.map[&eb.ino].dir);
+        }
+        // Looked up twice, forgotten twice: gone.
+        vfs.lookup(root.ino, b"a").unwrap();
+        let held = vfs.entries_held();
+        vfs.forget(a.ino, 1);
+        assert_eq!(vfs.entries_held(), held);
+        vfs.forget(a.ino, 1);
+        assert_eq!(vfs.entries_held(), held - 1);
+        assert!(matches!(vfs.getattr(a.ino), Err(VfsError::NotFound)));
+        assert!(matches!(vfs.lookup(a.ino, b"x"), Err(VfsError::NotFound)));
     }
 }

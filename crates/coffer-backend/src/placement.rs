@@ -199,11 +199,19 @@ pub struct Options {
     /// Breaks ties between equally good backends; a different seed gives a
     /// different, equally good table.
     pub seed: u64,
+    /// How much usable capacity, in parts per million of the best table's, the
+    /// table may give up to move less: each backend may then hold up to
+    /// `floor(c / (s* * (1 - slack)))` partitions instead of `floor(c / s*)`.
+    /// 0 (the default) insists on the best table; 10,000 (1 %) lets a removal
+    /// keep pairs an exact optimum would shuffle; 1,000,000 moves only what
+    /// must move (the pairs of backends that are gone or have shrunk below
+    /// what they hold), whatever the balance.
+    pub slack_ppm: u32,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { seed: 0x636f_6666_6572 } // "coffer"
+        Options { seed: 0x636f_6666_6572, slack_ppm: 0 } // seed: "coffer"
     }
 }
 

@@ -105,10 +105,8 @@ pub fn svg(rows: &[Row]) -> String {
 fn panel(s: &mut String, x0: f64, y0: f64, m: &Metric, r: u8, rows: &[&Row], methods: &[&str], scenarios: &[&str]) {
     let y_of = |v: f64| y0 + PANEL_H - (v.clamp(m.lo, m.hi) - m.lo) / (m.hi - m.lo) * PANEL_H;
     let _ = writeln!(s, r#"<text x="{x0}" y="{}" font-weight="bold">{}, R = {r}</text>"#, y0 - 8.0, esc(m.title));
-    let _ = writeln!(
-        s,
-        r##"<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#999"/>"##
-    );
+    let _ =
+        writeln!(s, r##"<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#999"/>"##);
     for i in 0..=4 {
         let v = m.lo + (m.hi - m.lo) * f64::from(i) / 4.0;
         let y = y_of(v);

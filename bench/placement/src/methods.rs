@@ -83,7 +83,9 @@ impl Coffer {
     ) -> Option<Box<dyn Placer>> {
         let options = Options { slack_ppm, ..Options::default() };
         match placement::assign_with(specs, replicas, partitions, None, &options) {
-            Ok(table) => Some(Box::new(Coffer { specs: specs.to_vec(), uids: uids.to_vec(), replicas, options, table })),
+            Ok(table) => {
+                Some(Box::new(Coffer { specs: specs.to_vec(), uids: uids.to_vec(), replicas, options, table }))
+            }
             Err(e) => {
                 eprintln!("coffer: {e}");
                 None
@@ -136,18 +138,19 @@ impl Placer for Coffer {
     }
 }
 
-/// Chord consistent hashing: `k` virtual nodes per backend of mean capacity, in
-/// proportion to capacity (at least one); a pack goes to the first virtual node
-/// clockwise from its hash, replicas to the next ones in new zones.
+/// Chord consistent hashing: `k` virtual nodes per `unit` of capacity (the
+/// scenario's mean capacity before any change, so that a change does not alter
+/// the other backends' nodes), at least one; a pack goes to the first virtual
+/// node clockwise from its hash, replicas to the next ones in new zones.
 pub struct Chord {
     ring: Vec<(u64, u16, u16)>,
     replicas: usize,
 }
 
 impl Chord {
-    pub fn new(specs: &[BackendSpec], uids: &[usize], replicas: u8, k: u32) -> Self {
+    pub fn new(specs: &[BackendSpec], uids: &[usize], replicas: u8, k: u32, unit: f64) -> Self {
         let zones = zone_ids(specs);
-        let mean = specs.iter().map(|b| b.capacity as f64).sum::<f64>() / specs.len() as f64;
+        let mean = unit;
         let mut ring = Vec::new();
         for ((spec, &uid), &zone) in specs.iter().zip(uids).zip(&zones) {
             let nodes = ((f64::from(k) * spec.capacity as f64 / mean).round() as u64).max(1);

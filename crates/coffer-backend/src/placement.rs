@@ -17,11 +17,12 @@
 //! 2. **Zones.** No two replicas of a partition are in the same zone (a backend
 //!    without a zone is its own zone).
 //! 3. **Movement.** Among the tables that reach `s*`, one that keeps as many
-//!    (partition, backend) pairs of the previous table as it can: pairs are kept
-//!    unless a bound forces them out, a backend over its bound gives up
-//!    partitions that lost the fewest replicas so far, and the gaps are filled
-//!    preferring the backends with the most room, with augmenting paths when a
-//!    gap has no direct candidate.
+//!    (partition, backend) pairs of the previous table as it can: pairs stay
+//!    unless a bound forces them out, a backend over its bound hands partitions
+//!    straight to backends with room, and the gaps are filled by the backend
+//!    with the largest claim `c / (held + 1)`, then by augmenting paths that move
+//!    the fewest previous pairs. [`Options::slack_ppm`] trades usable capacity
+//!    for less movement.
 //!
 //! Everything is deterministic: the same backends, replica count, partition
 //! count, previous table and [`Options::seed`] give the same table. Ties are
@@ -233,7 +234,9 @@ pub enum PlacementError {
         partitions: u32,
     },
     /// Fewer backends than replicas.
-    #[error("placement: {replicas} replicas need at least {replicas} backends, but {backends} are given; add backends or lower the replica count")]
+    #[error(
+        "placement: {replicas} replicas need at least {replicas} backends, but {backends} are given; add backends or lower the replica count"
+    )]
     TooFewBackends {
         /// The replica count.
         replicas: u8,
@@ -241,7 +244,9 @@ pub enum PlacementError {
         backends: usize,
     },
     /// Fewer zones with capacity than replicas.
-    #[error("placement: {replicas} replicas need backends with capacity in at least {replicas} zones, but only {zones} zones have any; add backends in other zones or lower the replica count")]
+    #[error(
+        "placement: {replicas} replicas need backends with capacity in at least {replicas} zones, but only {zones} zones have any; add backends in other zones or lower the replica count"
+    )]
     TooFewZones {
         /// The replica count.
         replicas: u8,
@@ -252,7 +257,9 @@ pub enum PlacementError {
     #[error("placement: every backend has capacity 0; give at least one backend a capacity")]
     ZeroCapacity,
     /// More backends than the table can address or give a partition.
-    #[error("placement: {backends} backends with capacity cannot each hold a partition among {partitions} partitions of {replicas} replicas (at most {MAX_BACKENDS} backends); raise the partition count to at least {needed} or remove backends")]
+    #[error(
+        "placement: {backends} backends with capacity cannot each hold a partition among {partitions} partitions of {replicas} replicas (at most {MAX_BACKENDS} backends); raise the partition count to at least {needed} or remove backends"
+    )]
     TooManyBackends {
         /// Backends with capacity (or all backends, beyond [`MAX_BACKENDS`]).
         backends: usize,
@@ -270,7 +277,9 @@ pub enum PlacementError {
         name: String,
     },
     /// The previous table names a backend that is not in the list.
-    #[error("placement: the previous table names backend index {index}, but only {backends} backends are given; keep a removed backend in the list with capacity 0 until no table names it")]
+    #[error(
+        "placement: the previous table names backend index {index}, but only {backends} backends are given; keep a removed backend in the list with capacity 0 until no table names it"
+    )]
     UnknownBackend {
         /// The index the previous table names.
         index: u16,
@@ -331,9 +340,9 @@ pub(crate) fn previous_owners(previous: &Table, partitions: u32, q: u32) -> &[u1
     if old == 0 {
         return &[];
     }
-    if partitions % old == 0 {
+    if partitions.is_multiple_of(old) {
         previous.owners_of(q % old)
-    } else if old % partitions == 0 {
+    } else if old.is_multiple_of(partitions) {
         previous.owners_of(q)
     } else {
         &[]

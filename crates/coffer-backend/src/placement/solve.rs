@@ -84,10 +84,8 @@ fn check(
         let needed = (live.div_ceil(usize::from(replicas)).next_power_of_two() as u32).min(MAX_PARTITIONS);
         return Err(PlacementError::TooManyBackends { backends: live, partitions, replicas, needed });
     }
-    if let Some(previous) = previous {
-        if let Some(&index) = previous.owners.iter().find(|&&v| usize::from(v) >= backends.len()) {
-            return Err(PlacementError::UnknownBackend { index, backends: backends.len() });
-        }
+    if let Some(&index) = previous.and_then(|t| t.owners.iter().find(|&&v| usize::from(v) >= backends.len())) {
+        return Err(PlacementError::UnknownBackend { index, backends: backends.len() });
     }
     Ok(zone)
 }
@@ -537,7 +535,11 @@ impl State {
         for (p, row) in self.rows.iter().enumerate() {
             if row.len() != self.replicas {
                 return Err(PlacementError::InvalidTable {
-                    reason: format!("partition {p} has {} of {} replicas (a placement defect)", row.len(), self.replicas),
+                    reason: format!(
+                        "partition {p} has {} of {} replicas (a placement defect)",
+                        row.len(),
+                        self.replicas
+                    ),
                 });
             }
             owners.extend_from_slice(row);

@@ -319,4 +319,3 @@ fn validate_names_what_is_wrong() {
     table.owners.pop();
     assert!(table.validate(&backends).unwrap_err().to_string().contains("owner entries"));
 }
-

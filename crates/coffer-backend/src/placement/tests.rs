@@ -319,3 +319,56 @@ fn validate_names_what_is_wrong() {
     table.owners.pop();
     assert!(table.validate(&backends).unwrap_err().to_string().contains("owner entries"));
 }
+
+#[test]
+fn full_slack_moves_only_the_removed_backends_pairs() {
+    let mut rng = Rng(5);
+    let all = Options { slack_ppm: 1_000_000, ..Options::default() };
+    for round in 0..30 {
+        let n = 3 + rng.below(8) as usize;
+        let mut backends = rng.backends(n, 0);
+        let replicas = 1 + rng.below(3) as u8;
+        let Ok(before) = assign(&backends, replicas, 256, None) else { continue };
+        let gone = rng.below(n as u64) as usize;
+        let held = u64::from(before.partitions_held(n)[gone]);
+        backends[gone].capacity = 0;
+        let Ok(after) = assign_with(&backends, replicas, 256, Some(&before), &all) else { continue };
+        after.validate(&backends).unwrap();
+        assert_eq!(moved(&before, &after), held, "round {round}");
+    }
+}
+
+#[test]
+fn changed_zones_and_replica_counts_keep_what_they_can() {
+    let backends = specs(&[4, 4, 4, 4, 4, 4]);
+    let before = assign(&backends, 2, 256, None).unwrap();
+    // b0 and b1 now share a zone: partitions they both held keep one of them.
+    let mut zoned = backends.clone();
+    zoned[0].zone = Some("rack".into());
+    zoned[1].zone = Some("rack".into());
+    let after = assign(&zoned, 2, 256, Some(&before)).unwrap();
+    after.validate(&zoned).unwrap();
+    let both = (0..256).filter(|&p| before.owners_of(p).contains(&0) && before.owners_of(p).contains(&1)).count();
+    assert!(moved(&before, &after) as usize >= both);
+    // One more replica: every previous pair stays, one pair per partition is added.
+    let three = assign(&backends, 3, 256, Some(&before)).unwrap();
+    three.validate(&backends).unwrap();
+    assert_eq!(moved(&before, &three), 256);
+    for p in 0..256 {
+        assert!(before.owners_of(p).iter().all(|v| three.owners_of(p).contains(v)));
+    }
+}
+
+#[test]
+fn large_layouts_are_computed() {
+    // 100 backends, R = 3, 8192 partitions, then one more backend.
+    let mut rng = Rng(6);
+    let mut backends: Vec<BackendSpec> =
+        (0..100).map(|i| BackendSpec::new(format!("b{i}"), 1000 + rng.below(15_000))).collect();
+    let before = assign(&backends, 3, 8192, None).unwrap();
+    before.validate(&backends).unwrap();
+    assert_usable(&before, &backends, 3);
+    backends.push(BackendSpec::new("new", 8000));
+    let after = assign(&backends, 3, 8192, Some(&before)).unwrap();
+    assert_eq!(moved(&before, &after), u64::from(after.partitions_held(101)[100]));
+}

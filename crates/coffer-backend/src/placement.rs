@@ -17,11 +17,12 @@
 //! 2. **Zones.** No two replicas of a partition are in the same zone (a backend
 //!    without a zone is its own zone).
 //! 3. **Movement.** Among the tables that reach `s*`, one that keeps as many
-//!    (partition, backend) pairs of the previous table as it can: pairs are kept
-//!    unless a bound forces them out, a backend over its bound gives up
-//!    partitions that lost the fewest replicas so far, and the gaps are filled
-//!    preferring the backends with the most room, with augmenting paths when a
-//!    gap has no direct candidate.
+//!    (partition, backend) pairs of the previous table as it can: pairs stay
+//!    unless a bound forces them out, a backend over its bound hands partitions
+//!    straight to backends with room, and the gaps are filled by the backend
+//!    with the largest claim `c / (held + 1)`, then by augmenting paths that move
+//!    the fewest previous pairs. [`Options::slack_ppm`] trades usable capacity
+//!    for less movement.
 //!
 //! Everything is deterministic: the same backends, replica count, partition
 //! count, previous table and [`Options::seed`] give the same table. Ties are
@@ -199,11 +200,19 @@ pub struct Options {
     /// Breaks ties between equally good backends; a different seed gives a
     /// different, equally good table.
     pub seed: u64,
+    /// How much usable capacity, in parts per million of the best table's, the
+    /// table may give up to move less: each backend may then hold up to
+    /// `floor(c / (s* * (1 - slack)))` partitions instead of `floor(c / s*)`.
+    /// 0 (the default) insists on the best table; 10,000 (1 %) lets a removal
+    /// keep pairs an exact optimum would shuffle; 1,000,000 moves only what
+    /// must move (the pairs of backends that are gone or have shrunk below
+    /// what they hold), whatever the balance.
+    pub slack_ppm: u32,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { seed: 0x636f_6666_6572 } // "coffer"
+        Options { seed: 0x636f_6666_6572, slack_ppm: 0 } // seed: "coffer"
     }
 }
 

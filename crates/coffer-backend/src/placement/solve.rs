@@ -15,12 +15,15 @@ pub(super) fn assign(
 ) -> Result<Table, PlacementError> {
     let zone = check(backends, replicas, partitions, previous)?;
     let capacity: Vec<u64> = backends.iter().map(|b| b.capacity).collect();
-    let bound = bounds(&capacity, &zone, usize::from(replicas), partitions);
-    let mut state = State::new(zone, bound, usize::from(replicas), partitions, options.seed);
+    let mut bound = bounds(&capacity, &zone, usize::from(replicas), partitions);
+    if options.slack_ppm > 0 {
+        loosen(&mut bound, &capacity, partitions, options.slack_ppm);
+    }
+    let mut state = State::new(zone, capacity, bound, usize::from(replicas), partitions, options.seed);
     if let Some(previous) = previous {
         state.keep(previous);
     }
-    state.drop_over_bounds();
+    state.shed_over_bounds();
     state.fill();
     state.augment()?;
     state.into_table()
@@ -81,9 +84,7 @@ fn check(
         let needed = (live.div_ceil(usize::from(replicas)).next_power_of_two() as u32).min(MAX_PARTITIONS);
         return Err(PlacementError::TooManyBackends { backends: live, partitions, replicas, needed });
     }
-    if let Some(previous) = previous
-        && let Some(&index) = previous.owners.iter().find(|&&v| usize::from(v) >= backends.len())
-    {
+    if let Some(&index) = previous.and_then(|t| t.owners.iter().find(|&&v| usize::from(v) >= backends.len())) {
         return Err(PlacementError::UnknownBackend { index, backends: backends.len() });
     }
     Ok(zone)
@@ -166,6 +167,27 @@ pub(super) fn bounds(capacity: &[u64], zone: &[usize], replicas: usize, partitio
     count
 }
 
+/// Raises the bounds to what a partition size `(1 - slack) * s*` allows. `s*` is
+/// the largest `capacity / bound` among the bounded backends' next partition:
+/// any backend's `capacity / bound` is at least `s*`, so the smallest of them
+/// is `s*` itself (a backend at the binding claim).
+fn loosen(bound: &mut [u32], capacity: &[u64], partitions: u32, slack_ppm: u32) {
+    let s_star = capacity
+        .iter()
+        .zip(bound.iter())
+        .filter(|(_, n)| **n > 0)
+        .map(|(&c, &n)| c as f64 / f64::from(n))
+        .fold(f64::INFINITY, f64::min);
+    let keep = 1.0 - f64::from(slack_ppm.min(1_000_000)) / 1e6;
+    for (n, &c) in bound.iter_mut().zip(capacity) {
+        if c == 0 {
+            continue;
+        }
+        let loose = if keep <= 0.0 { f64::from(partitions) } else { (c as f64 / (s_star * keep)).floor() };
+        *n = (*n).max(loose.min(f64::from(partitions)) as u32);
+    }
+}
+
 /// A well-mixed 64-bit hash (the SplitMix64 finaliser).
 pub(super) fn mix(mut x: u64) -> u64 {
     x ^= x >> 30;
@@ -197,26 +219,29 @@ struct State {
     partitions: u32,
     seed: u64,
     zone: Vec<usize>,
+    capacity: Vec<u64>,
     bound: Vec<u32>,
     held: Vec<u32>,
     /// The owners of each partition, fewer than `replicas` while it has gaps.
     rows: Vec<Vec<u16>>,
-    /// The pairs carried over from the previous table, as (partition, backend).
-    kept: BTreeSet<(u32, u16)>,
+    /// The owners of each partition in the previous table (projected onto this
+    /// partition count), empty without one.
+    previous: Vec<Vec<u16>>,
 }
 
 impl State {
-    fn new(zone: Vec<usize>, bound: Vec<u32>, replicas: usize, partitions: u32, seed: u64) -> Self {
+    fn new(zone: Vec<usize>, capacity: Vec<u64>, bound: Vec<u32>, replicas: usize, partitions: u32, seed: u64) -> Self {
         let n = zone.len();
         State {
             replicas,
             partitions,
             seed,
             zone,
+            capacity,
             bound,
             held: vec![0; n],
             rows: vec![Vec::with_capacity(replicas); partitions as usize],
-            kept: BTreeSet::new(),
+            previous: vec![Vec::new(); partitions as usize],
         }
     }
 
@@ -233,38 +258,62 @@ impl State {
     /// partition has fewer than `replicas` owners.
     fn keep(&mut self, previous: &Table) {
         for p in 0..self.partitions as usize {
+            self.previous[p] = previous_owners(previous, self.partitions, p as u32).to_vec();
             for &v in previous_owners(previous, self.partitions, p as u32) {
                 if self.rows[p].len() < self.replicas && self.fits(p, usize::from(v)) {
                     self.rows[p].push(v);
                     self.held[usize::from(v)] += 1;
-                    self.kept.insert((p as u32, v));
                 }
             }
         }
     }
 
-    /// A backend holding more than its bound gives up the partitions that have
-    /// lost the fewest replicas so far, so the gaps spread over many partitions
-    /// and any zone can fill them.
-    fn drop_over_bounds(&mut self) {
+    /// A backend holding more than its bound hands partitions straight to
+    /// backends with room that may take them (the fewest partitions for their
+    /// capacity first), so each such pair moves once and only to a backend that
+    /// gains. What no backend can take directly is dropped from the partitions
+    /// that have lost the fewest replicas so far, leaving gaps spread over many
+    /// partitions for the fill and the augmenting paths.
+    fn shed_over_bounds(&mut self) {
         for v in 0..self.zone.len() {
-            let excess = self.held[v].saturating_sub(self.bound[v]) as usize;
+            let mut excess = self.held[v].saturating_sub(self.bound[v]) as usize;
             if excess == 0 {
                 continue;
             }
             let mut holding: Vec<usize> =
                 (0..self.rows.len()).filter(|&p| self.rows[p].contains(&(v as u16))).collect();
-            holding.sort_by_key(|&p| (std::cmp::Reverse(self.rows[p].len()), tie(self.seed, p, v)));
-            for &p in &holding[..excess] {
+            holding.sort_by_key(|&p| tie(self.seed, p, v));
+            let mut undecided = Vec::new();
+            for p in holding {
+                if excess == 0 {
+                    break;
+                }
+                self.rows[p].retain(|&w| usize::from(w) != v);
+                match self.best_for(p) {
+                    Some(w) => {
+                        self.rows[p].push(w as u16);
+                        self.held[w] += 1;
+                        excess -= 1;
+                    }
+                    None => {
+                        self.rows[p].push(v as u16);
+                        undecided.push(p);
+                    }
+                }
+            }
+            undecided.sort_by_key(|&p| (std::cmp::Reverse(self.rows[p].len()), tie(self.seed, p, v)));
+            for &p in undecided.iter().take(excess) {
                 self.rows[p].retain(|&w| usize::from(w) != v);
             }
-            self.held[v] -= excess as u32;
+            self.held[v] = self.bound[v];
         }
     }
 
     /// Fills every gap it can directly: the partitions with the most gaps first
-    /// (ties in hash order), each gap with the allowed backend that has the most
-    /// room relative to its bound (ties by hash). Gaps without a candidate are
+    /// (ties in hash order), each gap with the allowed backend below its bound
+    /// that holds the fewest partitions for its capacity (the largest claim
+    /// `c / (held + 1)`, ties by hash), so that partitions follow capacity even
+    /// when the bounds leave room. Gaps without a candidate are
     /// left to [`State::augment`].
     fn fill(&mut self) {
         let mut order: Vec<usize> = (0..self.rows.len()).filter(|&p| self.rows[p].len() < self.replicas).collect();
@@ -287,9 +336,9 @@ impl State {
             best = Some(match best {
                 None => v,
                 Some(b) => {
-                    // spare(v) / bound(v) against spare(b) / bound(b), then the hash.
-                    let lhs = u64::from(self.spare(v)) * u64::from(self.bound[b]);
-                    let rhs = u64::from(self.spare(b)) * u64::from(self.bound[v]);
+                    // The larger claim c / (held + 1) wins, then the hash.
+                    let lhs = u128::from(self.capacity[v]) * u128::from(self.held[b] + 1);
+                    let rhs = u128::from(self.capacity[b]) * u128::from(self.held[v] + 1);
                     match lhs.cmp(&rhs).then_with(|| tie(self.seed, p, v).cmp(&tie(self.seed, p, b))) {
                         Ordering::Greater => v,
                         _ => b,
@@ -322,7 +371,7 @@ impl State {
             let mut still = Vec::new();
             for p in pending {
                 while self.rows[p].len() < self.replicas {
-                    let found = self.search(p, &parts_of, false).or_else(|| self.search(p, &parts_of, true));
+                    let found = self.cheapest_path(p, &parts_of).or_else(|| self.search(p, &parts_of));
                     match found {
                         Some((end, parent)) => self.apply(p, end, &parent, &mut parts_of),
                         None => break,
@@ -342,9 +391,85 @@ impl State {
         Ok(())
     }
 
+    /// Whether backend `v` held partition `p` in the previous table.
+    fn was(&self, p: usize, v: usize) -> bool {
+        self.previous[p].contains(&(v as u16))
+    }
+
+    /// The augmenting path completing partition `p` that moves the fewest pairs
+    /// of the previous table (Bellman-Ford over backends, queue-driven): a step
+    /// that takes a pair away from its previous owner costs 1, one that returns
+    /// a pair to its previous owner gains 1. `None` when the search gives up
+    /// (it stops after a number of steps linear in the backends) or finds a path
+    /// that uses a partition twice; the breadth-first [`State::search`] then
+    /// decides.
+    fn cheapest_path(&self, p: usize, parts_of: &[Vec<u32>]) -> Option<(usize, Vec<Parent>)> {
+        let n = self.zone.len();
+        let mut cost = vec![i64::MAX; n];
+        let mut parent = vec![Parent::None; n];
+        let mut queued = vec![false; n];
+        let mut queue = VecDeque::new();
+        for v in 0..n {
+            if !self.rows[p].contains(&(v as u16)) && self.fits(p, v) {
+                cost[v] = -i64::from(self.was(p, v));
+                parent[v] = Parent::Start;
+                queued[v] = true;
+                queue.push_back(v);
+            }
+        }
+        let mut steps = 0;
+        while let Some(b) = queue.pop_front() {
+            queued[b] = false;
+            steps += 1;
+            if steps > 4 * n + 16 {
+                break;
+            }
+            if self.spare(b) > 0 {
+                continue; // a path may end here; going on cannot be needed
+            }
+            for &q in &parts_of[b] {
+                let qi = q as usize;
+                if qi == p {
+                    continue;
+                }
+                let out = i64::from(self.was(qi, b));
+                for w in 0..n {
+                    if w == b || self.bound[w] == 0 || self.rows[qi].contains(&(w as u16)) {
+                        continue;
+                    }
+                    if self.zone[w] != self.zone[b] && !self.fits(qi, w) {
+                        continue;
+                    }
+                    let c = cost[b] + out - i64::from(self.was(qi, w));
+                    if c < cost[w] && !ancestor(&parent, b, w) && !on_path(&parent, b, q) {
+                        cost[w] = c;
+                        parent[w] = Parent::From { from: b, partition: q };
+                        if !queued[w] {
+                            queued[w] = true;
+                            queue.push_back(w);
+                        }
+                    }
+                }
+            }
+        }
+        let end = (0..n).filter(|&v| self.spare(v) > 0 && cost[v] < i64::MAX).min_by_key(|&v| cost[v])?;
+        // The parents may have changed after a node's children were labelled:
+        // check that the path is a chain of distinct partitions.
+        let mut seen = Vec::new();
+        let mut w = end;
+        while let Parent::From { from, partition } = parent[w] {
+            if seen.contains(&partition) || seen.len() > n {
+                return None;
+            }
+            seen.push(partition);
+            w = from;
+        }
+        Some((end, parent))
+    }
+
     /// Breadth-first search for an augmenting path completing partition `p`;
     /// returns the backend with room at its end and every backend's parent.
-    fn search(&self, p: usize, parts_of: &[Vec<u32>], move_kept: bool) -> Option<(usize, Vec<Parent>)> {
+    fn search(&self, p: usize, parts_of: &[Vec<u32>]) -> Option<(usize, Vec<Parent>)> {
         let n = self.zone.len();
         let mut parent = vec![Parent::None; n];
         let mut queue = VecDeque::new();
@@ -360,7 +485,7 @@ impl State {
         while let Some(b) = queue.pop_front() {
             for &q in &parts_of[b] {
                 let qi = q as usize;
-                if qi == p || (!move_kept && self.kept.contains(&(q, b as u16))) || on_path(&parent, b, q) {
+                if qi == p || on_path(&parent, b, q) {
                     continue;
                 }
                 for w in 0..n {
@@ -423,13 +548,32 @@ impl State {
     }
 }
 
-/// Whether `partition` already moves on the path that reaches backend `b`.
-fn on_path(parent: &[Parent], mut b: usize, partition: u32) -> bool {
-    while let Parent::From { from, partition: q } = parent[b] {
-        if q == partition {
+/// Whether backend `a` is on the path that reaches backend `b` (or is `b`).
+fn ancestor(parent: &[Parent], mut b: usize, a: usize) -> bool {
+    for _ in 0..parent.len() {
+        if b == a {
             return true;
         }
-        b = from;
+        match parent[b] {
+            Parent::From { from, .. } => b = from,
+            _ => return false,
+        }
     }
-    false
+    true
+}
+
+/// Whether `partition` already moves on the path that reaches backend `b`.
+fn on_path(parent: &[Parent], mut b: usize, partition: u32) -> bool {
+    for _ in 0..parent.len() {
+        match parent[b] {
+            Parent::From { from, partition: q } => {
+                if q == partition {
+                    return true;
+                }
+                b = from;
+            }
+            _ => return false,
+        }
+    }
+    true
 }

@@ -84,18 +84,14 @@ fn random_configurations_keep_every_rule() {
 #[test]
 fn partition_counts_follow_capacity() {
     // 1, 2, 2, 4, 8 with R = 2: no zone is capped, so every backend holds its
-    // share of the 2048 slots to within one partition of floor(c / s*).
+    // share of the 2048 slots, rounded to whole partitions.
     let backends = specs(&[1, 2, 2, 4, 8]);
     let table = assign(&backends, 2, 1024, None).unwrap();
     let held = table.partitions_held(5);
     let share = |c: f64| c / 17.0 * 2048.0;
     for (b, &n) in backends.iter().zip(&held) {
         let ideal = share(b.capacity as f64);
-        assert!(
-            f64::from(n) <= ideal + 1e-9 && f64::from(n) >= ideal - 2.0,
-            "{}: {n} partitions, ideal {ideal}",
-            b.name
-        );
+        assert!((f64::from(n) - ideal).abs() <= 1.0, "{}: {n} partitions, ideal {ideal}", b.name);
     }
     // R = 3: the 8 TB backend can hold each partition once, so it holds all
     // 1024 and the others share the other 2048 slots by capacity.
@@ -148,7 +144,7 @@ fn same_input_same_table_and_seeds_vary_pairs() {
     let a = assign(&backends, 2, 512, None).unwrap();
     let b = assign(&backends, 2, 512, None).unwrap();
     assert_eq!(a, b);
-    let c = assign_with(&backends, 2, 512, None, &Options { seed: 7 }).unwrap();
+    let c = assign_with(&backends, 2, 512, None, &Options { seed: 7, ..Options::default() }).unwrap();
     c.validate(&backends).unwrap();
     assert_ne!(a, c, "another seed gives another table");
     // Replica pairs vary: with 6 equal backends, all 15 pairs occur.
@@ -252,14 +248,17 @@ fn unchanged_layout_moves_nothing_and_capacity_changes_move_the_difference() {
 }
 
 #[test]
-fn doubling_the_partitions_moves_nothing() {
+fn doubling_the_partitions_moves_almost_nothing() {
+    // Each partition splits in two with its owners; the finer rounding may let
+    // a few pairs move to reach a better table, never more than 1 % of them.
     let backends = specs(&[3, 5, 7, 11]);
     let before = assign(&backends, 2, 512, None).unwrap();
     let after = assign(&backends, 2, 1024, Some(&before)).unwrap();
-    assert_eq!(moved(&before, &after), 0);
-    for p in 0..1024 {
-        assert_eq!(after.owners_of(p), before.owners_of(p % 512));
-    }
+    let moved = moved(&before, &after);
+    assert!(moved <= 20, "{moved} of 2048 pairs moved");
+    assert!(after.usable(&backends) >= before.usable(&backends));
+    let same = (0..1024).filter(|&p| after.owners_of(p) == before.owners_of(p % 512)).count();
+    assert!(same >= 1004, "{same} partitions kept their owners");
 }
 
 #[test]
@@ -319,4 +318,57 @@ fn validate_names_what_is_wrong() {
     assert!(e.to_string().contains("partition 0 has two replicas in zone"), "{e}");
     table.owners.pop();
     assert!(table.validate(&backends).unwrap_err().to_string().contains("owner entries"));
+}
+
+#[test]
+fn full_slack_moves_only_the_removed_backends_pairs() {
+    let mut rng = Rng(5);
+    let all = Options { slack_ppm: 1_000_000, ..Options::default() };
+    for round in 0..30 {
+        let n = 3 + rng.below(8) as usize;
+        let mut backends = rng.backends(n, 0);
+        let replicas = 1 + rng.below(3) as u8;
+        let Ok(before) = assign(&backends, replicas, 256, None) else { continue };
+        let gone = rng.below(n as u64) as usize;
+        let held = u64::from(before.partitions_held(n)[gone]);
+        backends[gone].capacity = 0;
+        let Ok(after) = assign_with(&backends, replicas, 256, Some(&before), &all) else { continue };
+        after.validate(&backends).unwrap();
+        assert_eq!(moved(&before, &after), held, "round {round}");
+    }
+}
+
+#[test]
+fn changed_zones_and_replica_counts_keep_what_they_can() {
+    let backends = specs(&[4, 4, 4, 4, 4, 4]);
+    let before = assign(&backends, 2, 256, None).unwrap();
+    // b0 and b1 now share a zone: partitions they both held keep one of them.
+    let mut zoned = backends.clone();
+    zoned[0].zone = Some("rack".into());
+    zoned[1].zone = Some("rack".into());
+    let after = assign(&zoned, 2, 256, Some(&before)).unwrap();
+    after.validate(&zoned).unwrap();
+    let both = (0..256).filter(|&p| before.owners_of(p).contains(&0) && before.owners_of(p).contains(&1)).count();
+    assert!(moved(&before, &after) as usize >= both);
+    // One more replica: every previous pair stays, one pair per partition is added.
+    let three = assign(&backends, 3, 256, Some(&before)).unwrap();
+    three.validate(&backends).unwrap();
+    assert_eq!(moved(&before, &three), 256);
+    for p in 0..256 {
+        assert!(before.owners_of(p).iter().all(|v| three.owners_of(p).contains(v)));
+    }
+}
+
+#[test]
+fn large_layouts_are_computed() {
+    // 100 backends, R = 3, 8192 partitions, then one more backend.
+    let mut rng = Rng(6);
+    let mut backends: Vec<BackendSpec> =
+        (0..100).map(|i| BackendSpec::new(format!("b{i}"), 1000 + rng.below(15_000))).collect();
+    let before = assign(&backends, 3, 8192, None).unwrap();
+    before.validate(&backends).unwrap();
+    assert_usable(&before, &backends, 3);
+    backends.push(BackendSpec::new("new", 8000));
+    let after = assign(&backends, 3, 8192, Some(&before)).unwrap();
+    assert_eq!(moved(&before, &after), u64::from(after.partitions_held(101)[100]));
 }

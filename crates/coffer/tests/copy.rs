@@ -285,3 +285,38 @@ fn copy_from_local_to_s3_and_back() {
     assert_same_tree(&p.env.path("src"), &p.env.path("r"));
     assert_success(&run_in(&back, &home, &[], &["check", "--read-data"]));
 }
+
+#[test]
+fn a_copy_killed_part_way_resumes_and_the_destination_stays_consistent() {
+    let p = Pair::new();
+    make_tree(&p.env.path("src2"), 3);
+    p.env.backup(&[&p.env.path("src2")]);
+    let (src, dst) = (p.env.repo(), p.env.path("dst"));
+    let src_arg = p.src_repo();
+    // Every storage operation is slowed (a fifth of them wait 30 ms and fail,
+    // then are retried), so that SIGKILL lands in the middle of the copy.
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_coffer"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", p.env.path("home"))
+        .env("COFFER_REPOSITORY", p.dst_repo())
+        .env("COFFER_PASSWORD", PASSWORD)
+        .env("COFFER_FROM_PASSWORD", PASSWORD)
+        .env("COFFER_TEST_FAULTS", "seed=5,timeout=0.2,delay_ms=30")
+        .env("COFFER_RETRY_BASE_MS", "1")
+        .args(["copy", "--from-repo", &src_arg])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let _ = child.kill();
+    child.wait().unwrap();
+    // Whatever arrived is a consistent repository already.
+    assert_success(&p.dst(&["check"]));
+    let arrived = packs(&dst).len();
+    eprintln!("killed after {arrived} of {} packs arrived", packs(&src).len());
+    let r = p.copy(&[]);
+    assert_eq!(n(&r["sent"]["packs"]["objects"]) as usize + arrived, packs(&src).len(), "{r}");
+    assert_eq!(packs(&src), packs(&dst));
+    assert_success(&p.dst(&["check", "--read-data"]));
+}

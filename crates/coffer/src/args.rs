@@ -315,6 +315,11 @@ pub struct InitArgs {
     /// byte for byte (its --chunk-* settings are ignored).
     #[arg(long, value_name = "SRC")]
     pub from_repo: Option<String>,
+    /// With --from-repo: new data keys of its own instead of the source's (a copy
+    /// then decrypts and encrypts again the blobs it sends; deduplication still
+    /// holds across the two).
+    #[arg(long, requires = "from_repo")]
+    pub own_data_keys: bool,
     /// Read the passphrase of --from-repo from this file (first line).
     /// COFFER_FROM_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]

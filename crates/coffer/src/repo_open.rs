@@ -298,8 +298,9 @@ pub fn create_related(
     opts: &InitOptions,
     modes: Modes,
     source: &Repository,
+    share_data_keys: bool,
 ) -> Result<Repository> {
-    create_as(global, loc, modes, |be, pw| Repository::init_related(be, pw, opts, source, true))
+    create_as(global, loc, modes, |be, pw| Repository::init_related(be, pw, opts, source, share_data_keys))
 }
 
 fn create_as(

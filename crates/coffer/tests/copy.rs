@@ -320,3 +320,37 @@ fn a_copy_killed_part_way_resumes_and_the_destination_stays_consistent() {
     assert_eq!(packs(&src), packs(&dst));
     assert_success(&p.dst(&["check", "--read-data"]));
 }
+
+#[test]
+fn copy_into_a_repository_with_its_own_data_keys_writes_new_signed_snapshots() {
+    let env = Env::new();
+    make_tree(&env.path("src"), 4);
+    let id = env.backup(&[&env.path("src")]);
+    let dst = env.path("own").display().to_string();
+    let home = env.path("home");
+    let src_arg = env.repo().display().to_string();
+    let init = ["init", "--kdf-log-n", "10", "--insecure-kdf", "--from-repo", &src_arg, "--own-data-keys"];
+    let out = run_in(&dst, &home, &[], &init);
+    assert_success(&out);
+    assert!(text(&out.stdout).contains("own data keys"), "{}", text(&out.stdout));
+    let out = run_in(&dst, &home, &[], &["--json", "copy", "--from-repo", &src_arg]);
+    assert_success(&out);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["relation"], "shared_ids");
+    assert_eq!(r["snapshots"][0], id.as_str());
+    assert!(n(&r["blobs"]["objects"]) >= 11, "{r}");
+    // The new snapshot says where it comes from, and is signed by this client.
+    let out = run_in(&dst, &home, &[], &["--json", "snapshots"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["snapshot"]["copied_from"]["snapshot"], id.as_str());
+    assert_eq!(v[0]["signature_valid"], true);
+    let spec = format!("latest:{}", env.path("src").display());
+    let target = env.path("r").display().to_string();
+    assert_success(&run_in(&dst, &home, &[], &["restore", &spec, "--target", &target]));
+    assert_same_tree(&env.path("src"), &env.path("r"));
+    assert_success(&run_in(&dst, &home, &[], &["check", "--read-data"]));
+    // Again: nothing.
+    let out = run_in(&dst, &home, &[], &["--json", "copy", "--from-repo", &src_arg]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(n(&r["blobs"]["objects"]) + n(&r["sent"]["total"]["objects"]), 0, "{r}");
+}

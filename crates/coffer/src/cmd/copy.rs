@@ -3,7 +3,7 @@
 //! docs/json.md.
 
 use anyhow::Result;
-use coffer_core::ops::copy::{CopyOptions, Sent, copy, relate, unsupported};
+use coffer_core::ops::copy::{CopyOptions, Relation, Sent, copy, relate, unsupported};
 use coffer_core::repo::SnapshotFilter;
 use serde_json::json;
 
@@ -32,8 +32,13 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
         dry_run: a.dry_run,
         timing: crate::protocol_timing(),
     };
+    // New snapshots are signed by this client's writer key for the destination.
+    let key = match relation {
+        Relation::SharedIds if !a.dry_run => Some(dst.writer_key(&repo_open::local_state(&dst)?)?),
+        _ => None,
+    };
     let display = Display::new(global.json, global.quiet, "copy");
-    let r = copy(&src, &dst, &opts, &display);
+    let r = copy(&src, &dst, &opts, key.as_ref(), &display);
     display.finish();
     let r = r?;
     for w in &r.warnings {
@@ -56,6 +61,7 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
                 "total": sent(total), "packs": sent(r.packs), "index_files": sent(r.index_files),
                 "writers": sent(r.writers), "snapshots": sent(r.snapshot_objects), "tombstones": sent(r.tombstones),
             },
+            "blobs": sent(r.blobs),
             "packs_present": r.packs_present,
             "snapshots_removed": r.snapshots_removed,
             "unlinked": r.unlinked,
@@ -77,6 +83,14 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
             r.writers.objects,
             r.tombstones.objects
         );
+        if r.blobs.objects > 0 {
+            let verb = if r.dry_run { "would be" } else { "were" };
+            println!(
+                "{} blobs ({}) {verb} encrypted again for the destination",
+                r.blobs.objects,
+                output::bytes(r.blobs.bytes)
+            );
+        }
         if r.packs_present > 0 {
             println!("{} packs were there already (an earlier copy sent them)", r.packs_present);
         }

@@ -41,7 +41,7 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let repo = match &a.from_repo {
         Some(src) => {
             let (source, _) = repo_open::open_source(src, a.from_password_file.as_deref())?;
-            repo_open::create_related(global, &path, &opts, modes, &source)?
+            repo_open::create_related(global, &path, &opts, modes, &source, !a.own_data_keys)?
         }
         None => repo_open::create_with_modes(global, &path, &opts, modes)?,
     };
@@ -52,11 +52,19 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     } else if !global.quiet {
         println!("created coffer repository {} at {}", repo.config().id.short(), path.display());
         if let Some(r) = &repo.config().related {
-            println!(
-                "related to repository {} (same chunker, id and data keys): `coffer copy --from-repo` sends packs byte \
-                 for byte",
-                r.repository.short()
-            );
+            if r.data_keys {
+                println!(
+                    "related to repository {} (same chunker, id and data keys): `coffer copy --from-repo` sends packs \
+                     byte for byte",
+                    r.repository.short()
+                );
+            } else {
+                println!(
+                    "related to repository {} (same chunker and id keys, own data keys): `coffer copy --from-repo` \
+                     sends only the blobs this one lacks, encrypted again",
+                    r.repository.short()
+                );
+            }
         }
         println!("keep the passphrase safe: without it, the data cannot be read");
     }

@@ -16,11 +16,15 @@
 //! writer records, snapshots, tombstones), so the destination is a consistent
 //! repository at every moment and an interrupted copy resumes where it stopped.
 //!
-//! Copying blob by blob between repositories with their own data keys, and
-//! re-chunking into unrelated ones, are not implemented yet: [`unsupported`]
-//! says so, and what to do instead.
+//! Between repositories that share id and chunker keys but have their own data
+//! keys, only the blobs the destination's index lacks are decrypted and stored
+//! again, and each snapshot is written anew, signed by the destination's writer
+//! and recording its origin ([`reencrypt`]). Re-chunking into unrelated
+//! repositories is not implemented yet: [`unsupported`] says so, and what to do
+//! instead.
 
 mod plan;
+mod reencrypt;
 mod relation;
 #[cfg(test)]
 mod tests;
@@ -31,6 +35,7 @@ use std::path::Path;
 
 pub use relation::{Relation, relate, unsupported};
 
+use crate::crypto::sign::SigningKey;
 use crate::error::{Error, Result};
 use crate::format::envelope::SealedKind;
 use crate::format::{ObjectKind, index as index_file};
@@ -96,10 +101,15 @@ pub struct CopySummary {
     pub dry_run: bool,
     /// The snapshots copied, oldest first.
     pub snapshots: Vec<Id>,
-    /// Snapshots named on the command line that the destination held already.
+    /// Snapshots asked for that the destination held already: named ones present
+    /// by id, and (own data keys) those an earlier copy wrote anew.
     pub snapshots_present: usize,
-    /// Packs sent.
+    /// Packs sent (between repositories with their own data keys: the packs and
+    /// index files the destination's saver stored).
     pub packs: Sent,
+    /// Blobs stored again, encrypted for the destination, and their plaintext
+    /// bytes (only between repositories with their own data keys).
+    pub blobs: Sent,
     /// Packs to send that the destination held already (sent by an interrupted
     /// copy), so not sent again.
     pub packs_present: u64,
@@ -130,13 +140,32 @@ impl CopySummary {
     }
 }
 
-/// Copies from `src` into `dst` what `opts` asks for. See the module doc; the
-/// relation between the two must be [`Relation::SharedKeys`] (others are refused
-/// with [`unsupported`]'s text as [`Error::InvalidInput`]).
-pub fn copy(src: &Repository, dst: &Repository, opts: &CopyOptions, progress: &dyn Progress) -> Result<CopySummary> {
+/// Copies from `src` into `dst` what `opts` asks for. See the module doc. The
+/// relation must be [`Relation::SharedKeys`] or [`Relation::SharedIds`] (others
+/// are refused with [`unsupported`]'s text as [`Error::InvalidInput`]); the
+/// latter writes new snapshots, signed by `writer` (the destination's writer key
+/// of this client, needed unless it is a dry run).
+pub fn copy(
+    src: &Repository,
+    dst: &Repository,
+    opts: &CopyOptions,
+    writer: Option<&SigningKey>,
+    progress: &dyn Progress,
+) -> Result<CopySummary> {
     let relation = relate(src, dst)?;
     if let Some(why) = unsupported(relation) {
         return Err(Error::InvalidInput(why));
+    }
+    if relation == Relation::SharedIds && opts.with_forgets {
+        return Err(Error::InvalidInput(
+            "--with-forgets copies the source's tombstones byte for byte, which needs the destination to share the \
+             source's data keys (`coffer init --from-repo SRC`); copy without it, and forget in the destination \
+             what you want gone"
+                .into(),
+        ));
+    }
+    if relation == Relation::SharedIds && writer.is_none() && !opts.dry_run {
+        return Err(Error::InvalidInput("a copy that writes new snapshots needs the destination's writer key".into()));
     }
     // Source first: a source snapshot listed has its index files listed.
     let s = Names::list(src)?;
@@ -154,6 +183,7 @@ pub fn copy(src: &Repository, dst: &Repository, opts: &CopyOptions, progress: &d
         snapshots: sel.snapshots.iter().map(|(i, _)| *i).collect(),
         snapshots_present: sel.already,
         packs: Sent::default(),
+        blobs: Sent::default(),
         packs_present: 0,
         index_files: Sent::default(),
         writers: Sent::default(),
@@ -163,6 +193,29 @@ pub fn copy(src: &Repository, dst: &Repository, opts: &CopyOptions, progress: &d
         unlinked,
         warnings: std::mem::take(&mut sel.warnings),
     };
+    if relation == Relation::SharedIds {
+        let done = reencrypt::already_copied(src, dst)?;
+        sum.snapshots_present += sel.snapshots.iter().filter(|(i, _)| done.contains(i)).count();
+        sel.snapshots.retain(|(i, _)| !done.contains(i));
+        sum.snapshots = sel.snapshots.iter().map(|(i, _)| *i).collect();
+        sum.unlinked.clear();
+        if sel.snapshots.is_empty() {
+            return Ok(sum);
+        }
+        let session = if opts.dry_run { None } else { Some(Session::start(dst, opts.timing.heartbeat)?) };
+        let sink = session.as_ref().map(|s| s.sink());
+        let report = |ev: SaverEvent| {
+            if let Some(f) = &sink {
+                f(ev)
+            }
+        };
+        let key = if opts.dry_run { None } else { writer };
+        reencrypt::copy_snapshots(src, dst, &sel.snapshots, key, &report, progress, &mut sum)?;
+        if let Some(session) = session {
+            session.finish()?;
+        }
+        return Ok(sum);
+    }
     let new_index = missing(&s.index, &d.index);
     let writes_data = if opts.whole() { !new_index.is_empty() } else { !sel.snapshots.is_empty() };
     // A concurrent prune of the destination spares what this marker lists (the

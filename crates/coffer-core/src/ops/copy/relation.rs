@@ -53,12 +53,7 @@ pub fn relate(src: &Repository, dst: &Repository) -> Result<Relation> {
 pub fn unsupported(relation: Relation) -> Option<String> {
     match relation {
         Relation::SharedKeys => None,
-        Relation::SharedIds => Some(
-            "the repositories share id and chunker keys but not data keys; copying between them (blobs encrypted \
-             again) is not implemented yet: make the destination with `coffer init --from-repo SRC` (which shares \
-             the data keys by default), or back up the restored files into it"
-                .into(),
-        ),
+        Relation::SharedIds => None,
         Relation::Unrelated => Some(
             "the repositories are unrelated (different id and chunker keys); copying between them (`--rechunk`: \
              file content chunked again by the destination) is not implemented yet: make the destination with \

@@ -24,7 +24,7 @@ fn names(be: &MemBackend, prefix: &str) -> HashSet<String> {
 }
 
 fn run(src: &Repository, dst: &Repository, opts: &CopyOptions) -> CopySummary {
-    copy(src, dst, opts, &NoProgress).unwrap()
+    copy(src, dst, opts, None, &NoProgress).unwrap()
 }
 
 /// A tree of `files` files of 300 KiB noise each, seeded by `seed`.
@@ -47,13 +47,13 @@ fn related_repository_shares_keys_and_records_the_relation() {
     let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
     let own = Repository::init_related(be as Arc<dyn Backend>, PASSPHRASE, &opts, &src.repo, false).unwrap();
     assert_eq!(relate(&src.repo, &own).unwrap(), Relation::SharedIds);
-    assert!(unsupported(Relation::SharedIds).is_some());
+    assert!(unsupported(Relation::SharedIds).is_none());
     // Unrelated, and the same repository, are told apart.
     let other = test_repo();
     assert_eq!(relate(&src.repo, &other.repo).unwrap(), Relation::Unrelated);
     let err = relate(&src.repo, &src.reopen()).unwrap_err().to_string();
     assert!(err.contains("same repository"), "{err}");
-    let err = copy(&src.repo, &other.repo, &CopyOptions::default(), &NoProgress).unwrap_err().to_string();
+    let err = copy(&src.repo, &other.repo, &CopyOptions::default(), None, &NoProgress).unwrap_err().to_string();
     assert!(err.contains("not implemented yet") && err.contains("init --from-repo"), "{err}");
 }
 
@@ -157,7 +157,7 @@ fn a_damaged_source_pack_is_not_copied() {
     bytes[10] ^= 1;
     src.backend.write(&name, bytes).unwrap();
     let (dbe, dst) = related(&src.repo);
-    let err = copy(&src.repo, &dst, &CopyOptions::default(), &NoProgress).unwrap_err().to_string();
+    let err = copy(&src.repo, &dst, &CopyOptions::default(), None, &NoProgress).unwrap_err().to_string();
     assert!(err.contains("does not match its name"), "{err}");
     assert!(names(&dbe, "snapshots/").is_empty() && names(&dbe, "index/").is_empty());
 }
@@ -239,6 +239,55 @@ fn a_tombstone_forgetting_nothing_here_completes_the_history() {
     assert_eq!(r.snapshots, vec![b]);
     assert_eq!(r.tombstones.objects, 1);
     assert!(r.unlinked.is_empty());
+    let f = History::load(&dst).unwrap().verify(&[]);
+    assert!(f.errors.is_empty(), "{f:?}");
+}
+
+#[test]
+fn own_data_keys_copy_only_missing_blobs_encrypted_again() {
+    let src = test_repo();
+    let (a, _) = src.snapshot(&tree(4, 11));
+    let be = Arc::new(MemBackend::new());
+    let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
+    let dst = Repository::init_related(be.clone() as Arc<dyn Backend>, PASSPHRASE, &opts, &src.repo, false).unwrap();
+    let key = crate::crypto::sign::SigningKey::generate();
+    dst.register_writer(&key.public(), "dst-host".into(), "dst-user".into()).unwrap();
+    // A writer key is needed, and --with-forgets is refused.
+    assert!(copy(&src.repo, &dst, &CopyOptions::default(), None, &NoProgress).is_err());
+    let wf = CopyOptions { with_forgets: true, ..CopyOptions::default() };
+    let err = copy(&src.repo, &dst, &wf, Some(&key), &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("init --from-repo"), "{err}");
+    let dry =
+        copy(&src.repo, &dst, &CopyOptions { dry_run: true, ..CopyOptions::default() }, None, &NoProgress).unwrap();
+    assert!(names(&be, "data/").is_empty());
+    let r = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap();
+    assert_eq!(r.relation, Relation::SharedIds);
+    assert_eq!(r.snapshots, vec![a]);
+    assert_eq!(r.blobs.objects, 5, "{r:?}"); // four files and the tree
+    assert_eq!(dry.blobs, r.blobs);
+    // Nothing is the same object: encrypted under other keys.
+    assert!(names(&be, "data/").is_disjoint(&names(&src.backend, "data/")));
+    let dst = Repository::open(be.clone() as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    assert!(dst.load_index().unwrap().is_empty());
+    let (snaps, damaged) = dst.snapshots().unwrap();
+    assert!(damaged.is_empty());
+    let (_, s) = &snaps[0];
+    assert!(s.signature.is_valid(), "{}", s.signature.describe());
+    assert_eq!(s.writer, key.public());
+    let from = s.copied_from.clone().unwrap();
+    assert_eq!((from.repository, from.snapshot, from.writer), (src.repo.config().id, a, src.key.public()));
+    let orig = src.repo.load_snapshot(&a).unwrap();
+    assert_eq!((s.tree, s.merkle_root, &s.time), (orig.tree, orig.merkle_root, &orig.time));
+    let mut seen = HashSet::new();
+    crate::lifecycle::each_used_blob(&dst, s.tree, &mut seen, &mut |t, id| dst.load_blob(t, &id).map(|_| ())).unwrap();
+    // Again: nothing. Then a snapshot sharing all but one file: one data blob and
+    // its tree travel.
+    let again = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap();
+    assert_eq!((again.snapshots.len(), again.snapshots_present, again.packs.objects), (0, 1, 0));
+    let (b, _) = src.snapshot(&tree(4, 11).file("more", &[&noise(1000, 5)]));
+    let r = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap();
+    assert_eq!(r.snapshots, vec![b]);
+    assert_eq!(r.blobs.objects, 2, "{r:?}");
     let f = History::load(&dst).unwrap().verify(&[]);
     assert!(f.errors.is_empty(), "{f:?}");
 }

@@ -187,6 +187,7 @@ pub fn snapshot_of(root: Id, key: &SigningKey) -> Snapshot {
         merkle_root: Id([0; 32]),
         merkle_leaves: 0,
         merkle_key: Id([0; 32]),
+        copied_from: None,
         signature: Default::default(),
     }
 }

@@ -94,6 +94,10 @@ pub enum Command {
     /// Back up files and directories.
     #[command(after_help = EXIT_CODES)]
     Backup(BackupArgs),
+    /// Copy snapshots, and the data they need, from another repository
+    /// (--from-repo), sending only what this one lacks.
+    #[command(after_help = EXIT_CODES)]
+    Copy(CopyArgs),
     /// List snapshots.
     #[command(after_help = EXIT_CODES)]
     Snapshots(SnapshotsArgs),
@@ -306,6 +310,44 @@ pub struct InitArgs {
     /// directories 0750) instead of its owner only (0600, 0700).
     #[arg(long)]
     pub group_readable: bool,
+    /// Make a repository related to this one: it shares its chunker sizes, id and
+    /// chunker keys and data keys, so `coffer copy` between the two sends packs
+    /// byte for byte (its --chunk-* settings are ignored).
+    #[arg(long, value_name = "SRC")]
+    pub from_repo: Option<String>,
+    /// With --from-repo: new data keys of its own instead of the source's (a copy
+    /// then decrypts and encrypts again the blobs it sends; deduplication still
+    /// holds across the two).
+    #[arg(long, requires = "from_repo")]
+    pub own_data_keys: bool,
+    /// Read the passphrase of --from-repo from this file (first line).
+    /// COFFER_FROM_PASSWORD takes precedence.
+    #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
+    pub from_password_file: Option<PathBuf>,
+}
+
+/// `coffer copy` (docs/design.md#copy).
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    /// The repository to copy from (same location syntax as --repo).
+    #[arg(long, value_name = "SRC", env = "COFFER_FROM_REPOSITORY")]
+    pub from_repo: String,
+    /// Read the passphrase of --from-repo from this file (first line).
+    /// COFFER_FROM_PASSWORD takes precedence.
+    #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
+    pub from_password_file: Option<PathBuf>,
+    /// Snapshots to copy (ids, unique prefixes, or `latest`); default: every
+    /// snapshot the destination lacks.
+    pub snapshots: Vec<String>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Also copy the source's tombstones and remove from the destination the
+    /// snapshots they forget (a mirror).
+    #[arg(long)]
+    pub with_forgets: bool,
+    /// Report what would be sent (objects and bytes); write nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
 }
 
 /// Which snapshots `latest` may pick.

@@ -171,6 +171,7 @@ fn main() -> ExitCode {
             lean_allocator();
             cmd::backup::run(&cli.global, a)
         }
+        Command::Copy(a) => cmd::copy::run(&cli.global, a),
         Command::Snapshots(a) => cmd::snapshots::run(&cli.global, a),
         Command::Ls(a) => cmd::ls::run(&cli.global, a),
         Command::Diff(a) => cmd::diff::run(&cli.global, a),

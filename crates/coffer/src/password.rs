@@ -75,6 +75,24 @@ pub fn read_new(new_password_file: Option<&Path>) -> Result<Passphrase> {
     Ok(pw)
 }
 
+/// Reads the passphrase of the source repository of `copy` or `init --from-repo`:
+/// COFFER_FROM_PASSWORD, the file given (`--from-password-file`), or a prompt on
+/// the terminal. Standard input is left to the destination's passphrase.
+pub fn read_source(file: Option<&Path>) -> Result<Passphrase> {
+    if let Some(p) = env("COFFER_FROM_PASSWORD") {
+        Ok(p)
+    } else if let Some(file) = file {
+        first_line(file)
+    } else if std::io::stdin().is_terminal() {
+        Ok(Zeroizing::new(rpassword::prompt_password("enter passphrase for the source repository (--from-repo): ")?))
+    } else {
+        bail!(
+            "no passphrase for the source repository: set COFFER_FROM_PASSWORD or COFFER_FROM_PASSWORD_FILE, pass \
+             --from-password-file, or run on a terminal"
+        )
+    }
+}
+
 const EMPTY: &str = "an empty passphrase is not allowed: anyone could open the repository; choose a passphrase \
                      (a long one: it is all that protects the data)";
 

@@ -130,6 +130,15 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
 /// storage up: the backend, the fault injector (tests), the request counter
 /// (below the retries, so that it counts every attempt), the retries.
 fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> {
+    let (be, counts) = storage_stack(loc, modes)?;
+    let _ = COUNTS.set(counts);
+    Ok(be)
+}
+
+/// The storage stack for `loc` (see [`backend_with_modes`]) and its own request
+/// counts, which are not this command's main counts (a second repository, such
+/// as the source of `copy`).
+fn storage_stack(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CountsHandle)> {
     let settings = settings();
     let base: Arc<dyn Backend> = match loc {
         Location::Local(path) => {
@@ -158,7 +167,7 @@ fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> 
         _ => base,
     };
     let counting = CountingBackend::new(inner);
-    let _ = COUNTS.set(counting.handle());
+    let counts = counting.handle();
     let json = settings.json;
     let retry = RetryBackend::new(counting, policy).on_retry(move |e| {
         if json {
@@ -180,7 +189,36 @@ fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> 
             );
         }
     });
-    Ok(Arc::new(retry))
+    Ok((Arc::new(retry), counts))
+}
+
+/// Opens the source repository of `copy` or `init --from-repo` at `location`
+/// (index not loaded), with its passphrase from [`password::read_source`], on a
+/// storage stack of its own whose request counts are returned with it.
+pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> Result<(Repository, CountsHandle)> {
+    let loc = Location::parse(location).with_context(|| format!("--from-repo {location}"))?;
+    if loc.local_path().is_some_and(|p| !p.exists()) {
+        return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
+            .context("the source repository (--from-repo)"));
+    }
+    let (be, counts) = storage_stack(&loc, Modes::PRIVATE)?;
+    if !Repository::exists(be.as_ref())? {
+        Repository::check_new_location(be.as_ref())?;
+        return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
+            .context("the source repository (--from-repo)"));
+    }
+    crate::foreign::check(be.as_ref())?;
+    let pw = password::read_source(password_file)?;
+    let repo = Repository::open(be, pw.as_bytes()).context("the source repository (--from-repo)")?;
+    Ok((repo, counts))
+}
+
+/// Request counts as a JSON object, for `--json` summaries.
+pub fn counts_json(c: &Counts) -> serde_json::Value {
+    serde_json::json!({
+        "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
+        "bytes_up": c.bytes_up, "bytes_down": c.bytes_down,
+    })
 }
 
 /// Opens the repository and loads its index. An index file that does not load is
@@ -249,6 +287,28 @@ pub fn create(global: &GlobalArgs, loc: &Location, opts: &InitOptions) -> Result
 /// one whose `config` was lost, is refused before the passphrase is asked for. A
 /// remote bucket or server directory must exist; its prefix needs no creating.
 pub fn create_with_modes(global: &GlobalArgs, loc: &Location, opts: &InitOptions, modes: Modes) -> Result<Repository> {
+    create_as(global, loc, modes, |be, pw| Repository::init(be, pw, opts))
+}
+
+/// [`create_with_modes`] for a repository related to `source`
+/// (docs/design.md#copy): it shares the source's chunker sizes and keys.
+pub fn create_related(
+    global: &GlobalArgs,
+    loc: &Location,
+    opts: &InitOptions,
+    modes: Modes,
+    source: &Repository,
+    share_data_keys: bool,
+) -> Result<Repository> {
+    create_as(global, loc, modes, |be, pw| Repository::init_related(be, pw, opts, source, share_data_keys))
+}
+
+fn create_as(
+    global: &GlobalArgs,
+    loc: &Location,
+    modes: Modes,
+    init: impl FnOnce(Arc<dyn Backend>, &[u8]) -> coffer_core::Result<Repository>,
+) -> Result<Repository> {
     if let Some(path) = loc.local_path() {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)
@@ -269,7 +329,7 @@ pub fn create_with_modes(global: &GlobalArgs, loc: &Location, opts: &InitOptions
         eprintln!("creating a new coffer repository at {loc}");
     }
     let pw = password::read(global, Purpose::Create)?;
-    Ok(Repository::init(be, pw.as_bytes(), opts)?)
+    Ok(init(be, pw.as_bytes())?)
 }
 
 /// Where this client keeps what it remembers about repositories:

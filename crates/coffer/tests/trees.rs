@@ -196,6 +196,7 @@ fn deep_chain(env: &Env, key: &SigningKey, depth: usize, content: &[u8]) -> Stri
         merkle_root: coffer_core::Id(root),
         merkle_leaves: 1,
         merkle_key: coffer_core::Id(merkle_key),
+        copied_from: None,
         signature: Default::default(),
     };
     repo.save_snapshot(&snap, key).unwrap().to_hex()

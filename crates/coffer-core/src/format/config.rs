@@ -27,6 +27,23 @@ pub struct Config {
     pub compression_level: i32,
     /// Target pack size in bytes.
     pub pack_size: u32,
+    /// The repository this one was made from with `init --from-repo`, and which
+    /// keys they share; absent for a repository made on its own (readers that do
+    /// not know the field ignore it). See docs/design.md#copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub related: Option<Related>,
+}
+
+/// How a repository made with `init --from-repo` relates to the one it was made
+/// from (docs/design.md#copy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Related {
+    /// The source repository's id.
+    pub repository: Id,
+    /// Whether the data keys were shared too (then packs, index files, writer
+    /// records and snapshots copy byte for byte); the id and chunker keys and the
+    /// chunker sizes always are.
+    pub data_keys: bool,
 }
 
 impl Config {

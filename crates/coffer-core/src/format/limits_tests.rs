@@ -118,6 +118,7 @@ fn the_largest_snapshot_is_accepted() {
         merkle_root: id(3),
         merkle_leaves: 0,
         merkle_key: id(4),
+        copied_from: None,
         signature: Default::default(),
     };
     let sid = repo.save_snapshot(&snap, &key).unwrap();

@@ -140,9 +140,26 @@ pub struct Snapshot {
     pub merkle_leaves: u64,
     /// Secret from which the leaves' salts derive; never shown outside the repository.
     pub merkle_key: Id,
+    /// Set when `coffer copy` wrote this snapshot anew (encrypted again) from a
+    /// snapshot of another repository: which one, and who signed it there
+    /// (docs/design.md#copy). Absent otherwise; readers that do not know it
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_from: Option<CopiedFrom>,
     /// The signature, as checked when loaded (not stored in the JSON).
     #[serde(skip)]
     pub signature: SignatureStatus,
+}
+
+/// Where a snapshot written by `coffer copy` comes from (docs/design.md#copy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopiedFrom {
+    /// The source repository's id.
+    pub repository: Id,
+    /// The source snapshot's id (the hash of its stored bytes there).
+    pub snapshot: Id,
+    /// The public key of the writer that signed the source snapshot.
+    pub writer: PublicKey,
 }
 
 impl Snapshot {

@@ -4,6 +4,7 @@
 pub mod backup;
 pub mod bench;
 pub mod check;
+pub mod copy;
 pub mod diff;
 pub mod dump;
 pub mod find;

@@ -547,6 +547,7 @@ mod tests {
             merkle_root: Id::default(),
             merkle_leaves: 0,
             merkle_key: Id::default(),
+            copied_from: None,
             signature: Default::default(),
         }
     }

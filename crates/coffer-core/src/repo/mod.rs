@@ -169,6 +169,7 @@ fn new_config(opts: &InitOptions) -> Result<Config> {
         chunker: opts.chunker,
         compression_level: opts.compression_level,
         pack_size: opts.pack_size,
+        related: None,
     };
     Config::decode(&config.encode()).map_err(Error::InvalidInput)?;
     Ok(config)
@@ -208,12 +209,49 @@ impl Repository {
     /// that a half-created repository is never taken for a usable one. Refused
     /// where [`Repository::check_new_location`] refuses.
     pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
+        Self::create(backend, passphrase, opts, MasterKeys::random(), None)
+    }
+
+    /// Creates a repository related to `source` (docs/design.md#copy): it takes
+    /// the source's id and chunker keys and chunker sizes, so blob ids and chunk
+    /// boundaries agree and data deduplicates across the two, and with
+    /// `share_data_keys` its data keys (every epoch) too, so that packs, index
+    /// files, writer records and snapshots copy between them byte for byte. The
+    /// compression level, pack size and KDF come from `opts`; its repository id is
+    /// new. Its config records the relation.
+    pub fn init_related(
+        backend: Arc<dyn Backend>,
+        passphrase: &[u8],
+        opts: &InitOptions,
+        source: &Repository,
+        share_data_keys: bool,
+    ) -> Result<Repository> {
+        let keys = MasterKeys {
+            data: if share_data_keys {
+                source.keys.data.clone()
+            } else {
+                crate::crypto::DataKeys::new(crate::crypto::Key::random())
+            },
+            id: source.keys.id.clone(),
+            chunker: source.keys.chunker.clone(),
+        };
+        let opts = InitOptions { chunker: source.config.chunker, ..opts.clone() };
+        let related = crate::format::config::Related { repository: source.config.id, data_keys: share_data_keys };
+        Self::create(backend, passphrase, &opts, keys, Some(related))
+    }
+
+    fn create(
+        backend: Arc<dyn Backend>,
+        passphrase: &[u8],
+        opts: &InitOptions,
+        keys: MasterKeys,
+        related: Option<crate::format::config::Related>,
+    ) -> Result<Repository> {
         Self::check_new_location(backend.as_ref())?;
         if passphrase.is_empty() {
             return Err(Error::InvalidInput(EMPTY_PASSPHRASE.into()));
         }
-        let config = new_config(opts)?;
-        let keys = MasterKeys::random();
+        let config = Config { related, ..new_config(opts)? };
         let cipher = Cipher::preferred();
         let kf = KeyFile::create(
             &keys,

@@ -38,13 +38,34 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let opts = options(a)?;
     let (path, _) = repo_open::location(global)?;
     let modes = if a.group_readable { Modes::GROUP_READABLE } else { Modes::PRIVATE };
-    let repo = repo_open::create_with_modes(global, &path, &opts, modes)?;
+    let repo = match &a.from_repo {
+        Some(src) => {
+            let (source, _) = repo_open::open_source(src, a.from_password_file.as_deref())?;
+            repo_open::create_related(global, &path, &opts, modes, &source, !a.own_data_keys)?
+        }
+        None => repo_open::create_with_modes(global, &path, &opts, modes)?,
+    };
     if global.json {
         output::json(
             &json!({"created": true, "location": path.to_string(), "id": repo.config().id, "config": repo.config()}),
         );
     } else if !global.quiet {
         println!("created coffer repository {} at {}", repo.config().id.short(), path.display());
+        if let Some(r) = &repo.config().related {
+            if r.data_keys {
+                println!(
+                    "related to repository {} (same chunker, id and data keys): `coffer copy --from-repo` sends packs \
+                     byte for byte",
+                    r.repository.short()
+                );
+            } else {
+                println!(
+                    "related to repository {} (same chunker and id keys, own data keys): `coffer copy --from-repo` \
+                     sends only the blobs this one lacks, encrypted again",
+                    r.repository.short()
+                );
+            }
+        }
         println!("keep the passphrase safe: without it, the data cannot be read");
     }
     Ok(exit::OK)

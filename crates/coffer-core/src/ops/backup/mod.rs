@@ -442,6 +442,7 @@ pub fn backup_with_limits(
         merkle_root: Id(merkle_root),
         merkle_leaves,
         merkle_key: Id(arch.merkle_key),
+        copied_from: None,
         signature: Default::default(),
     };
     guard.ready_to_commit()?;

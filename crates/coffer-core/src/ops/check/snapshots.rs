@@ -555,6 +555,7 @@ mod tests {
             program: "test".into(),
             writer: PublicKey([0; 32]),
             merkle_key: Id([key; 32]),
+            copied_from: None,
             ..crate::testing::snapshot_of(root, &crate::crypto::sign::SigningKey::generate())
         }
     }

@@ -1,0 +1,293 @@
+//! Unit tests of `coffer copy` over memory repositories (docs/design.md#copy).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use coffer_backend::{Backend, MemBackend};
+
+use super::*;
+use crate::format::pack::BlobType;
+use crate::progress::NoProgress;
+use crate::repo::InitOptions;
+use crate::repo::history::History;
+use crate::testing::{FAST_KDF, PASSPHRASE, TestRepo, TestTree, noise, snapshot_of, test_repo};
+
+fn related(src: &Repository) -> (Arc<MemBackend>, Repository) {
+    let be = Arc::new(MemBackend::new());
+    let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
+    let repo = Repository::init_related(be.clone() as Arc<dyn Backend>, PASSPHRASE, &opts, src, true).unwrap();
+    (be, repo)
+}
+
+fn names(be: &MemBackend, prefix: &str) -> HashSet<String> {
+    be.list(prefix).unwrap().into_iter().map(|o| o.name).collect()
+}
+
+fn run(src: &Repository, dst: &Repository, opts: &CopyOptions) -> CopySummary {
+    copy(src, dst, opts, None, &NoProgress).unwrap()
+}
+
+/// A tree of `files` files of 300 KiB noise each, seeded by `seed`.
+fn tree(files: u64, seed: u64) -> TestTree {
+    (0..files).fold(TestTree::new(), |t, i| t.file(&format!("f{i}"), &[&noise(300 << 10, seed * 1000 + i)]))
+}
+
+#[test]
+fn related_repository_shares_keys_and_records_the_relation() {
+    let src = test_repo();
+    let (_, dst) = related(&src.repo);
+    assert_eq!(relate(&src.repo, &dst).unwrap(), Relation::SharedKeys);
+    let r = dst.config().related.clone().unwrap();
+    assert_eq!(r.repository, src.repo.config().id);
+    assert!(r.data_keys);
+    assert_ne!(dst.config().id, src.repo.config().id);
+    assert_eq!(dst.config().chunker, src.repo.config().chunker);
+    // Own data keys: blob ids agree, objects do not copy byte for byte.
+    let be = Arc::new(MemBackend::new());
+    let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
+    let own = Repository::init_related(be as Arc<dyn Backend>, PASSPHRASE, &opts, &src.repo, false).unwrap();
+    assert_eq!(relate(&src.repo, &own).unwrap(), Relation::SharedIds);
+    assert!(unsupported(Relation::SharedIds).is_none());
+    // Unrelated, and the same repository, are told apart.
+    let other = test_repo();
+    assert_eq!(relate(&src.repo, &other.repo).unwrap(), Relation::Unrelated);
+    let err = relate(&src.repo, &src.reopen()).unwrap_err().to_string();
+    assert!(err.contains("same repository"), "{err}");
+    let err = copy(&src.repo, &other.repo, &CopyOptions::default(), None, &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("not implemented yet") && err.contains("init --from-repo"), "{err}");
+}
+
+#[test]
+fn copy_sends_every_object_byte_for_byte_then_nothing() {
+    let src = test_repo();
+    let (snap, _) = src.snapshot(&tree(8, 1));
+    let (dbe, dst) = related(&src.repo);
+    let r = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(r.snapshots, vec![snap]);
+    for prefix in ["data/", "index/", "snapshots/", "writers/"] {
+        assert_eq!(names(&dbe, prefix), names(&src.backend, prefix), "{prefix}");
+        for name in names(&dbe, prefix) {
+            assert_eq!(dbe.read(&name).unwrap(), src.backend.read(&name).unwrap(), "{name}");
+        }
+    }
+    assert_eq!(r.packs.objects as usize, names(&src.backend, "data/").len());
+    assert!(r.packs.objects >= 2, "{r:?}");
+    // The copied snapshot keeps its original signature, valid in the destination.
+    let dst = Repository::open(dbe.clone() as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    let s = dst.load_snapshot(&snap).unwrap();
+    assert!(s.signature.is_valid(), "{}", s.signature.describe());
+    assert!(History::load(&dst).unwrap().verify(&[]).errors.is_empty());
+    // Every blob reads in the destination.
+    assert!(dst.load_index().unwrap().is_empty());
+    let tree_blob = dst.load_blob(BlobType::Tree, &s.tree);
+    assert!(tree_blob.is_ok());
+    // Again: nothing to send, and no pack or index file read.
+    let again = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(again.total(), Sent::default(), "{again:?}");
+    assert!(again.snapshots.is_empty());
+}
+
+#[test]
+fn second_copy_sends_only_the_new_packs() {
+    let src = test_repo();
+    src.snapshot(&tree(6, 1));
+    let (dbe, dst) = related(&src.repo);
+    let first = run(&src.repo, &dst, &CopyOptions::default());
+    let before: HashSet<String> = names(&src.backend, "data/");
+    // One file changed, one added: the new packs are the only ones sent.
+    let t = tree(6, 1).file("new", &[&noise(200 << 10, 99)]);
+    let (snap2, _) = src.snapshot(&t);
+    let new_packs: HashSet<String> = names(&src.backend, "data/").difference(&before).cloned().collect();
+    let dry = run(&src.repo, &dst, &CopyOptions { dry_run: true, ..CopyOptions::default() });
+    let second = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(second.snapshots, vec![snap2]);
+    assert_eq!(second.packs.objects as usize, new_packs.len());
+    let new_bytes: u64 = new_packs.iter().map(|n| src.backend.stat(n).unwrap()).sum();
+    assert_eq!(second.packs.bytes, new_bytes);
+    assert!(second.packs.bytes < first.packs.bytes / 2, "{second:?} {first:?}");
+    // The dry run saw exactly what the real one sent.
+    assert_eq!(dry.packs, second.packs);
+    assert_eq!(dry.index_files, second.index_files);
+    assert_eq!(dry.snapshot_objects, second.snapshot_objects);
+    assert_eq!(names(&dbe, "data/"), names(&src.backend, "data/"));
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let src = test_repo();
+    src.snapshot(&tree(3, 1));
+    let (dbe, dst) = related(&src.repo);
+    let before: Vec<String> = dbe.list("").unwrap().into_iter().map(|o| o.name).collect();
+    let r = run(&src.repo, &dst, &CopyOptions { dry_run: true, ..CopyOptions::default() });
+    assert_eq!(r.snapshots.len(), 1);
+    assert!(r.packs.objects > 0 && r.packs.bytes > 0);
+    let after: Vec<String> = dbe.list("").unwrap().into_iter().map(|o| o.name).collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn an_interrupted_copy_resumes_without_sending_packs_again() {
+    let src = test_repo();
+    let (snap, _) = src.snapshot(&tree(8, 3));
+    let (dbe, dst) = related(&src.repo);
+    // An interrupted copy: half the packs arrived, nothing else.
+    let packs: Vec<String> = {
+        let mut v: Vec<String> = names(&src.backend, "data/").into_iter().collect();
+        v.sort();
+        v
+    };
+    let half = packs.len() / 2;
+    assert!(half >= 1);
+    for name in &packs[..half] {
+        dbe.write(name, src.backend.read(name).unwrap()).unwrap();
+    }
+    let r = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(r.packs_present as usize, half);
+    assert_eq!(r.packs.objects as usize, packs.len() - half);
+    assert_eq!(r.snapshots, vec![snap]);
+    assert_eq!(names(&dbe, "data/"), names(&src.backend, "data/"));
+}
+
+#[test]
+fn a_damaged_source_pack_is_not_copied() {
+    let src = test_repo();
+    src.snapshot(&tree(2, 4));
+    let name = names(&src.backend, "data/").into_iter().next().unwrap();
+    let mut bytes = src.backend.read(&name).unwrap();
+    bytes[10] ^= 1;
+    src.backend.write(&name, bytes).unwrap();
+    let (dbe, dst) = related(&src.repo);
+    let err = copy(&src.repo, &dst, &CopyOptions::default(), None, &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("does not match its name"), "{err}");
+    assert!(names(&dbe, "snapshots/").is_empty() && names(&dbe, "index/").is_empty());
+}
+
+/// A snapshot of `t` with host `host`.
+fn snapshot_on(src: &TestRepo, t: &TestTree, host: &str) -> Id {
+    let saver = crate::repo::BlobSaver::new(&src.repo);
+    let root = t.store(&saver).unwrap();
+    saver.finish().unwrap();
+    let mut s = snapshot_of(root, &src.key);
+    s.hostname = host.into();
+    s.history = History::load(&src.repo).unwrap().heads();
+    src.repo.save_snapshot(&s, &src.key).unwrap()
+}
+
+#[test]
+fn a_filtered_copy_sends_only_what_the_chosen_snapshots_use() {
+    let src = test_repo();
+    let a = snapshot_on(&src, &tree(4, 5), "a");
+    let b = snapshot_on(&src, &tree(4, 6), "b");
+    let (dbe, dst) = related(&src.repo);
+    let opts = CopyOptions {
+        filter: SnapshotFilter { host: Some("b".into()), ..SnapshotFilter::default() },
+        ..CopyOptions::default()
+    };
+    let r = run(&src.repo, &dst, &opts);
+    assert_eq!(r.snapshots, vec![b]);
+    assert!(r.packs.objects >= 1 && (r.packs.objects as usize) < names(&src.backend, "data/").len(), "{r:?}");
+    // b links to a, which was not chosen: said so.
+    assert_eq!(r.unlinked, vec![a]);
+    // Every blob of b reads in the destination.
+    let dst = Repository::open(dbe.clone() as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    assert!(dst.load_index().unwrap().is_empty());
+    let snap = dst.load_snapshot(&b).unwrap();
+    let mut seen = HashSet::new();
+    crate::lifecycle::each_used_blob(&dst, snap.tree, &mut seen, &mut |t, id| dst.load_blob(t, &id).map(|_| ()))
+        .unwrap();
+    // Then the rest: only a's packs, and the history is whole.
+    let rest = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(rest.snapshots, vec![a]);
+    assert!(rest.unlinked.is_empty());
+    assert!(History::load(&dst).unwrap().verify(&[]).errors.is_empty());
+    let again = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(again.total(), Sent::default(), "{again:?}");
+}
+
+#[test]
+fn tombstones_travel_with_forgets_only() {
+    let src = test_repo();
+    let a = snapshot_on(&src, &tree(2, 7), "h");
+    let (dbe, dst) = related(&src.repo);
+    run(&src.repo, &dst, &CopyOptions::default());
+    crate::ops::forget::forget(&src.repo, &History::load(&src.repo).unwrap(), &[a], &src.key).unwrap();
+    let b = snapshot_on(&src, &tree(2, 8), "h");
+    // Without --with-forgets, a stays; the tombstone b links to forgets a, which
+    // the destination holds, so it is not copied and the link is reported.
+    let r = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(r.snapshots, vec![b]);
+    assert_eq!(r.tombstones.objects, 0);
+    assert_eq!(r.unlinked.len(), 1);
+    assert!(names(&dbe, "snapshots/").contains(&ObjectKind::Snapshot.path(&a)));
+    // With it, the tombstone arrives and a is removed: the history is whole.
+    let r = run(&src.repo, &dst, &CopyOptions { with_forgets: true, ..CopyOptions::default() });
+    assert_eq!(r.tombstones.objects, 1);
+    assert_eq!(r.snapshots_removed, vec![a]);
+    assert!(!names(&dbe, "snapshots/").contains(&ObjectKind::Snapshot.path(&a)));
+    let f = History::load(&dst).unwrap().verify(&[]);
+    assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
+}
+
+#[test]
+fn a_tombstone_forgetting_nothing_here_completes_the_history() {
+    let src = test_repo();
+    let a = snapshot_on(&src, &tree(2, 9), "h");
+    crate::ops::forget::forget(&src.repo, &History::load(&src.repo).unwrap(), &[a], &src.key).unwrap();
+    let b = snapshot_on(&src, &tree(2, 10), "h");
+    let (_, dst) = related(&src.repo);
+    let r = run(&src.repo, &dst, &CopyOptions::default());
+    assert_eq!(r.snapshots, vec![b]);
+    assert_eq!(r.tombstones.objects, 1);
+    assert!(r.unlinked.is_empty());
+    let f = History::load(&dst).unwrap().verify(&[]);
+    assert!(f.errors.is_empty(), "{f:?}");
+}
+
+#[test]
+fn own_data_keys_copy_only_missing_blobs_encrypted_again() {
+    let src = test_repo();
+    let (a, _) = src.snapshot(&tree(4, 11));
+    let be = Arc::new(MemBackend::new());
+    let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
+    let dst = Repository::init_related(be.clone() as Arc<dyn Backend>, PASSPHRASE, &opts, &src.repo, false).unwrap();
+    let key = crate::crypto::sign::SigningKey::generate();
+    dst.register_writer(&key.public(), "dst-host".into(), "dst-user".into()).unwrap();
+    // A writer key is needed, and --with-forgets is refused.
+    assert!(copy(&src.repo, &dst, &CopyOptions::default(), None, &NoProgress).is_err());
+    let wf = CopyOptions { with_forgets: true, ..CopyOptions::default() };
+    let err = copy(&src.repo, &dst, &wf, Some(&key), &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("init --from-repo"), "{err}");
+    let dry =
+        copy(&src.repo, &dst, &CopyOptions { dry_run: true, ..CopyOptions::default() }, None, &NoProgress).unwrap();
+    assert!(names(&be, "data/").is_empty());
+    let r = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap();
+    assert_eq!(r.relation, Relation::SharedIds);
+    assert_eq!(r.snapshots, vec![a]);
+    assert_eq!(r.blobs.objects, 5, "{r:?}"); // four files and the tree
+    assert_eq!(dry.blobs, r.blobs);
+    // Nothing is the same object: encrypted under other keys.
+    assert!(names(&be, "data/").is_disjoint(&names(&src.backend, "data/")));
+    let dst = Repository::open(be.clone() as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    assert!(dst.load_index().unwrap().is_empty());
+    let (snaps, damaged) = dst.snapshots().unwrap();
+    assert!(damaged.is_empty());
+    let (_, s) = &snaps[0];
+    assert!(s.signature.is_valid(), "{}", s.signature.describe());
+    assert_eq!(s.writer, key.public());
+    let from = s.copied_from.clone().unwrap();
+    assert_eq!((from.repository, from.snapshot, from.writer), (src.repo.config().id, a, src.key.public()));
+    let orig = src.repo.load_snapshot(&a).unwrap();
+    assert_eq!((s.tree, s.merkle_root, &s.time), (orig.tree, orig.merkle_root, &orig.time));
+    let mut seen = HashSet::new();
+    crate::lifecycle::each_used_blob(&dst, s.tree, &mut seen, &mut |t, id| dst.load_blob(t, &id).map(|_| ())).unwrap();
+    // Again: nothing. Then a snapshot sharing all but one file: one data blob and
+    // its tree travel.
+    let again = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap();
+    assert_eq!((again.snapshots.len(), again.snapshots_present, again.packs.objects), (0, 1, 0));
+    let (b, _) = src.snapshot(&tree(4, 11).file("more", &[&noise(1000, 5)]));
+    let r = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap();
+    assert_eq!(r.snapshots, vec![b]);
+    assert_eq!(r.blobs.objects, 2, "{r:?}");
+    let f = History::load(&dst).unwrap().verify(&[]);
+    assert!(f.errors.is_empty(), "{f:?}");
+}

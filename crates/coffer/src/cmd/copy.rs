@@ -1,0 +1,116 @@
+//! `coffer copy --from-repo SRC [SNAPSHOT...]`: copies snapshots and the data
+//! they need into `--repo` (docs/design.md#copy); the summary's JSON schema is in
+//! docs/json.md.
+
+use anyhow::Result;
+use coffer_core::ops::copy::{CopyOptions, Relation, Sent, copy, relate, unsupported};
+use coffer_core::repo::SnapshotFilter;
+use serde_json::json;
+
+use crate::args::{CopyArgs, GlobalArgs};
+use crate::progress::Display;
+use crate::{exit, output, repo_open};
+
+pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
+    let (path, _) = repo_open::location(global)?;
+    let (src, src_counts) = repo_open::open_source(&a.from_repo, a.from_password_file.as_deref())?;
+    let dst = repo_open::open_unindexed(global, &path)?;
+    let relation = relate(&src, &dst)?;
+    if let Some(why) = unsupported(relation) {
+        // Not a failure of the storage or the data: a copy this version cannot make.
+        output::error(
+            global.json,
+            &anyhow::anyhow!("cannot copy from {} into {path}: {why}", a.from_repo),
+            exit::USAGE,
+        );
+        return Ok(exit::USAGE);
+    }
+    let opts = CopyOptions {
+        snapshots: a.snapshots.clone(),
+        filter: SnapshotFilter::from(&a.filter),
+        with_forgets: a.with_forgets,
+        dry_run: a.dry_run,
+        timing: crate::protocol_timing(),
+    };
+    // New snapshots are signed by this client's writer key for the destination.
+    let key = match relation {
+        Relation::SharedIds if !a.dry_run => Some(dst.writer_key(&repo_open::local_state(&dst)?)?),
+        _ => None,
+    };
+    let display = Display::new(global.json, global.quiet, "copy");
+    let r = copy(&src, &dst, &opts, key.as_ref(), &display);
+    display.finish();
+    let r = r?;
+    for w in &r.warnings {
+        if global.json {
+            eprintln!("{}", json!({"type": "warning", "message": w}));
+        } else {
+            eprintln!("warning: {w}");
+        }
+    }
+    let total = r.total();
+    if global.json {
+        let sent = |s: Sent| json!({"objects": s.objects, "bytes": s.bytes});
+        output::json(&json!({
+            "type": "summary",
+            "dry_run": r.dry_run,
+            "relation": r.relation,
+            "snapshots": r.snapshots,
+            "snapshots_present": r.snapshots_present,
+            "sent": {
+                "total": sent(total), "packs": sent(r.packs), "index_files": sent(r.index_files),
+                "writers": sent(r.writers), "snapshots": sent(r.snapshot_objects), "tombstones": sent(r.tombstones),
+            },
+            "blobs": sent(r.blobs),
+            "packs_present": r.packs_present,
+            "snapshots_removed": r.snapshots_removed,
+            "unlinked": r.unlinked,
+            "requests": {
+                "source": repo_open::counts_json(&src_counts.get()),
+                "destination": repo_open::storage_counts_json(),
+            },
+        }));
+    } else if !global.quiet {
+        let verb = if r.dry_run { "would be copied" } else { "copied" };
+        println!(
+            "{} snapshots {verb} ({} objects, {}): {} packs ({}), {} index files, {} writer records, {} tombstones",
+            r.snapshots.len(),
+            total.objects,
+            output::bytes(total.bytes),
+            r.packs.objects,
+            output::bytes(r.packs.bytes),
+            r.index_files.objects,
+            r.writers.objects,
+            r.tombstones.objects
+        );
+        if r.blobs.objects > 0 {
+            let verb = if r.dry_run { "would be" } else { "were" };
+            println!(
+                "{} blobs ({}) {verb} encrypted again for the destination",
+                r.blobs.objects,
+                output::bytes(r.blobs.bytes)
+            );
+        }
+        if r.packs_present > 0 {
+            println!("{} packs were there already (an earlier copy sent them)", r.packs_present);
+        }
+        if !r.snapshots_removed.is_empty() {
+            let verb = if r.dry_run { "would be removed" } else { "removed" };
+            println!("{} snapshots {verb}: the source forgot them", r.snapshots_removed.len());
+        }
+    }
+    if global.verbose > 0 {
+        let c = src_counts.get();
+        eprintln!(
+            "source storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down",
+            c.put,
+            c.get,
+            c.head,
+            c.list,
+            c.delete,
+            output::bytes(c.bytes_up),
+            output::bytes(c.bytes_down)
+        );
+    }
+    Ok(exit::OK)
+}

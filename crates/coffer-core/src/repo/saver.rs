@@ -1,9 +1,7 @@
 //! The blob saver: deduplicates, compresses, encrypts and packs blobs, uploads
 //! full packs and writes index files. Safe to call from many threads at once:
 //! threads take open packs from a pool of at most one per worker thread, sealing
-//! blobs into them one at a time. Tree blobs go into packs of their own (one
-//! open at a time), so that the trees a command walks lie together in few packs
-//! and can be fetched with few requests (docs/design.md#packs). An open pack is written to a spool file as it
+//! blobs into them one at a time. An open pack is written to a spool file as it
 //! fills (it holds only a small write buffer in memory), so memory does not
 //! depend on the pack size.
 //!
@@ -44,22 +42,12 @@ struct PackPool {
     open: usize,
 }
 
-/// The pool of open packs that takes blobs of `t`.
-fn pool(t: BlobType) -> usize {
-    match t {
-        BlobType::Data => 0,
-        BlobType::Tree => 1,
-    }
-}
-
 /// Saves blobs into packs. See the module documentation.
 pub struct BlobSaver<'r> {
     repo: &'r Repository,
     dry_run: bool,
-    /// Open packs of data blobs, then of tree blobs ([`pool`]).
-    packs: [Mutex<PackPool>; 2],
-    returned: [Condvar; 2],
-    /// At most this many open data packs; one tree pack.
+    packs: Mutex<PackPool>,
+    returned: Condvar,
     max_open: usize,
     pending: Mutex<HashSet<Id>>,
     unindexed: Mutex<Vec<PackRecord>>,
@@ -90,8 +78,8 @@ impl<'r> BlobSaver<'r> {
         BlobSaver {
             repo,
             dry_run: false,
-            packs: [Mutex::new(PackPool::default()), Mutex::new(PackPool::default())],
-            returned: [Condvar::new(), Condvar::new()],
+            packs: Mutex::new(PackPool::default()),
+            returned: Condvar::new(),
             max_open: rayon::current_num_threads().max(1),
             pending: Mutex::new(HashSet::new()),
             unindexed: Mutex::new(Vec::new()),
@@ -157,12 +145,12 @@ impl<'r> BlobSaver<'r> {
                     Some(c) => (COMPRESSION_ZSTD, c),
                     None => (COMPRESSION_NONE, data),
                 };
-                let mut builder = self.take_pack(blob_type)?;
+                let mut builder = self.take_pack()?;
                 let added = builder.add(blob_type, id, compression, payload, raw_length);
                 Ok::<_, Error>((builder, added))
             })?;
         if let Err(e) = added {
-            self.close_slot(blob_type);
+            self.close_slot();
             return Err(spool_error(&self.repo.spool_dir(), e));
         }
         let pack_size = u64::from(self.repo.config().pack_size);
@@ -171,43 +159,39 @@ impl<'r> BlobSaver<'r> {
         // A pack is closed at its size, or at the number of blobs that keeps its
         // header and index record bounded (many tiny blobs).
         if builder.len() >= pack_size || builder.count() >= crate::format::limits::PACK_BLOBS {
-            self.close_slot(blob_type);
+            self.close_slot();
             self.upload(builder)?;
         } else {
-            let p = pool(blob_type);
-            self.packs[p].lock().expect("poisoned").free.push(builder);
-            self.returned[p].notify_one();
+            self.packs.lock().expect("poisoned").free.push(builder);
+            self.returned.notify_one();
         }
         Ok(true)
     }
 
-    /// Takes an open pack for blobs of `blob_type`: a free one, a new one while
-    /// fewer than the limit are open, or else waits for one to be returned.
-    /// Holders never block while they hold a pack (adding a blob only seals it
-    /// and writes it to the spool file), so the wait is short.
-    fn take_pack(&self, blob_type: BlobType) -> Result<PackBuilder<Spool>> {
-        let p = pool(blob_type);
-        let limit = if p == pool(BlobType::Tree) { 1 } else { self.max_open };
-        let mut pool = self.packs[p].lock().expect("poisoned");
+    /// Takes an open pack: a free one, a new one while fewer than `max_open` are
+    /// open, or else waits for one to be returned. Holders never block while they
+    /// hold a pack (adding a blob only seals it and writes it to the spool file),
+    /// so the wait is short.
+    fn take_pack(&self) -> Result<PackBuilder<Spool>> {
+        let mut pool = self.packs.lock().expect("poisoned");
         loop {
             if let Some(b) = pool.free.pop() {
                 return Ok(b);
             }
-            if pool.open < limit {
+            if pool.open < self.max_open {
                 pool.open += 1;
                 drop(pool);
-                return self.repo.new_pack().inspect_err(|_| self.close_slot(blob_type));
+                return self.repo.new_pack().inspect_err(|_| self.close_slot());
             }
-            pool = self.returned[p].wait(pool).expect("poisoned");
+            pool = self.returned.wait(pool).expect("poisoned");
         }
     }
 
     /// A pack taken with [`BlobSaver::take_pack`] will not be returned: another may
     /// be opened.
-    fn close_slot(&self, blob_type: BlobType) {
-        let p = pool(blob_type);
-        self.packs[p].lock().expect("poisoned").open -= 1;
-        self.returned[p].notify_one();
+    fn close_slot(&self) {
+        self.packs.lock().expect("poisoned").open -= 1;
+        self.returned.notify_one();
     }
 
     fn upload(&self, pack: PackBuilder<Spool>) -> Result<()> {
@@ -273,8 +257,7 @@ impl<'r> BlobSaver<'r> {
     /// Uploads every partly filled pack, waits for all uploads, writes the
     /// remaining index records, and returns what was added.
     pub fn finish(self) -> Result<SaverStats> {
-        let builders: Vec<_> =
-            self.packs.iter().flat_map(|p| std::mem::take(&mut p.lock().expect("poisoned").free)).collect();
+        let builders = std::mem::take(&mut self.packs.lock().expect("poisoned").free);
         for b in builders {
             if !b.is_empty() {
                 self.upload(b)?;

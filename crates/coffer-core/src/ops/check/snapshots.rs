@@ -491,7 +491,10 @@ mod tests {
     #[derive(Default)]
     struct Mem {
         trees: HashMap<Id, Tree>,
+        /// Trees whose pack is missing (damage that is not a bad checksum).
         broken: HashSet<Id>,
+        /// Trees the storage fails to serve.
+        unreachable: HashSet<Id>,
         indexed: HashSet<Id>,
         loads: Mutex<HashMap<Id, usize>>,
         batches: Mutex<Vec<usize>>,
@@ -516,6 +519,9 @@ mod tests {
         fn tree(&self, id: &Id) -> Result<Tree> {
             *self.loads.lock().unwrap().entry(*id).or_default() += 1;
             if self.broken.contains(id) {
+                return Err(BackendError::new(ErrorKind::NotFound, format!("tree {}", id.short()), "pack gone").into());
+            }
+            if self.unreachable.contains(id) {
                 return Err(BackendError::new(ErrorKind::Transient, format!("tree {}", id.short()), "timed out").into());
             }
             self.trees.get(id).cloned().ok_or_else(|| Error::corrupt(format!("tree {}", id.short()), "missing"))
@@ -741,9 +747,33 @@ mod tests {
             seen.extend(expected.0.errors.iter().cloned());
         }
         // The forests hold every kind of problem and verdict.
-        for kind in ["Matches", "Differs", "Unknown", ": missing", "timed out", "is not in any index", "\u{fffd}"] {
+        for kind in [
+            "Matches",
+            "Differs",
+            "Unknown",
+            ": missing",
+            "not found in the repository storage",
+            "is not in any index",
+            "\u{fffd}",
+        ] {
             assert!(seen.iter().any(|s| s.contains(kind)), "no {kind} in {seen:?}");
         }
+    }
+
+    #[test]
+    fn a_tree_the_storage_cannot_serve_ends_the_walk_with_that_error_not_damage() {
+        let mut mem = Mem { indexed: [Id([1; 32])].into_iter().collect(), ..Mem::default() };
+        let leaf = mem.add(vec![file(b"a", vec![Id([1; 32])], 1)]);
+        let root = mem.add(vec![dir(b"d", leaf), file(b"z", vec![], 3)]);
+        mem.unreachable.insert(leaf);
+        let mut s = snapshot(root, 1);
+        seal(&mem, &mut s);
+        let mut r = CheckReport::default();
+        let mut w = Walker::new(&mem, usize::MAX);
+        w.snapshot(Id([1; 32]), &s, &mut r);
+        let e = w.finish(&mut r).expect_err("the walk cannot vouch for a tree it could not read");
+        assert_eq!((e.kind, e.object.as_str()), (ErrorKind::Transient, format!("tree {}", leaf.short()).as_str()));
+        assert!(r.errors.is_empty() && r.damaged_blobs.is_empty(), "{:?}", r.errors);
     }
 
     #[test]

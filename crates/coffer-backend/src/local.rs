@@ -544,7 +544,6 @@ impl LocalBackend {
         }
         Ok(out)
     }
-
 }
 
 #[cfg(test)]

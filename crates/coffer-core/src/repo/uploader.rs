@@ -16,9 +16,9 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::index::PackRecord;
+use crate::format::pack::BlobType;
 use crate::format::pack::FinishedPack;
 use coffer_backend::{Backend, RangeCache};
-use crate::format::pack::BlobType;
 
 /// Packs that may wait for an upload thread, at least. Packs wait in their
 /// spool files, so the queue costs no memory; it bounds the spool space.
@@ -108,7 +108,8 @@ fn keep_trees(cache: &dyn RangeCache, name: &str, job: &Job) {
     use std::os::unix::fs::FileExt;
     for e in job.rec.entries.iter().filter(|e| e.blob_type == BlobType::Tree) {
         let mut sealed = vec![0; e.length as usize];
-        if e.offset.saturating_add(e.length as u64) <= job.len && job.file.read_exact_at(&mut sealed, e.offset).is_ok() {
+        if e.offset.saturating_add(e.length as u64) <= job.len && job.file.read_exact_at(&mut sealed, e.offset).is_ok()
+        {
             cache.put_range(name, e.offset, &sealed);
         }
     }

@@ -64,7 +64,12 @@ pub fn run(global: &GlobalArgs, args: &CacheArgs) -> Result<u8> {
         }));
     } else if !global.quiet {
         for c in &old {
-            println!("removed {} ({}, unused for {} days)", c.path.display(), output::bytes(c.size), age_days(c.last_used));
+            println!(
+                "removed {} ({}, unused for {} days)",
+                c.path.display(),
+                output::bytes(c.size),
+                age_days(c.last_used)
+            );
         }
         println!(
             "{} caches removed ({} freed), {} kept (used in the last {} days)",

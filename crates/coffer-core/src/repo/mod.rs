@@ -10,6 +10,8 @@ pub mod roots;
 mod saver;
 mod signed;
 pub mod tree_walk;
+#[cfg(test)]
+mod tree_cache_tests;
 mod trees;
 mod uploader;
 

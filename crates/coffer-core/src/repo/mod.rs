@@ -9,9 +9,9 @@ mod index;
 pub mod roots;
 mod saver;
 mod signed;
-pub mod tree_walk;
 #[cfg(test)]
 mod tree_cache_tests;
+pub mod tree_walk;
 mod trees;
 mod uploader;
 

@@ -18,12 +18,14 @@
 //! A backend also says how many requests it wants in flight
 //! ([`Backend::connections`]); [`fan_out`] runs a batch of object reads on that
 //! many threads, so fetching many objects does not borrow the CPU pool. The
-//! wrappers ([`RetryBackend`], [`CountingBackend`], [`FaultyBackend`]) are
-//! composed by the binary in one place; [`Location`] parses where a repository
-//! is. [`placement`] decides which backends hold each pack when a repository
-//! spans several. The feature `testing` adds [`testing::run_suite`], the conformance suite
+//! wrappers ([`RetryBackend`], [`CountingBackend`], [`FaultyBackend`],
+//! [`CachingBackend`], the local cache) are composed by the binary in one
+//! place; [`Location`] parses where a repository is. [`placement`] decides
+//! which backends hold each pack when a repository spans several. The feature
+//! `testing` adds [`testing::run_suite`], the conformance suite
 //! every backend must pass.
 
+mod cache;
 mod counting;
 mod faulty;
 mod local;
@@ -37,6 +39,10 @@ pub mod testing;
 
 pub use self::opendal::{
     CREDENTIAL_VARIABLES, DEFAULT_REMOTE_CONNECTIONS, DEFAULT_SFTP_CONNECTIONS, OpendalBackend, RemoteOptions,
+};
+pub use cache::{
+    CACHEDIR_TAG, Cache, CacheInfo, CacheSlot, CacheStats, CachingBackend, DEFAULT_CACHE_SIZE, RangeCache, list_caches,
+    remove_cache,
 };
 pub use counting::{CountingBackend, Counts, CountsHandle};
 pub use faulty::{Faults, FaultyBackend};

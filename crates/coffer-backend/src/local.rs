@@ -77,6 +77,8 @@ pub struct LocalBackend {
     modes: OnceLock<Modes>,
     /// Requests in flight when many objects are fetched.
     connections: usize,
+    /// Whether writes are synced to the disk (always, except for a cache).
+    sync: bool,
 }
 
 /// What an errno means for coffer, and what to do about it.
@@ -183,6 +185,7 @@ impl LocalBackend {
             initial,
             modes: OnceLock::new(),
             connections: super::local_connections(),
+            sync: true,
         })
     }
 
@@ -191,6 +194,28 @@ impl LocalBackend {
     pub fn with_connections(mut self, n: usize) -> Self {
         self.connections = n.max(1);
         self
+    }
+
+    /// The same backend writing without syncing files and directories: a write
+    /// is still atomic for every reader, but may be lost, or left as an empty or
+    /// partial file, by a power cut. Only for a cache whose entries are verified
+    /// on every read (docs/design.md#local-cache).
+    pub fn without_sync(mut self) -> Self {
+        self.sync = false;
+        self
+    }
+
+    /// Sets the modification time of object `name` to now (reached without
+    /// following links): the local cache's record of last use.
+    pub fn touch(&self, name: &str) -> BackendResult<()> {
+        let (file, _) = self.open_object(name)?;
+        file.set_modified(std::time::SystemTime::now()).map_err(|e| io_err(name, e))
+    }
+
+    /// Like [`Backend::list`], each object with its modification time in
+    /// nanoseconds since the Unix epoch.
+    pub fn list_with_mtime(&self, prefix: &str) -> BackendResult<Vec<(ObjectInfo, i64)>> {
+        self.list_entries(prefix)
     }
 
     /// The modes for new files and directories: those of `config` once it exists.
@@ -288,7 +313,7 @@ impl LocalBackend {
         let filled = rustix::fs::fchmod(&file, mode)
             .map_err(std::io::Error::from)
             .and_then(|()| fill(&mut file))
-            .and_then(|()| file.sync_all())
+            .and_then(|()| if self.sync { file.sync_all() } else { Ok(()) })
             .map_err(|e| io_err(name, e));
         let placed = filled.and_then(|()| {
             if replace {
@@ -308,7 +333,7 @@ impl LocalBackend {
             let _ = rustix::fs::unlinkat(&tmp, tname.as_str(), AtFlags::empty());
         }
         let created = placed?;
-        if created {
+        if created && self.sync {
             self.sync_dirs(name, &fds)?;
         }
         Ok(created)
@@ -448,6 +473,30 @@ impl Backend for LocalBackend {
     }
 
     fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        Ok(self.list_entries(prefix)?.into_iter().map(|(o, _)| o).collect())
+    }
+
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        let parts = components(name)?;
+        let (last, dirs) = parts.split_last().expect("at least one component");
+        let fds = match self.walk(name, dirs, false) {
+            Ok(fds) => fds,
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let parent = fds.last().map_or(self.root_fd.as_fd(), |f| f.as_fd());
+        match rustix::fs::unlinkat(parent, *last, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(err(name, e)),
+        }
+    }
+}
+
+impl LocalBackend {
+    /// The objects below `prefix` with their modification times (nanoseconds
+    /// since the Unix epoch): links, devices and directories deeper than
+    /// [`LIST_DEPTH`] are skipped.
+    fn list_entries(&self, prefix: &str) -> BackendResult<Vec<(ObjectInfo, i64)>> {
         let base = prefix.trim_end_matches('/');
         let parts = components(base)?;
         let start = match self.walk(prefix, &parts, false) {
@@ -477,7 +526,10 @@ impl Backend for LocalBackend {
                     Err(e) => return Err(err(&full, e)),
                 };
                 match FileType::from_raw_mode(st.st_mode) {
-                    FileType::RegularFile => out.push(ObjectInfo { name: full, size: st.st_size.max(0) as u64 }),
+                    FileType::RegularFile => {
+                        let mtime = (st.st_mtime as i64).saturating_mul(1_000_000_000) + st.st_mtime_nsec as i64;
+                        out.push((ObjectInfo { name: full, size: st.st_size.max(0) as u64 }, mtime))
+                    }
                     FileType::Directory if depth < LIST_DEPTH => {
                         match rustix::fs::openat(&fd, fname, dir_flags(), Mode::empty()) {
                             Ok(sub) => pending.push((sub, full, depth + 1)),
@@ -491,21 +543,6 @@ impl Backend for LocalBackend {
             }
         }
         Ok(out)
-    }
-
-    fn delete(&self, name: &str) -> BackendResult<()> {
-        let parts = components(name)?;
-        let (last, dirs) = parts.split_last().expect("at least one component");
-        let fds = match self.walk(name, dirs, false) {
-            Ok(fds) => fds,
-            Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let parent = fds.last().map_or(self.root_fd.as_fd(), |f| f.as_fd());
-        match rustix::fs::unlinkat(parent, *last, AtFlags::empty()) {
-            Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(err(name, e)),
-        }
     }
 }
 

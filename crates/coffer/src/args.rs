@@ -54,6 +54,19 @@ pub struct GlobalArgs {
     /// HTTPS storage.
     #[arg(long, env = "COFFER_CACERT", global = true, value_name = "FILE")]
     pub cacert: Option<PathBuf>,
+    /// Keep the local cache of a remote repository under this directory (one
+    /// subdirectory per repository); given, a local repository gets a cache too.
+    /// Default: $XDG_CACHE_HOME/coffer, else ~/.cache/coffer.
+    #[arg(long, env = "COFFER_CACHE_DIR", global = true, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Use no local cache: read everything from the repository.
+    #[arg(long, env = "COFFER_NO_CACHE", global = true)]
+    pub no_cache: bool,
+    /// The most the local cache of one repository may hold (e.g. 500M, 2G); the
+    /// entries used least recently go first.
+    #[arg(long, env = "COFFER_CACHE_SIZE", global = true, value_name = "SIZE", default_value = "1G",
+          value_parser = parse_size)]
+    pub cache_size: u64,
     /// Read the passphrase from this file (first line). COFFER_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_PASSWORD_FILE", global = true)]
     pub password_file: Option<PathBuf>,
@@ -162,6 +175,18 @@ pub enum Command {
     /// Find files and directories by name across snapshots.
     #[command(after_help = EXIT_CODES)]
     Find(FindArgs),
+    /// List the local caches of repositories (size, last use), or remove old ones.
+    Cache(CacheArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CacheArgs {
+    /// Remove the caches not used for --max-age days.
+    #[arg(long)]
+    pub cleanup: bool,
+    /// With --cleanup: the days a cache may go unused before it is removed.
+    #[arg(long, default_value_t = 30, value_name = "DAYS", requires = "cleanup")]
+    pub max_age: u64,
 }
 
 #[derive(Args, Debug)]

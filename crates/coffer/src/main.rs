@@ -165,6 +165,10 @@ fn main() -> ExitCode {
         output::error(json, &e, exit::USAGE);
         return ExitCode::from(exit::USAGE);
     }
+    if matches!(cli.command, Command::Check(_) | Command::Repair(_)) {
+        // They verify the repository itself: what it holds, not a copy of it.
+        cli.global.no_cache = true;
+    }
     let result = match &cli.command {
         Command::Init(a) => cmd::init::run(&cli.global, a),
         Command::Backup(a) => {
@@ -194,6 +198,7 @@ fn main() -> ExitCode {
         Command::Tag(a) => cmd::tag::run(&cli.global, a),
         Command::Dump(a) => cmd::dump::run(&cli.global, a),
         Command::Find(a) => cmd::find::run(&cli.global, a),
+        Command::Cache(a) => cmd::cache::run(&cli.global, a),
     };
     if cli.global.verbose > 0 {
         repo_open::report_storage_counts(json);

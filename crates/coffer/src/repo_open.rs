@@ -1,8 +1,10 @@
 //! Finding and opening the repository named on the command line: the location
 //! (docs/design.md#locations), and the one place where the storage stack is
 //! composed: the backend for the location (local directory or an OpenDAL
-//! service), fault injection for tests, request counting, and retries that are
-//! reported as they happen (docs/design.md#storage-contract).
+//! service), fault injection for tests, request counting, retries that are
+//! reported as they happen (docs/design.md#storage-contract), and the local
+//! cache on top, attached once the repository id is known
+//! (docs/design.md#local-cache).
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
@@ -11,8 +13,8 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Context, Result};
 use coffer_backend::location::Location;
 use coffer_backend::{
-    Backend, CREDENTIAL_VARIABLES, CountingBackend, Counts, CountsHandle, Faults, FaultyBackend, LocalBackend, Modes,
-    OpendalBackend, RemoteOptions, RetryBackend, RetryPolicy,
+    Backend, CREDENTIAL_VARIABLES, Cache, CacheSlot, CachingBackend, CountingBackend, Counts, CountsHandle, Faults,
+    FaultyBackend, LocalBackend, Modes, OpendalBackend, RemoteOptions, RetryBackend, RetryPolicy,
 };
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
@@ -38,12 +40,19 @@ struct StorageSettings {
     json: bool,
     connections: Option<usize>,
     cacert: Option<PathBuf>,
+    /// `--cache-dir`, `--no-cache`, `--cache-size`.
+    cache_dir: Option<PathBuf>,
+    no_cache: bool,
+    cache_size: u64,
 }
 
 static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
 
 /// The request counts of the storage opened by this command, once it is open.
 static COUNTS: OnceLock<CountsHandle> = OnceLock::new();
+
+/// The local cache attached to the repository this command opened.
+static CACHE: OnceLock<Arc<Cache>> = OnceLock::new();
 
 fn settings() -> StorageSettings {
     SETTINGS.get().cloned().unwrap_or_default()
@@ -56,6 +65,9 @@ pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
         json: global.json,
         connections: global.connections.map(usize::from),
         cacert: global.cacert.clone(),
+        cache_dir: global.cache_dir.clone(),
+        no_cache: global.no_cache,
+        cache_size: global.cache_size,
     });
     match &global.repo {
         Some(r) => Ok((Location::parse(r)?, false)),
@@ -82,12 +94,29 @@ pub fn storage_counts_json() -> serde_json::Value {
 }
 
 /// Prints the storage counts on stderr (for `--verbose`): a text line, or a JSON
-/// line of type `storage` with `--json`.
+/// line of type `storage` with `--json`; and what the local cache did, if one
+/// was used.
 pub fn report_storage_counts(json: bool) {
     let Some(c) = storage_counts() else { return };
+    let cache = CACHE.get().map(|c| c.stats());
     if json {
-        eprintln!("{}", serde_json::json!({"type": "storage", "requests": storage_counts_json()}));
+        let cache = cache.map(|s| {
+            serde_json::json!({"hits": s.hits, "misses": s.misses, "hit_bytes": s.hit_bytes, "stored": s.stored,
+                               "dropped": s.dropped, "evicted": s.evicted})
+        });
+        eprintln!("{}", serde_json::json!({"type": "storage", "requests": storage_counts_json(), "cache": cache}));
     } else {
+        if let Some(s) = cache {
+            eprintln!(
+                "cache: {} hits ({}), {} misses, {} stored, {} dropped as damaged, {} evicted",
+                s.hits,
+                crate::output::bytes(s.hit_bytes),
+                s.misses,
+                s.stored,
+                s.dropped,
+                s.evicted
+            );
+        }
         eprintln!(
             "storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down",
             c.put,
@@ -107,7 +136,7 @@ pub fn report_storage_counts(json: bool) {
 /// (see `coffer_backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
 /// the first retry delay.
 pub fn backend(loc: &Location) -> Result<Arc<dyn Backend>> {
-    backend_with_modes(loc, Modes::PRIVATE)
+    Ok(backend_with_modes(loc, Modes::PRIVATE)?.0)
 }
 
 /// The options of a remote location: credentials from the environment (the
@@ -128,17 +157,19 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
 /// [`backend`], creating files with `modes` until the repository's `config`
 /// exists (from then on, they take the mode of `config`). The stack, from the
 /// storage up: the backend, the fault injector (tests), the request counter
-/// (below the retries, so that it counts every attempt), the retries.
-fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> {
-    let (be, counts) = storage_stack(loc, modes)?;
+/// (below the retries, so that it counts every attempt), the retries, and the
+/// local cache (above the counter, so that a hit is no request), which is
+/// attached to the slot returned once the repository id is known.
+fn backend_with_modes(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CacheSlot)> {
+    let (be, counts, slot) = storage_stack(loc, modes)?;
     let _ = COUNTS.set(counts);
-    Ok(be)
+    Ok((be, slot))
 }
 
-/// The storage stack for `loc` (see [`backend_with_modes`]) and its own request
-/// counts, which are not this command's main counts (a second repository, such
-/// as the source of `copy`).
-fn storage_stack(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CountsHandle)> {
+/// The storage stack for `loc` (see [`backend_with_modes`]), its own request
+/// counts, which are not this command's main counts when it is a second
+/// repository (the source of `copy`), and the slot its cache attaches to.
+fn storage_stack(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CountsHandle, CacheSlot)> {
     let settings = settings();
     let base: Arc<dyn Backend> = match loc {
         Location::Local(path) => {
@@ -189,7 +220,49 @@ fn storage_stack(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, Coun
             );
         }
     });
-    Ok((Arc::new(retry), counts))
+    // The cache sits above the counter: a hit is no request to the storage.
+    let slot = CacheSlot::new();
+    Ok((Arc::new(CachingBackend::new(retry, slot.clone())), counts, slot))
+}
+
+/// Where the local caches are kept: `--cache-dir`, else `$XDG_CACHE_HOME/coffer`,
+/// else `~/.cache/coffer`.
+pub fn cache_base(global: &GlobalArgs) -> Result<PathBuf> {
+    if let Some(d) = &global.cache_dir {
+        return Ok(d.clone());
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d).join("coffer"));
+    }
+    let home = dirs::home_dir().context("cannot find the home directory for the cache: pass --cache-dir")?;
+    Ok(home.join(".cache/coffer"))
+}
+
+/// Attaches the local cache of `repo` (at `loc`) to its storage: a remote
+/// repository gets one, a local one only with `--cache-dir`; none with
+/// `--no-cache`. A cache that cannot be opened is warned of, and the command
+/// goes on without it.
+fn attach_cache(global: &GlobalArgs, loc: &Location, repo: &Repository, slot: &CacheSlot) {
+    let settings = settings();
+    if settings.no_cache || (loc.local_path().is_some() && settings.cache_dir.is_none()) {
+        return;
+    }
+    let opened = cache_base(global).and_then(|base| {
+        let dir = base.join(repo.config().id.to_hex());
+        Cache::open(&dir, settings.cache_size)
+            .map_err(coffer_core::Error::Backend)
+            .with_context(|| format!("cannot open the local cache {}", dir.display()))
+    });
+    match opened {
+        Ok(cache) => {
+            let cache = Arc::new(cache);
+            if slot.attach(cache.clone()) {
+                let _ = CACHE.set(cache.clone());
+                repo.set_tree_cache(cache);
+            }
+        }
+        Err(e) => warn(global, &format!("{e:#}; going on without the cache (or pass --no-cache)")),
+    }
 }
 
 /// Opens the source repository of `copy` or `init --from-repo` at `location`
@@ -201,7 +274,7 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
         return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
             .context("the source repository (--from-repo)"));
     }
-    let (be, counts) = storage_stack(&loc, Modes::PRIVATE)?;
+    let (be, counts, _) = storage_stack(&loc, Modes::PRIVATE)?;
     if !Repository::exists(be.as_ref())? {
         Repository::check_new_location(be.as_ref())?;
         return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
@@ -265,7 +338,7 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
     if loc.local_path().is_some_and(|p| !p.exists()) {
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
-    let be = backend(loc)?;
+    let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
     if !Repository::exists(be.as_ref())? {
         // What is there may be a repository whose config was lost: say so.
         Repository::check_new_location(be.as_ref())?;
@@ -274,6 +347,7 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
     crate::foreign::check(be.as_ref())?;
     let pw = password::read(global, Purpose::Open)?;
     let repo = Repository::open(be, pw.as_bytes())?;
+    attach_cache(global, loc, &repo, &slot);
     Ok((repo, pw))
 }
 
@@ -321,7 +395,7 @@ fn create_as(
         }
         .with_context(|| format!("cannot create repository directory {}", path.display()))?;
     }
-    let be = backend_with_modes(loc, modes)?;
+    let (be, _) = backend_with_modes(loc, modes)?;
     crate::foreign::check(be.as_ref())?;
     Repository::check_new_location(be.as_ref())?;
     if !global.quiet && std::io::IsTerminal::is_terminal(&std::io::stdin()) {

@@ -9,6 +9,8 @@ mod index;
 pub mod roots;
 mod saver;
 mod signed;
+#[cfg(test)]
+mod tree_cache_tests;
 pub mod tree_walk;
 mod trees;
 mod uploader;
@@ -22,7 +24,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::chunker::{Chunker, ChunkerParams};
 use crate::crypto::{AeadKey, Cipher, Epoch, Key, ScryptParams, blob_id, random_array};
-use coffer_backend::{Backend, ErrorKind};
+use coffer_backend::{Backend, ErrorKind, RangeCache};
 
 /// Derivation context of the key for tree blob ids (from the id key).
 pub const TREE_ID_CONTEXT: &str = "coffer v1 tree id";
@@ -89,6 +91,9 @@ pub struct Repository {
     writers: RwLock<Option<Writers>>,
     /// Copies of blobs that failed to read while another copy served.
     bad_copies: Mutex<Vec<String>>,
+    /// Where sealed tree blobs are kept between commands (the local cache), if
+    /// anywhere (docs/design.md#local-cache).
+    tree_cache: std::sync::OnceLock<Arc<dyn RangeCache>>,
 }
 
 /// Which snapshots a name like `latest` may pick.
@@ -292,6 +297,7 @@ impl Repository {
             tree_id_key,
             writers: RwLock::new(None),
             bad_copies: Mutex::new(Vec::new()),
+            tree_cache: std::sync::OnceLock::new(),
         }
     }
 
@@ -406,6 +412,19 @@ impl Repository {
 
     pub(crate) fn backend_arc(&self) -> Arc<dyn Backend> {
         self.backend.clone()
+    }
+
+    /// Keeps sealed tree blobs in `cache` from now on: those read, and those a
+    /// backup uploads. A cached tree blob is authenticated (AEAD and blob id) like
+    /// one read from its pack; one that fails is dropped and read from the pack
+    /// (docs/design.md#local-cache). `false` if a cache was set already.
+    pub fn set_tree_cache(&self, cache: Arc<dyn RangeCache>) -> bool {
+        self.tree_cache.set(cache).is_ok()
+    }
+
+    /// The cache of sealed tree blobs, if any.
+    pub(crate) fn tree_cache(&self) -> Option<Arc<dyn RangeCache>> {
+        self.tree_cache.get().cloned()
     }
 
     /// The repository settings.
@@ -729,8 +748,23 @@ impl Repository {
                 e,
             )
         })?;
-        let sealed = self.read_pack_range(pack_info, entry.offset, entry.length as u64)?;
-        self.decode_blob(pack_info, entry, &sealed)
+        let cache = self.tree_cache.get().filter(|_| entry.blob_type == BlobType::Tree);
+        let Some(cache) = cache else {
+            let sealed = self.read_pack_range(pack_info, entry.offset, entry.length as u64)?;
+            return self.decode_blob(pack_info, entry, &sealed);
+        };
+        let (name, len) = (ObjectKind::Pack.path(&pack_info.id), entry.length as u64);
+        if let Some(sealed) = cache.get_range(&name, entry.offset, len) {
+            match self.decode_blob(pack_info, entry, &sealed) {
+                Ok(data) => return Ok(data),
+                // Never trusted: a cached blob that does not verify is read again.
+                Err(_) => cache.drop_range(&name, entry.offset, len),
+            }
+        }
+        let sealed = self.read_pack_range(pack_info, entry.offset, len)?;
+        let data = self.decode_blob(pack_info, entry, &sealed)?;
+        cache.put_range(&name, entry.offset, &sealed);
+        Ok(data)
     }
 
     /// Loads blob `id` from a copy outside pack `bad_pack`, after its copy there

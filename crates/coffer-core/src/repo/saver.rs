@@ -71,7 +71,7 @@ pub enum SaverEvent {
 impl<'r> BlobSaver<'r> {
     /// A saver writing into `repo`.
     pub fn new(repo: &'r Repository) -> Self {
-        BlobSaver { uploader: Some(Uploader::new(repo.backend_arc())), ..Self::unstarted(repo) }
+        BlobSaver { uploader: Some(Uploader::new(repo.backend_arc(), repo.tree_cache())), ..Self::unstarted(repo) }
     }
 
     fn unstarted(repo: &'r Repository) -> Self {

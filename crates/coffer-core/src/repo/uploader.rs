@@ -3,7 +3,10 @@
 //! one with a round trip). The backend's wanted concurrency sizes the upload
 //! threads. Finished packs wait in their spool files, a few at most, which bounds
 //! the spool space; results come back to the saver, which alone updates the
-//! index, so index files still only list packs already stored.
+//! index, so index files still only list packs already stored. With a local
+//! cache, the sealed tree blobs of each stored pack are kept there from its
+//! spool file (docs/design.md#local-cache), so that the next backup reads its
+//! parent's trees without a request.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,8 +16,9 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::index::PackRecord;
+use crate::format::pack::BlobType;
 use crate::format::pack::FinishedPack;
-use coffer_backend::Backend;
+use coffer_backend::{Backend, RangeCache};
 
 /// Packs that may wait for an upload thread, at least. Packs wait in their
 /// spool files, so the queue costs no memory; it bounds the spool space.
@@ -44,21 +48,24 @@ pub(crate) struct Uploader {
 }
 
 impl Uploader {
-    pub(crate) fn new(backend: Arc<dyn Backend>) -> Uploader {
+    pub(crate) fn new(backend: Arc<dyn Backend>, tree_cache: Option<Arc<dyn RangeCache>>) -> Uploader {
         let n = upload_threads(backend.as_ref());
         let (tx, rx) = bounded::<Job>(QUEUE.max(n));
         let (done_tx, done) = unbounded();
         let threads = (0..n)
             .map(|i| {
                 let (rx, done_tx, backend) = (rx.clone(), done_tx.clone(), backend.clone());
+                let tree_cache = tree_cache.clone();
                 std::thread::Builder::new()
                     .name(format!("coffer-upload-{i}"))
                     .spawn(move || {
                         for job in rx {
-                            let r = backend
-                                .write_file(&ObjectKind::Pack.path(&job.rec.id), &job.file, job.len)
-                                .map(|()| (job.rec, job.len))
-                                .map_err(Error::from);
+                            let name = ObjectKind::Pack.path(&job.rec.id);
+                            let r = backend.write_file(&name, &job.file, job.len).map_err(Error::from);
+                            if let (Ok(()), Some(cache)) = (&r, &tree_cache) {
+                                keep_trees(cache.as_ref(), &name, &job);
+                            }
+                            let r = r.map(|()| (job.rec, job.len));
                             if done_tx.send(r).is_err() {
                                 break;
                             }
@@ -92,6 +99,19 @@ impl Uploader {
             let _ = t.join();
         }
         self.completed()
+    }
+}
+
+/// Keeps the sealed tree blobs of a stored pack in the cache, read from its
+/// spool file; one that does not read is simply not kept.
+fn keep_trees(cache: &dyn RangeCache, name: &str, job: &Job) {
+    use std::os::unix::fs::FileExt;
+    for e in job.rec.entries.iter().filter(|e| e.blob_type == BlobType::Tree) {
+        let mut sealed = vec![0; e.length as usize];
+        if e.offset.saturating_add(e.length as u64) <= job.len && job.file.read_exact_at(&mut sealed, e.offset).is_ok()
+        {
+            cache.put_range(name, e.offset, &sealed);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod bench;
+pub mod cache;
 pub mod cat;
 pub mod check;
 pub mod copy;

@@ -41,7 +41,7 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let repo = repo_open::create_with_modes(global, &path, &opts, modes)?;
     if global.json {
         output::json(
-            &json!({"created": true, "location": path.to_string(), "id": repo.config().id, "config": repo.config()}),
+            &json!({"type": "initialized", "created": true, "location": path.to_string(), "id": repo.config().id, "config": repo.config()}),
         );
     } else if !global.quiet {
         println!("created coffer repository {} at {}", repo.config().id.short(), path.display());

@@ -41,9 +41,24 @@ struct Counts {
 /// How often the bar's text (files, errors, the current file) is redrawn at most.
 const LINE_REFRESH: Duration = Duration::from_millis(100);
 
+/// Characters of the current file's path shown on the bar: its end, so that
+/// the line fits a terminal.
+const PATH_SHOWN: usize = 48;
+
+/// The end of `path`, at most [`PATH_SHOWN`] characters, `…` marking a cut.
+fn tail(path: &Path) -> String {
+    let s = path.display().to_string();
+    let n = s.chars().count();
+    if n <= PATH_SHOWN {
+        return s;
+    }
+    let rest: String = s.chars().skip(n - (PATH_SHOWN - 1)).collect();
+    format!("…{rest}")
+}
+
 /// The bar's layout before the totals are known: what was done, and the rate.
 fn template_counting(verb: &str) -> String {
-    format!("{verb} [{{elapsed_precise}}] {{bytes}} {{binary_bytes_per_sec}} {{prefix}} {{wide_msg}}")
+    format!("{verb} [{{elapsed_precise}}] {{bytes}} {{binary_bytes_per_sec}} {{prefix}} {{msg}}")
 }
 
 /// The bar's layout once the totals are known: percent, bytes and files done of
@@ -51,7 +66,7 @@ fn template_counting(verb: &str) -> String {
 fn template_total(verb: &str) -> String {
     format!(
         "{verb} [{{elapsed_precise}}] {{bar:25}} {{percent:>3}}% {{bytes}}/{{total_bytes}} \
-         {{binary_bytes_per_sec}} ETA {{eta}} {{prefix}} {{wide_msg}}"
+         {{binary_bytes_per_sec}} ETA {{eta}} {{prefix}} {{msg}}"
     )
 }
 
@@ -127,7 +142,7 @@ impl Display {
         }
         bar.set_prefix(self.files_text());
         if let Some(p) = self.current.lock().ok().and_then(|c| c.clone()) {
-            bar.set_message(p.display().to_string());
+            bar.set_message(tail(&p));
         }
     }
 
@@ -242,7 +257,7 @@ impl Progress for Display {
             if let Ok(c) = self.current.lock()
                 && c.is_none()
             {
-                b.set_message(path.display().to_string());
+                b.set_message(tail(path));
             }
             self.refresh_line(b);
         }
@@ -318,5 +333,48 @@ impl Progress for Display {
             format!("warning: {}: {message}", path.display())
         };
         self.print(&line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_shows_percent_eta_and_the_current_file_once_the_totals_are_known() {
+        let counting = template_counting("backup");
+        assert!(!counting.contains("{eta}") && !counting.contains("{percent"), "{counting}");
+        let total = template_total("backup");
+        for part in ["{percent", "{eta}", "{total_bytes}", "{prefix}", "{msg}", "{binary_bytes_per_sec}"] {
+            assert!(total.contains(part), "{total} lacks {part}");
+        }
+        // Both parse as indicatif templates.
+        ProgressStyle::with_template(&counting).unwrap();
+        ProgressStyle::with_template(&total).unwrap();
+    }
+
+    #[test]
+    fn long_paths_are_shown_by_their_end() {
+        assert_eq!(tail(Path::new("/a/b")), "/a/b");
+        let long = format!("/{}/file.txt", "d".repeat(100));
+        let shown = tail(Path::new(&long));
+        assert_eq!(shown.chars().count(), PATH_SHOWN);
+        assert!(shown.starts_with('…') && shown.ends_with("d/file.txt"), "{shown}");
+    }
+
+    #[test]
+    fn files_done_of_the_total_and_errors_so_far() {
+        let d = Display::new(true, true, "restore");
+        assert_eq!(d.files_text(), "0 files");
+        d.set_total(1000, 3);
+        d.add_item(Path::new("/a"));
+        d.add_item(Path::new("/b"));
+        assert_eq!(d.files_text(), "2/3 files");
+        d.warn(Path::new("/c"), "cannot read");
+        assert_eq!(d.files_text(), "2/3 files, 1 error");
+        d.warn(Path::new("/d"), "cannot read");
+        assert_eq!(d.files_text(), "2/3 files, 2 errors");
+        assert_eq!(d.template(), template_total("restore"));
+        d.finish();
     }
 }

@@ -315,6 +315,9 @@ fn write_blob(
         if errors.failed(t.file) {
             continue;
         }
+        if t.offset == 0 {
+            progress.start_item(&place.path());
+        }
         if !(zeros && node.sparse) {
             let Some(id) = created[t.file] else { continue };
             let w = handles::reopen_file(place.dir.as_fd(), &place.name, id)

@@ -127,7 +127,11 @@ impl Display {
 
     /// The bar's layout for what is known now.
     fn template(&self) -> String {
-        if self.counts.total.load(Ordering::Relaxed) > 0 { template_total(&self.verb) } else { template_counting(&self.verb) }
+        if self.counts.total.load(Ordering::Relaxed) > 0 {
+            template_total(&self.verb)
+        } else {
+            template_counting(&self.verb)
+        }
     }
 
     /// Redraws the bar's text (files done, errors, the current file), at most
@@ -149,8 +153,11 @@ impl Display {
     /// "N of M files, E errors", or "N files" while the total is unknown.
     fn files_text(&self) -> String {
         let c = &self.counts;
-        let (done, total, warnings) =
-            (c.items.load(Ordering::Relaxed), c.items_total.load(Ordering::Relaxed), c.warnings.load(Ordering::Relaxed));
+        let (done, total, warnings) = (
+            c.items.load(Ordering::Relaxed),
+            c.items_total.load(Ordering::Relaxed),
+            c.warnings.load(Ordering::Relaxed),
+        );
         let files = if total > 0 { format!("{done}/{total} files") } else { format!("{done} files") };
         match warnings {
             0 => files,
@@ -166,7 +173,6 @@ impl Display {
             None => eprintln!("{line}"),
         }
     }
-
 
     /// Removes the bar, and stops the status lines.
     pub fn finish(&self) {

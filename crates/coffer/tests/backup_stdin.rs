@@ -56,8 +56,11 @@ fn twenty_megabytes_of_stdin_round_trip_through_dump() {
     assert_eq!(snaps[0]["snapshot"]["paths"], serde_json::json!(["/db.sql"]));
     let ls = env.run(&["--json", "ls", "latest"]);
     assert_success(&ls);
-    let nodes: Vec<serde_json::Value> =
-        text(&ls.stdout).lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|n| n["type"] == "node").collect();
+    let nodes: Vec<serde_json::Value> = text(&ls.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|n| n["type"] == "node")
+        .collect();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let node = &nodes[0]["node"];
     assert_eq!(node["name"], "db.sql");
@@ -174,8 +177,11 @@ fn ctrl_c_while_reading_stdin_ends_with_130_and_no_snapshot() {
     while files_under(&env.repo().join("sessions")).is_empty() && start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    rustix::process::kill_process(rustix::process::Pid::from_raw(child.id() as i32).unwrap(), rustix::process::Signal::INT)
-        .unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
     let out = child.wait_with_output().unwrap();
     drop(stdin);
     let err = assert_code(&out, 130);

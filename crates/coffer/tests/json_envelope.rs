@@ -42,15 +42,8 @@ fn init_key_and_cat_objects_carry_a_type() {
     assert!(keys.as_array().unwrap().iter().all(|k| k["type"] == "key"), "{keys}");
     let pw = env.path("new-pw");
     fs::write(&pw, "another passphrase\n").unwrap();
-    let added = env.json(&[
-        "key",
-        "add",
-        "--new-password-file",
-        pw.to_str().unwrap(),
-        "--kdf-log-n",
-        "10",
-        "--insecure-kdf",
-    ]);
+    let added =
+        env.json(&["key", "add", "--new-password-file", pw.to_str().unwrap(), "--kdf-log-n", "10", "--insecure-kdf"]);
     assert_eq!(added["type"], "key_added", "{added}");
     let removed = env.json(&["key", "remove", added["added"].as_str().unwrap()]);
     assert_eq!(removed["type"], "key_removed", "{removed}");

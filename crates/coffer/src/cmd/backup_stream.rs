@@ -35,7 +35,8 @@ impl Stream {
         match self {
             Stream::Stdin => {
                 let mut stdin = std::io::stdin();
-                let source = StreamSource { name: name.to_string(), reader: &mut stdin, label: "standard input".into() };
+                let source =
+                    StreamSource { name: name.to_string(), reader: &mut stdin, label: "standard input".into() };
                 Ok(backup_stream(repo, opts, source, key, progress)?)
             }
             Stream::Command(argv) => {
@@ -44,10 +45,7 @@ impl Stream {
                 let source = StreamSource { name: name.to_string(), reader: &mut output, label };
                 let result = backup_stream(repo, opts, source, key, progress);
                 if let Some(status) = output.status.filter(|s| !s.success()) {
-                    bail!(
-                        "the command {} failed ({status}): fix the command and run the backup again",
-                        output.command
-                    );
+                    bail!("the command {} failed ({status}): fix the command and run the backup again", output.command);
                 }
                 Ok(result?)
             }

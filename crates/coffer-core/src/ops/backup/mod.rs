@@ -421,18 +421,18 @@ fn run(
     let (tree, leaves) = match stream {
         Some(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time))?,
         None => std::thread::scope(|s| {
-        if progress.wants_totals() {
-            s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
-        }
-        pool.install(|| {
-            if paths.iter().any(|p| p.parent().is_none()) {
-                // The whole file system: "/" itself is the root tree.
-                let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
-                arch.save_dir(Path::new("/"), &md, parent_tree)
-            } else {
-                arch.save_virtual(&vroot, parent_tree)
+            if progress.wants_totals() {
+                s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
             }
-        })
+            pool.install(|| {
+                if paths.iter().any(|p| p.parent().is_none()) {
+                    // The whole file system: "/" itself is the root tree.
+                    let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
+                    arch.save_dir(Path::new("/"), &md, parent_tree)
+                } else {
+                    arch.save_virtual(&vroot, parent_tree)
+                }
+            })
         })?,
     };
     let mut stats = arch.saver.finish()?;

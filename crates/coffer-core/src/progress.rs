@@ -19,7 +19,8 @@ pub trait Progress: Send + Sync {
     /// One more item (file) was processed.
     fn add_item(&self, _path: &Path) {}
     /// Work on the item `path` starts (a file about to be read), so that a display
-    /// can name the file being processed.
+    /// can name the file being processed. An operation that must build the path
+    /// for this alone may skip the call when [`Progress::wants_totals`] is false.
     fn start_item(&self, _path: &Path) {}
     /// A backup saved the file `path`; `change` says how it compares with the
     /// parent snapshot. Called before [`Progress::add_item`] for the same file.

@@ -315,7 +315,9 @@ fn write_blob(
         if errors.failed(t.file) {
             continue;
         }
-        if t.offset == 0 {
+        // Only a display that wants totals (a progress bar) names the current
+        // file: the path is not built for the others (deep trees make it long).
+        if t.offset == 0 && progress.wants_totals() {
             progress.start_item(&place.path());
         }
         if !(zeros && node.sparse) {

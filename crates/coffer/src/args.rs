@@ -408,8 +408,20 @@ pub struct ForgetFilterArgs {
 pub struct BackupArgs {
     /// Files and directories to back up. One that does not exist is warned about
     /// and the rest is backed up (exit code 3).
-    #[arg(required_unless_present_any = ["files_from", "files_from_verbatim", "files_from_raw"])]
+    /// With --stdin-from-command: the command and its arguments (after `--`).
+    #[arg(required_unless_present_any = ["files_from", "files_from_verbatim", "files_from_raw", "stdin"])]
     pub paths: Vec<PathBuf>,
+    /// Back up standard input as one file (named by --stdin-filename); the
+    /// passphrase must then come from elsewhere than standard input.
+    #[arg(long, conflicts_with_all = ["paths", "files_from", "files_from_verbatim", "files_from_raw", "stdin_from_command"])]
+    pub stdin: bool,
+    /// The name of the file --stdin or --stdin-from-command stores.
+    #[arg(long, value_name = "NAME", default_value = "stdin")]
+    pub stdin_filename: String,
+    /// Run the command given after `--` and back up its standard output as one
+    /// file; if it exits with a failure, no snapshot is written.
+    #[arg(long, conflicts_with_all = ["files_from", "files_from_verbatim", "files_from_raw"])]
+    pub stdin_from_command: bool,
     /// Read paths to back up from this file (`-` for standard input), one per line;
     /// empty lines and lines starting with `#` are ignored, and paths are taken as
     /// written, without expanding patterns (repeatable).

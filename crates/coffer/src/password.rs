@@ -12,6 +12,7 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 use coffer_core::crypto::ScryptParams;
@@ -29,6 +30,14 @@ pub enum Purpose {
     Create,
 }
 
+/// Set when standard input carries the data to back up (`backup --stdin`).
+static STDIN_IS_DATA: AtomicBool = AtomicBool::new(false);
+
+/// Standard input is the data to back up: the passphrase is not read from it.
+pub fn stdin_is_data() {
+    STDIN_IS_DATA.store(true, Ordering::Relaxed);
+}
+
 /// Reads the passphrase. Never logs or prints it. One for a new repository may
 /// not be empty.
 pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<Passphrase> {
@@ -41,6 +50,15 @@ pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<Passphrase> {
         first_line(file)?
     } else if let Some(command) = &global.password_command {
         from_command(command)?
+    } else if STDIN_IS_DATA.load(Ordering::Relaxed) && !std::io::stdin().is_terminal() {
+        // Standard input is the data (`backup --stdin`): ask on the terminal, if any.
+        Zeroizing::new(rpassword::prompt_password("enter passphrase for repository: ").map_err(|e| {
+            anyhow::anyhow!(
+                "backup --stdin reads the data from standard input, so the passphrase cannot come from it, and \
+                 there is no terminal to ask on ({e}): set COFFER_PASSWORD, or pass --password-file or \
+                 --password-command"
+            )
+        })?)
     } else if !std::io::stdin().is_terminal() {
         from_stdin()?
     } else if purpose == Purpose::Create {

@@ -9,6 +9,7 @@ use coffer_core::repo::InitOptions;
 use serde_json::json;
 
 use crate::args::{BackupArgs, GlobalArgs};
+use crate::cmd::backup_stream::Stream;
 use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
@@ -159,9 +160,28 @@ fn refuse_own_files(paths: &[PathBuf], own: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// A stream to back up instead of paths, as the command line asks.
+fn stream_of(a: &BackupArgs) -> Option<Stream> {
+    if a.stdin {
+        crate::password::stdin_is_data();
+        Some(Stream::Stdin)
+    } else if a.stdin_from_command {
+        Some(Stream::Command(a.paths.iter().map(|p| p.as_os_str().to_os_string()).collect()))
+    } else {
+        None
+    }
+}
+
 pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     // Everything the command line says is checked before the repository is opened.
-    let (paths, missing) = existing_paths(global, source_paths(a)?)?;
+    let stream = stream_of(a);
+    let (paths, missing) = match stream {
+        Some(_) => {
+            coffer_core::ops::backup::stream_path(&a.stdin_filename)?;
+            (Vec::new(), 0)
+        }
+        None => existing_paths(global, source_paths(a)?)?,
+    };
     let time = a.time.as_deref().map(parse_time).transpose()?;
     coffer_core::fs::select::build_excludes(&read_exclude_files(a)?)?;
     let (path, is_default) = repo_open::location(global)?;
@@ -192,6 +212,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     // Found once the state directory exists, so that its real path is known.
     let own = own_files(path.local_path());
     refuse_own_files(&paths, &own)?;
+    let excludes = if stream.is_some() { Vec::new() } else { with_own_files_excluded(read_exclude_files(a)?, &own) };
     let opts = BackupOptions {
         paths,
         iexcludes: patterns_from(&a.iexcludes, &a.iexclude_files)?,
@@ -200,7 +221,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         exclude_larger_than: a.exclude_larger_than,
         time,
         skip_if_unchanged: a.skip_if_unchanged,
-        excludes: with_own_files_excluded(read_exclude_files(a)?, &own),
+        excludes,
         one_file_system: a.one_file_system,
         dry_run: a.dry_run,
         tags: a.tags.iter().filter(|t| !t.is_empty()).cloned().collect(),
@@ -211,8 +232,11 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         state: Some(state),
         timing: crate::protocol_timing(),
     };
-    let display = Display::new(global.json, global.quiet, "backup").listing_items(global.verbose);
-    let result = backup(&repo, &opts, &key, &display);
+    let display = Display::new(global.json, global.quiet, "backup").listing_changes(global.verbose);
+    let result = match &stream {
+        None => backup(&repo, &opts, &key, &display).map_err(anyhow::Error::from),
+        Some(s) => s.backup(&a.stdin_filename, &repo, &opts, &key, &display),
+    };
     display.finish();
     let result = result.context(
         "the backup did not complete and no snapshot was written; fix the cause and run it again (what was \

@@ -35,7 +35,13 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
     let repo = repo_open::open_unindexed(global, &path)?;
     let value: Value = match a.kind.as_str() {
-        "config" => serde_json::to_value(repo.config())?,
+        "config" => {
+            let mut v = serde_json::to_value(repo.config())?;
+            if let Value::Object(m) = &mut v {
+                m.insert("type".into(), "config".into());
+            }
+            v
+        }
         "key" => {
             let id = match &a.id {
                 Some(p) => repo.resolve_prefix(ObjectKind::Key, p)?,
@@ -44,11 +50,11 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
             let bytes = repo.read_object(ObjectKind::Key, &id)?;
             let kf =
                 KeyFile::decode(&bytes).map_err(|e| coffer_core::Error::corrupt(ObjectKind::Key.describe(&id), e))?;
-            json!({"id": id, "key": kf})
+            json!({"type": "key", "id": id, "key": kf})
         }
         "snapshot" => {
             let (id, s) = repo_open::find_snapshot(&repo, need(a)?, &SnapshotFilter::default())?;
-            json!({"id": id, "snapshot": s})
+            json!({"type": "snapshot", "id": id, "snapshot": s})
         }
         "index" => {
             let id = repo.resolve_prefix(ObjectKind::Index, need(a)?)?;
@@ -64,12 +70,12 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
                     json!({"pack": p.id, "cipher": p.cipher, "epoch": p.epoch, "blobs": blobs})
                 })
                 .collect();
-            json!({"id": id, "packs": list})
+            json!({"type": "index", "id": id, "packs": list})
         }
         "tree" => {
             repo_open::load_index(global, &repo)?;
             let id = tree_id(&repo, need(a)?)?;
-            json!({"id": id, "tree": repo.load_tree(&id)?})
+            json!({"type": "tree", "id": id, "tree": repo.load_tree(&id)?})
         }
         other => bail!("cannot cat {other:?}: use config, key, snapshot, index or tree"),
     };

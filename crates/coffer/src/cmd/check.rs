@@ -41,14 +41,17 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
 }
 
 fn print_json(r: &CheckReport) {
-    let damaged: Vec<_> =
-        r.damaged_blobs.iter().map(|b| json!({"id": b.id, "type": b.blob_type.noun(), "pack": b.pack})).collect();
+    let damaged: Vec<_> = r
+        .damaged_blobs
+        .iter()
+        .map(|b| json!({"type": "damaged_blob", "id": b.id, "blob_type": b.blob_type.noun(), "pack": b.pack}))
+        .collect();
     let affected: Vec<_> = r
         .affected
         .iter()
         .map(|f| {
             json!({
-                "snapshot": f.snapshot, "path": f.path.to_string_lossy(), "blobs": f.blobs,
+                "type": "affected", "snapshot": f.snapshot, "path": f.path.to_string_lossy(), "blobs": f.blobs,
                 "kind": match f.kind { AffectedKind::File => "file", AffectedKind::Directory => "directory" },
             })
         })

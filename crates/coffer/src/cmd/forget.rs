@@ -195,9 +195,11 @@ fn by_group(decisions: &[Decision]) -> Vec<(&GroupKey, Vec<&Decision>)> {
 fn group_json(key: &GroupKey, ds: &[&Decision], times: &HashMap<Id, &str>) -> Value {
     let entry = |d: &Decision| {
         let reasons: Vec<String> = d.reasons.iter().map(|r| r.to_string()).collect();
-        json!({"id": d.id, "time": times.get(&d.id), "reasons": reasons})
+        json!({"type": "decision", "action": if d.keep { "keep" } else { "forget" }, "id": d.id,
+               "time": times.get(&d.id), "reasons": reasons})
     };
     json!({
+        "type": "forget_group",
         "key": {"host": key.host, "paths": key.paths, "tags": key.tags},
         "keep": ds.iter().filter(|d| d.keep).map(|d| entry(d)).collect::<Vec<_>>(),
         "forget": ds.iter().filter(|d| !d.keep).map(|d| entry(d)).collect::<Vec<_>>(),

@@ -47,7 +47,7 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     };
     if global.json {
         output::json(
-            &json!({"created": true, "location": path.to_string(), "id": repo.config().id, "config": repo.config()}),
+            &json!({"type": "initialized", "created": true, "location": path.to_string(), "id": repo.config().id, "config": repo.config()}),
         );
     } else if !global.quiet {
         println!("created coffer repository {} at {}", repo.config().id.short(), path.display());

@@ -19,14 +19,14 @@ pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
             let repo = repo_open::open_unindexed(global, &path)?;
             let pw = password::read_new(n.new_password_file.as_deref())?;
             let id = keys::add(&repo, pw.as_bytes(), kdf(n)?)?;
-            report(global, json!({"added": id}), &format!("added key file {}", id.short()));
+            report(global, json!({"type": "key_added", "added": id}), &format!("added key file {}", id.short()));
             Ok(exit::OK)
         }
         KeyCommand::Remove(r) => {
             let repo = repo_open::open_unindexed(global, &path)?;
             let id = keys::resolve(&repo, &r.id)?;
             keys::remove(&repo, &id)?;
-            report(global, json!({"removed": id}), &format!("removed key file {}", id.short()));
+            report(global, json!({"type": "key_removed", "removed": id}), &format!("removed key file {}", id.short()));
             Ok(exit::OK)
         }
         KeyCommand::Passwd(n) => {
@@ -35,7 +35,7 @@ pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
             let (added, removed) = keys::passwd(&repo, pw.as_bytes(), kdf(n)?)?;
             report(
                 global,
-                json!({"added": added, "removed": removed}),
+                json!({"type": "key_changed", "added": added, "removed": removed}),
                 &format!(
                     "added key file {} for the new passphrase, removed key file {}",
                     added.short(),
@@ -71,7 +71,7 @@ fn list(global: &GlobalArgs, repo: &Repository) -> Result<u8> {
         let list: Vec<_> = files
             .iter()
             .map(|(id, k)| {
-                json!({"id": id, "created": k.created, "hostname": k.hostname, "username": k.username,
+                json!({"type": "key", "id": id, "created": k.created, "hostname": k.hostname, "username": k.username,
                        "kdf": k.kdf, "scrypt": k.scrypt, "current": *id == current})
             })
             .collect();
@@ -109,7 +109,7 @@ fn rotate(global: &GlobalArgs, path: &coffer_backend::Location, r: &KeyRotateArg
     }
     let rot = keys::rotate(&repo, pw.as_bytes())?;
     if global.json {
-        output::json(&json!({"epoch": rot.epoch, "key": rot.key, "removed": rot.removed}));
+        output::json(&json!({"type": "key_rotated", "epoch": rot.epoch, "key": rot.key, "removed": rot.removed}));
     } else if !global.quiet {
         println!(
             "rotated the data key: everything written from now on is encrypted under epoch {}; existing data \

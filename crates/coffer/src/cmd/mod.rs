@@ -1,6 +1,7 @@
 //! One module per command. Each `run` returns the exit code on success.
 
 pub mod backup;
+pub mod backup_stream;
 pub mod bench;
 pub mod cache;
 pub mod cat;

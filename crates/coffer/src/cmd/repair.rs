@@ -82,7 +82,7 @@ fn config(global: &GlobalArgs, a: &RepairConfigArgs) -> Result<u8> {
     let pw = password::read(global, Purpose::Open)?;
     let (repo, reset) = Repository::repair_config(be, pw.as_bytes(), &opts)?;
     if global.json {
-        output::json(&json!({"repaired": "config", "id": repo.config().id, "reset": reset}));
+        output::json(&json!({"type": "repaired", "repaired": "config", "id": repo.config().id, "reset": reset}));
     } else if !global.quiet {
         println!("wrote a new config for the repository at {}, sealed under its existing keys", path.display());
         println!("reset, as the lost config could not be read back:");

@@ -14,6 +14,7 @@
 //! committed.
 
 mod leaves;
+mod stream;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, Metadata};
@@ -44,11 +45,12 @@ use crate::lifecycle::Timing;
 use crate::lifecycle::writer::WriterGuard;
 use crate::local_state::LocalState;
 use crate::merkle;
-use crate::progress::Progress;
+use crate::progress::{FileChange, Progress};
 use crate::repo::history::{HEADS_FILE, History};
 use crate::repo::tree_walk::{self, Located};
 use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
 use leaves::{Leaves, Spill};
+pub use stream::{StreamSource, stream_path};
 
 /// Bytes read from a file at a time (plus the part of a chunk left from the
 /// previous read); the chunks cut in them are stored in parallel.
@@ -276,12 +278,42 @@ pub fn backup_with_limits(
     progress: &dyn Progress,
     limits: SplitLimits,
 ) -> Result<BackupResult> {
+    run(repo, opts, None, key, progress, limits)
+}
+
+/// Backs up what `stream` reads, to its end, as one file of the snapshot
+/// (`backup --stdin`; docs/design.md#backup-from-a-stream). `opts.paths` is not
+/// used; the snapshot's one path is `/NAME`. A read error (the stream's source may
+/// return one at its end, as a failed command does) ends the backup without a
+/// snapshot.
+pub fn backup_stream(
+    repo: &Repository,
+    opts: &BackupOptions,
+    stream: StreamSource<'_>,
+    key: &SigningKey,
+    progress: &dyn Progress,
+) -> Result<BackupResult> {
+    run(repo, opts, Some(stream), key, progress, SplitLimits::default())
+}
+
+/// A backup of `opts.paths`, or of `stream` when one is given.
+fn run(
+    repo: &Repository,
+    opts: &BackupOptions,
+    stream: Option<StreamSource<'_>>,
+    key: &SigningKey,
+    progress: &dyn Progress,
+    limits: SplitLimits,
+) -> Result<BackupResult> {
     let start = Instant::now();
     let time = opts.time.unwrap_or_else(SystemTime::now);
-    if opts.paths.is_empty() {
-        return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
-    }
-    let paths: Vec<PathBuf> = opts.paths.iter().map(|p| resolve_path(p)).collect::<Result<_>>()?;
+    let paths: Vec<PathBuf> = match &stream {
+        Some(s) => vec![s.path()?],
+        None if opts.paths.is_empty() => {
+            return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
+        }
+        None => opts.paths.iter().map(|p| resolve_path(p)).collect::<Result<_>>()?,
+    };
     let hostname = opts.hostname.clone().unwrap_or_else(meta::hostname);
     let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     path_strings.sort();
@@ -386,20 +418,23 @@ pub fn backup_with_limits(
         bytes_total: AtomicU64::new(0),
     };
     let vroot = build_virtual_root(&paths);
-    let (tree, leaves) = std::thread::scope(|s| {
-        if progress.wants_totals() {
-            s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
-        }
-        pool.install(|| {
-            if paths.iter().any(|p| p.parent().is_none()) {
-                // The whole file system: "/" itself is the root tree.
-                let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
-                arch.save_dir(Path::new("/"), &md, parent_tree)
-            } else {
-                arch.save_virtual(&vroot, parent_tree)
+    let (tree, leaves) = match stream {
+        Some(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time))?,
+        None => std::thread::scope(|s| {
+            if progress.wants_totals() {
+                s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
             }
-        })
-    })?;
+            pool.install(|| {
+                if paths.iter().any(|p| p.parent().is_none()) {
+                    // The whole file system: "/" itself is the root tree.
+                    let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
+                    arch.save_dir(Path::new("/"), &md, parent_tree)
+                } else {
+                    arch.save_virtual(&vroot, parent_tree)
+                }
+            })
+        })?,
+    };
     let mut stats = arch.saver.finish()?;
     let (merkle_root, merkle_leaves) = leaves.root(&arch.spill)?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
@@ -742,6 +777,17 @@ impl Archiver<'_> {
         writer.finish(self, parent)
     }
 
+    /// Counts a file in the summary as `change` says; returns it.
+    fn count_file(&self, change: FileChange) -> FileChange {
+        let counter = match change {
+            FileChange::New => &self.files_new,
+            FileChange::Changed => &self.files_changed,
+            FileChange::Unchanged => &self.files_unchanged,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        change
+    }
+
     /// Whether `--reread-share` picks the next unchanged file for rereading.
     fn reread_this_one(&self) -> bool {
         let share = self.opts.reread_share;
@@ -769,34 +815,31 @@ impl Archiver<'_> {
     fn save_file(&self, path: &Path, node: &mut Node, parent: Option<&Node>) -> Result<Option<FileContent>> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
         let unchanged = parent.filter(|p| self.unchanged(node, p));
-        match unchanged {
+        let change = match unchanged {
             Some(p) if !self.reread_this_one() => {
-                self.files_unchanged.fetch_add(1, Ordering::Relaxed);
+                self.count_file(FileChange::Unchanged);
                 self.progress.add_bytes(node.size);
+                self.progress.file_saved(path, FileChange::Unchanged);
                 self.progress.add_item(path);
                 let digest = p.digest.expect("unchanged() requires a digest");
                 return Ok(Some((p.content.clone(), digest)));
             }
-            Some(_) => {} // reread below; counted once its content is known
-            None if parent.is_some() => {
-                self.files_changed.fetch_add(1, Ordering::Relaxed);
-            }
-            None => {
-                self.files_new.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+            Some(_) => None, // reread below; counted once its content is known
+            None if parent.is_some() => Some(self.count_file(FileChange::Changed)),
+            None => Some(self.count_file(FileChange::New)),
+        };
         let link_key = (node.links > 1).then_some((node.device, node.inode));
         if let Some(k) = link_key
             && let Some((content, stamp)) = self.hardlinks.lock().expect("poisoned").get(&k)
         {
-            if unchanged.is_some() {
-                self.files_unchanged.fetch_add(1, Ordering::Relaxed);
-            }
+            let change = change.unwrap_or_else(|| self.count_file(FileChange::Unchanged));
             set_stamp(node, stamp);
             self.progress.add_bytes(node.size);
+            self.progress.file_saved(path, change);
             self.progress.add_item(path);
             return Ok(Some(content.clone()));
         }
+        self.progress.start_item(path);
         let file = match source::open_file(path, source::Listed { dev: node.device, ino: node.inode }) {
             Ok(f) => f,
             Err(e) => {
@@ -804,7 +847,10 @@ impl Archiver<'_> {
                 return Ok(None);
             }
         };
-        let (reading, stamp) = match source::read_stable(&file, path, |r| self.read_content(r, path)) {
+        let (reading, stamp) = match source::read_stable(&file, path, |r: &mut Take<&File>| {
+            let size = r.limit();
+            self.read_content(r, size, path)
+        }) {
             Ok(r) => r,
             Err(Error::Io { source, .. }) => {
                 self.skip(path, format!("cannot read file: {source}"));
@@ -832,19 +878,22 @@ impl Archiver<'_> {
         if let Some(k) = link_key {
             self.hardlinks.lock().expect("poisoned").insert(k, ((content.clone(), digest), stamp));
         }
-        if let Some(p) = unchanged {
-            if p.content == content && p.digest == Some(digest) {
-                self.files_unchanged.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.files_changed.fetch_add(1, Ordering::Relaxed);
+        let change = match (change, unchanged) {
+            (Some(c), _) => c,
+            (None, Some(p)) if p.content == content && p.digest == Some(digest) => {
+                self.count_file(FileChange::Unchanged)
+            }
+            (None, _) => {
                 self.progress.warn(
                     path,
                     "content differs from the parent snapshot although size, mtime, ctime and inode are \
                      unchanged: the file was changed without updating its times, or the disk returned \
                      different data; the content read now is saved",
                 );
+                self.count_file(FileChange::Changed)
             }
-        }
+        };
+        self.progress.file_saved(path, change);
         self.progress.add_item(path);
         Ok(Some((content, digest)))
     }
@@ -855,9 +904,9 @@ impl Archiver<'_> {
     /// if a read-ahead slot is free (`rayon::join` lets an idle worker take the
     /// read, so I/O overlaps with CPU work without extra threads); the slots bound
     /// the blocks in memory to one per worker plus [`READ_AHEAD_SLOTS`].
-    fn read_content(&self, file: &mut Take<&File>, path: &Path) -> Result<FileContent> {
-        let size = file.limit();
-        let mut reader = BlockReader::new(file, self.repo.chunker().clone(), BLOCK_BYTES, size, &self.blocks);
+    /// `expected` is the size the reader should hold (a hint for buffer sizes).
+    fn read_content(&self, input: impl Read + Send, expected: u64, path: &Path) -> Result<FileContent> {
+        let mut reader = BlockReader::new(input, self.repo.chunker().clone(), BLOCK_BYTES, expected, &self.blocks);
         let mut digest = blake3::Hasher::new();
         let mut ids = Vec::new();
         let mut block = read_block(&mut reader, path)?;

@@ -315,6 +315,11 @@ fn write_blob(
         if errors.failed(t.file) {
             continue;
         }
+        // Only a display that wants totals (a progress bar) names the current
+        // file: the path is not built for the others (deep trees make it long).
+        if t.offset == 0 && progress.wants_totals() {
+            progress.start_item(&place.path());
+        }
         if !(zeros && node.sparse) {
             let Some(id) = created[t.file] else { continue };
             let w = handles::reopen_file(place.dir.as_fd(), &place.name, id)

@@ -84,6 +84,12 @@ pub struct GlobalArgs {
     /// `.toml`. Options on the command line win.
     #[arg(short = 'P', long, env = "COFFER_PROFILE", global = true, value_name = "NAME")]
     pub profile: Option<String>,
+    /// A repository over several backends: accept a write once N copies of a pack
+    /// are stored (default: all of them); what is short is reported and
+    /// remembered for `coffer repair --replicas`.
+    #[arg(long, env = "COFFER_MIN_COPIES", global = true, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub min_copies: Option<u8>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -148,6 +154,12 @@ pub enum Command {
     /// Measure which settings back up fastest on this machine and this data.
     #[command(after_help = EXIT_CODES)]
     Bench(crate::cmd::bench::BenchArgs),
+    /// The backends of a repository over several backends: add, remove, list.
+    #[command(after_help = EXIT_CODES)]
+    Backend(crate::cmd::backend::BackendArgs),
+    /// Move packs to the backends the current layout gives them, then finish the migration.
+    #[command(after_help = EXIT_CODES)]
+    Rebalance,
     /// Change snapshots' tags: each changed snapshot is replaced by a new signed one
     /// that links to it, and a tombstone records the replacement.
     #[command(after_help = EXIT_CODES)]
@@ -306,6 +318,13 @@ pub struct InitArgs {
     /// directories 0750) instead of its owner only (0600, 0700).
     #[arg(long)]
     pub group_readable: bool,
+    /// Keep R copies of every pack, on R different backends (given with --backend).
+    #[arg(long, value_name = "R", requires = "backends", value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub replicas: Option<u8>,
+    /// A backend of a repository over several backends: `NAME:SIZE[:ZONE]=LOCATION`
+    /// (repeat; SIZE is its capacity, e.g. 2T).
+    #[arg(long = "backend", value_name = "SPEC", requires = "replicas")]
+    pub backends: Vec<String>,
 }
 
 /// Which snapshots `latest` may pick.
@@ -554,6 +573,10 @@ pub struct CheckArgs {
     /// machine has not verified yet, so that repeated runs cover the whole repository.
     #[arg(long, value_name = "SPEC", conflicts_with = "read_data", value_parser = parse_subset)]
     pub read_data_subset: Option<DataSubset>,
+    /// A repository over several backends: list `data/` on each backend and report
+    /// packs missing, under-replicated or misplaced, and other objects a backend lacks.
+    #[arg(long)]
+    pub replicas: bool,
 }
 
 /// Parses a `--read-data-subset` value: `n/t` or `N%`.
@@ -651,9 +674,14 @@ pub struct PruneArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct RepairArgs {
     #[command(subcommand)]
-    pub command: RepairCommand,
+    pub command: Option<RepairCommand>,
+    /// A repository over several backends: copy what each backend lacks from a
+    /// copy whose bytes hash to its name.
+    #[arg(long)]
+    pub replicas: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -42,8 +42,9 @@ struct StorageSettings {
 
 static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
 
-/// The request counts of the storage opened by this command, once it is open.
-static COUNTS: OnceLock<CountsHandle> = OnceLock::new();
+/// The request counts of the storage opened by this command (one per backend of
+/// a repository over several), once it is open.
+static COUNTS: std::sync::Mutex<Vec<CountsHandle>> = std::sync::Mutex::new(Vec::new());
 
 fn settings() -> StorageSettings {
     SETTINGS.get().cloned().unwrap_or_default()
@@ -66,7 +67,16 @@ pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
 /// The requests and bytes this command sent to its storage so far; `None`
 /// before any storage was opened.
 pub fn storage_counts() -> Option<Counts> {
-    COUNTS.get().map(CountsHandle::get)
+    let handles = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    handles.iter().map(CountsHandle::get).reduce(|a, b| Counts {
+        put: a.put + b.put,
+        get: a.get + b.get,
+        head: a.head + b.head,
+        list: a.list + b.list,
+        delete: a.delete + b.delete,
+        bytes_up: a.bytes_up + b.bytes_up,
+        bytes_down: a.bytes_down + b.bytes_down,
+    })
 }
 
 /// The counts as a JSON object, for `--json` summaries (`null` before storage
@@ -130,6 +140,18 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
 /// storage up: the backend, the fault injector (tests), the request counter
 /// (below the retries, so that it counts every attempt), the retries.
 fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> {
+    backend_stack(loc, modes, std::env::var("COFFER_TEST_FAULTS").ok().filter(|s| !s.is_empty()))
+}
+
+/// The storage stack for backend `name` of a repository over several, created
+/// with `modes`; `COFFER_TEST_FAULTS_<NAME>` (tests) injects faults into it alone.
+pub fn backend_stack_for(loc: &Location, modes: Modes, name: &str) -> Result<Arc<dyn Backend>> {
+    let var = crate::replicas::env_var(name).replacen("COFFER_BACKEND_", "COFFER_TEST_FAULTS_", 1);
+    let faults = std::env::var(var).ok().filter(|s| !s.is_empty());
+    backend_stack(loc, modes, faults.or_else(|| std::env::var("COFFER_TEST_FAULTS").ok().filter(|s| !s.is_empty())))
+}
+
+fn backend_stack(loc: &Location, modes: Modes, faults: Option<String>) -> Result<Arc<dyn Backend>> {
     let settings = settings();
     let base: Arc<dyn Backend> = match loc {
         Location::Local(path) => {
@@ -150,15 +172,15 @@ fn backend_with_modes(loc: &Location, modes: Modes) -> Result<Arc<dyn Backend>> 
     if let Some(ms) = std::env::var("COFFER_RETRY_BASE_MS").ok().and_then(|v| v.parse().ok()) {
         policy.base_delay = std::time::Duration::from_millis(ms);
     }
-    let inner: Arc<dyn Backend> = match std::env::var("COFFER_TEST_FAULTS") {
-        Ok(spec) if !spec.is_empty() => {
+    let inner: Arc<dyn Backend> = match faults {
+        Some(spec) => {
             let faults = Faults::parse(&spec).map_err(|e| anyhow::anyhow!("COFFER_TEST_FAULTS: {e}"))?;
             Arc::new(FaultyBackend::new(base, faults))
         }
-        _ => base,
+        None => base,
     };
     let counting = CountingBackend::new(inner);
-    let _ = COUNTS.set(counting.handle());
+    COUNTS.lock().unwrap_or_else(|e| e.into_inner()).push(counting.handle());
     let json = settings.json;
     let retry = RetryBackend::new(counting, policy).on_retry(move |e| {
         if json {
@@ -208,7 +230,7 @@ pub fn report_bad_copies(global: &GlobalArgs, repo: &Repository) {
 }
 
 /// One warning on stderr: a line of JSON with `--json`.
-fn warn(global: &GlobalArgs, message: &str) {
+pub fn warn(global: &GlobalArgs, message: &str) {
     if global.json {
         eprintln!("{}", serde_json::json!({"type": "warning", "message": message}));
     } else {
@@ -235,7 +257,9 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
     }
     crate::foreign::check(be.as_ref())?;
     let pw = password::read(global, Purpose::Open)?;
-    let repo = Repository::open(be, pw.as_bytes())?;
+    let repo = Repository::open(be.clone(), pw.as_bytes())?;
+    // A repository over several backends: the same one over all of them.
+    let repo = crate::replicas::compose(global, repo, be, &loc.to_string())?;
     Ok((repo, pw))
 }
 

@@ -25,13 +25,15 @@ pub struct Faults {
     pub lost_ack: f64,
     /// Every write fails with a permanent "no space left" error.
     pub refuse_writes: bool,
+    /// Faults strike only objects whose names start with this (all when empty).
+    pub only: String,
     /// After this many operations, every operation fails permanently (a
     /// backend that goes away in the middle of a command).
     pub fail_after: Option<u64>,
 }
 
 impl Faults {
-    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes,fail_after=N`.
+    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes,only=data/,fail_after=N`.
     pub fn parse(spec: &str) -> Result<Faults, String> {
         let mut f = Faults::default();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -45,6 +47,7 @@ impl Faults {
                 "short_read" => f.short_read = num()?,
                 "lost_ack" => f.lost_ack = num()?,
                 "refuse_writes" => f.refuse_writes = true,
+                "only" => f.only = v.to_string(),
                 "fail_after" => {
                     f.fail_after = Some(v.parse().map_err(|_| format!("fault fail_after: {v:?} is not an integer"))?)
                 }
@@ -82,6 +85,9 @@ impl<B: Backend> FaultyBackend<B> {
     /// A write that may be refused, fail before it is made, or be made and then
     /// reported as failed.
     fn faulty_write(&self, name: &str, write: impl FnOnce() -> BackendResult<()>) -> BackendResult<()> {
+        if !self.strikes(name) {
+            return write();
+        }
         if self.faults.refuse_writes {
             return Err(BackendError::new(ErrorKind::Permanent, name, "injected: No space left on device"));
         }
@@ -94,11 +100,19 @@ impl<B: Backend> FaultyBackend<B> {
         Ok(())
     }
 
+    /// Whether faults may strike `name`.
+    fn strikes(&self, name: &str) -> bool {
+        name.starts_with(&self.faults.only)
+    }
+
     /// Injects the faults that precede an operation.
     fn before(&self, name: &str) -> BackendResult<()> {
         let done = self.operations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.faults.fail_after.is_some_and(|n| done >= n) {
             return Err(BackendError::new(ErrorKind::Permanent, name, "injected: the storage went away"));
+        }
+        if !self.strikes(name) {
+            return Ok(());
         }
         if self.roll() < self.faults.transient {
             return Err(BackendError::new(ErrorKind::Transient, name, "injected: connection reset"));
@@ -128,7 +142,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
         self.before(name)?;
         let mut data = self.inner.read_range(name, offset, len)?;
-        if !data.is_empty() && self.roll() < self.faults.short_read {
+        if !data.is_empty() && self.strikes(name) && self.roll() < self.faults.short_read {
             let keep = (self.roll() * data.len() as f64) as usize;
             data.truncate(keep);
         }

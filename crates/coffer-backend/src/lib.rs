@@ -20,7 +20,8 @@
 //! many threads, so fetching many objects does not borrow the CPU pool. The
 //! wrappers ([`RetryBackend`], [`CountingBackend`], [`FaultyBackend`]) are
 //! composed by the binary in one place; [`Location`] parses where a repository
-//! is. The feature `testing` adds [`testing::run_suite`], the conformance suite
+//! is. [`placement`] decides which backends hold each pack when a repository
+//! spans several. The feature `testing` adds [`testing::run_suite`], the conformance suite
 //! every backend must pass.
 
 mod counting;

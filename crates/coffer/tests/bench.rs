@@ -46,7 +46,7 @@ fn check_figure(fig: &Value, what: &str) {
 fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
     let env = Env::empty();
     let paths = sample(&env);
-    let mut args = vec!["bench", "--quick", "--json", "--kdf-log-n", "10", "--projected-size", "10G"];
+    let mut args = vec!["bench", "--quick", "--cold", "--json", "--kdf-log-n", "10", "--projected-size", "10G"];
     let p: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     args.extend(p.iter().map(String::as_str));
     let v = run_json(&env, &args);
@@ -55,6 +55,7 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
     assert!(num(&v, "/sample/files") > 20.0, "{}", v["sample"]);
     assert!(num(&v, "/sample/bytes") > (3 << 20) as f64);
     assert_eq!(num(&v, "/sample/skipped"), 1.0, "the link is skipped");
+    assert_eq!(v["sample"]["cold"], true, "--cold reads the sample cold");
     assert!(v["machine"]["aes_instructions"].is_boolean());
     assert!(num(&v, "/machine/threads") >= 1.0);
     assert!(
@@ -74,6 +75,15 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
         for input in ["sample", "no-cut", "zeros"] {
             assert!(has("chunker", set, input), "chunker {set} {input}");
         }
+    }
+    // Reading the files again, warm and (with --cold) cold, is its own stage,
+    // left out of the effective cores.
+    for choice in ["warm page cache", "cold page cache"] {
+        let row = stages.iter().find(|r| r["stage"] == "read files" && r["choice"] == choice);
+        let row = row.unwrap_or_else(|| panic!("no read files row for {choice}"));
+        assert_eq!(row["input"], "files");
+        check_figure(&row["per_core"], choice);
+        assert!(num(row, "/per_core/units_per_run") >= (3 << 20) as f64, "{row}");
     }
     for (stage, choice, input) in [
         ("file digest", "blake3", "sample"),
@@ -165,6 +175,9 @@ fn text_and_html_reports_on_generated_data() {
     assert!(h.starts_with("<!DOCTYPE html>") && h.trim_end().ends_with("</html>"));
     assert!(h.matches("<svg").count() >= 2 && h.contains("<table>"));
     assert!(!h.contains("<script") && !h.contains("src=\"http"), "the report is self-contained");
+    // Generated data has no files to read cold.
+    let out = env.run(&["bench", "--quick", "--cold"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--cold"), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -59,6 +59,27 @@ fn retries_give_up_with_exit_code_23_and_a_message_naming_the_object() {
 }
 
 #[test]
+fn a_pack_the_storage_cannot_serve_is_a_storage_error_not_damage() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("small"), b"one small file: one pack holds its data and its tree").unwrap();
+    assert_success(&env.run(&["-q", "backup", src.to_str().unwrap()]));
+    let packs = files_under(&env.repo().join("data"));
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    let name = packs[0].strip_prefix(env.repo()).unwrap().to_str().unwrap().to_string();
+    // Every read of that one pack fails: the trees cannot be read, which says
+    // nothing about whether they are intact.
+    for args in [&["check"][..], &["check", "--read-data"], &["ls", "latest"]] {
+        let out = run_faulty(&env, &format!("seed=3,transient=1,only={name}"), args);
+        let err = assert_code(&out, 23);
+        assert!(err.contains(&name[name.len() - 20..]) && err.contains("gave up"), "{args:?}: {err}");
+        assert!(!err.contains("damaged"), "{args:?} calls a storage failure damage: {err}");
+    }
+    assert_success(&env.run(&["-q", "check", "--read-data"]));
+}
+
+#[test]
 fn a_full_disk_fails_the_backup_cleanly_and_changes_nothing() {
     let env = Env::new();
     let src = env.path("src");

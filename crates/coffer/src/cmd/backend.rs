@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::args::{GlobalArgs, parse_size};
 use crate::password::{self, Purpose};
-use crate::replicas::{self, PARTITIONS};
+use crate::replicas;
 use crate::{exit, output, repo_open};
 
 /// `coffer backend`.
@@ -121,7 +121,8 @@ pub fn init(
         members.push((spec.name.clone(), Some(be)));
     }
     let backends: Vec<BackendSpec> = parsed.iter().map(|(s, _)| s.clone()).collect();
-    let table = replicas::place(&backends, replicas_n, PARTITIONS, None)?;
+    let partitions = coffer_backend::placement::recommended_partitions(backends.len(), replicas_n);
+    let table = replicas::place(&backends, replicas_n, partitions, None)?;
     let replicated = Arc::new(ReplicatedBackend::new(members, table.clone())?);
     let pw = password::read(global, Purpose::Create)?;
     let repo = Repository::init(replicated, pw.as_bytes(), opts)?;
@@ -168,12 +169,9 @@ fn refuse_during_migration(layout: &Layout) -> Result<()> {
     Ok(())
 }
 
-/// Packs that change owner between two tables, as a share of all copies.
+/// Pack copies that change backend between two tables, as a share of all copies.
 fn moved_share(before: &Table, after: &Table) -> f64 {
-    let moved: usize = (0..after.partitions)
-        .map(|p| after.owners_of(p).iter().filter(|o| !before.owners_of(p).contains(o)).count())
-        .sum();
-    moved as f64 / after.owners.len().max(1) as f64
+    coffer_backend::placement::moved(before, after) as f64 / after.owners.len().max(1) as f64
 }
 
 fn add(global: &GlobalArgs, name: &str, location: &str, capacity: u64, zone: Option<String>) -> Result<u8> {

@@ -44,6 +44,11 @@ pub struct BenchArgs {
     /// concurrency 1, 4 and 16, on a scratch prefix deleted afterwards.
     #[arg(long)]
     pub storage: bool,
+    /// Also time reading the files with a cold page cache (each file dropped
+    /// from the cache before each run, as far as the kernel allows), and read
+    /// the sample cold, so that the projection counts reads from the disk.
+    #[arg(long)]
+    pub cold: bool,
     /// Write the tables and charts to this HTML file.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -71,6 +76,10 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
         opts.runs = a.runs as usize;
         opts.pipeline_runs = opts.pipeline_runs.min(a.runs as usize);
     }
+    if a.cold && a.paths.is_empty() {
+        bail!("--cold measures reading files from the disk: give the files or directories to sample");
+    }
+    opts.cold = a.cold;
     opts.chunker = init.chunker;
     opts.compression_level = init.compression_level;
     opts.projected_bytes = a.projected_size;
@@ -89,7 +98,7 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
     } else {
         say("reading the sample");
         let limit = if a.quick { a.sample_size.min(16 << 20) } else { a.sample_size };
-        bench::data::read_sample(&a.paths, limit)?
+        bench::data::read_sample(&a.paths, limit, a.cold)?
     };
     if sample.is_empty() {
         bail!(

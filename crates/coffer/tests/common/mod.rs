@@ -3,6 +3,8 @@
 //! --insecure-kdf`, so that the suite stays fast).
 #![allow(dead_code)]
 
+pub mod remote;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

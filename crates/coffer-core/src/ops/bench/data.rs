@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 pub struct Sample {
     /// The files' contents (each possibly cut short at the sample size).
     pub files: Vec<Vec<u8>>,
+    /// Where each of `files` was read from (empty for generated data).
+    pub paths: Vec<PathBuf>,
     /// What it is, for the report.
     pub info: SampleInfo,
 }
@@ -35,6 +37,10 @@ pub struct SampleInfo {
     pub skipped: u64,
     /// Wall seconds taken to read the files (none for generated data).
     pub read_seconds: Option<f64>,
+    /// Whether each file was evicted from the page cache just before it was
+    /// read, so that `read_seconds` is a read from the disk.
+    #[serde(default)]
+    pub cold: bool,
 }
 
 impl Sample {
@@ -42,7 +48,7 @@ impl Sample {
     pub fn from_buffers(source: &str, files: Vec<Vec<u8>>) -> Sample {
         let bytes = files.iter().map(|f| f.len() as u64).sum();
         let info = SampleInfo { source: source.into(), files: files.len() as u64, bytes, ..SampleInfo::default() };
-        Sample { files, info }
+        Sample { files, paths: Vec::new(), info }
     }
 
     /// Total bytes.
@@ -59,10 +65,12 @@ impl Sample {
 /// Reads up to `limit` bytes of the regular files at or below `paths`, in name
 /// order, without following symbolic links (a link given as a path is skipped
 /// too). Files that cannot be read are counted as skipped; a path that does not
-/// exist is an error.
-pub fn read_sample(paths: &[PathBuf], limit: u64) -> Result<Sample> {
+/// exist is an error. With `cold`, each file is evicted from the page cache
+/// ([`evict`]) just before it is read.
+pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> {
     let start = std::time::Instant::now();
     let mut files = Vec::new();
+    let mut read_from = Vec::new();
     let mut total = 0u64;
     let mut skipped = 0u64;
     let mut truncated = false;
@@ -89,11 +97,16 @@ pub fn read_sample(paths: &[PathBuf], limit: u64) -> Result<Sample> {
                 truncated = true;
                 break 'walk;
             }
+            if cold {
+                // A file that cannot be evicted is read all the same.
+                let _ = evict(&p);
+            }
             match read_prefix(&p, limit - total) {
                 Ok((data, cut)) => {
                     truncated |= cut;
                     total += data.len() as u64;
                     files.push(data);
+                    read_from.push(p);
                 }
                 Err(_) => skipped += 1,
             }
@@ -102,18 +115,42 @@ pub fn read_sample(paths: &[PathBuf], limit: u64) -> Result<Sample> {
         }
     }
     let mut s = Sample::from_buffers("files", files);
+    s.paths = read_from;
+    s.info.cold = cold;
     s.info.truncated = truncated;
     s.info.skipped = skipped;
     s.info.read_seconds = Some(start.elapsed().as_secs_f64());
     Ok(s)
 }
 
+/// Opens a file for reading without following a link (nor hanging on a FIFO).
+fn open_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+}
+
+/// Drops the file's clean pages from the page cache (`posix_fadvise` with
+/// `DONTNEED`), so that the next read comes from the disk. Anyone who may read
+/// a file may do this; pages still being written back stay cached.
+pub fn evict(path: &Path) -> std::io::Result<()> {
+    let f = open_file(path)?;
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)?;
+    Ok(())
+}
+
+/// Reads the first `len` bytes of `path` into `buf` (reused between calls),
+/// returning how many there were; 0 when the file cannot be read.
+pub fn read_again(path: &Path, len: u64, buf: &mut Vec<u8>) -> u64 {
+    use std::io::Read;
+    buf.clear();
+    open_file(path).and_then(|f| f.take(len).read_to_end(buf)).map_or(0, |n| n as u64)
+}
+
 /// The first `limit` bytes of a file, opened without following a link, and
 /// whether the file held more.
 fn read_prefix(path: &Path, limit: u64) -> std::io::Result<(Vec<u8>, bool)> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let f = open_file(path)?;
     let size = f.metadata()?.len();
     let mut data = Vec::with_capacity(size.min(limit) as usize);
     f.take(limit).read_to_end(&mut data)?;
@@ -335,14 +372,25 @@ mod tests {
         std::fs::write(dir.path().join("a"), vec![1u8; 1000]).unwrap();
         std::fs::write(dir.path().join("sub/b"), vec![2u8; 3000]).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link")).unwrap();
-        let s = read_sample(&[dir.path().to_path_buf()], 1 << 20).unwrap();
+        let s = read_sample(&[dir.path().to_path_buf()], 1 << 20, false).unwrap();
         assert_eq!(s.info.files, 2);
         assert_eq!(s.info.bytes, 4000);
         assert_eq!(s.info.skipped, 1);
         assert!(!s.info.truncated);
-        let s = read_sample(&[dir.path().to_path_buf()], 2000).unwrap();
+        let s = read_sample(&[dir.path().to_path_buf()], 2000, false).unwrap();
         assert_eq!(s.info.bytes, 2000);
         assert!(s.info.truncated);
-        assert!(read_sample(&[dir.path().join("absent")], 100).is_err());
+        assert!(read_sample(&[dir.path().join("absent")], 100, false).is_err());
+        // Cold: the same bytes, each file evicted before it was read, and the
+        // paths kept for reading again.
+        let cold = read_sample(&[dir.path().to_path_buf()], 1 << 20, true).unwrap();
+        assert!(cold.info.cold && !s.info.cold);
+        assert_eq!(cold.files, read_sample(&[dir.path().to_path_buf()], 1 << 20, false).unwrap().files);
+        assert_eq!(cold.paths, vec![dir.path().join("a"), dir.path().join("sub/b")]);
+        let mut buf = Vec::new();
+        assert_eq!(read_again(&cold.paths[1], 100, &mut buf), 100);
+        assert_eq!(buf, vec![2u8; 100]);
+        assert_eq!(read_again(&dir.path().join("link"), 100, &mut buf), 0, "a link is not followed");
+        evict(&cold.paths[0]).unwrap();
     }
 }

@@ -56,6 +56,8 @@ pub struct BenchOptions {
     pub projected_bytes: u64,
     /// About how long one timed run of a stage takes, in seconds.
     pub target_run_seconds: f64,
+    /// Also time reading the sample's files with a cold page cache.
+    pub cold: bool,
 }
 
 impl BenchOptions {
@@ -71,6 +73,7 @@ impl BenchOptions {
             compression_level: DEFAULT_COMPRESSION_LEVEL,
             projected_bytes: 100 << 30,
             target_run_seconds: 0.015,
+            cold: false,
         }
     }
 
@@ -84,12 +87,13 @@ impl BenchOptions {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StageRow {
     /// The stage: `chunker`, `file digest`, `blob id`, `aead`, `zstd`, `zstd probe`,
-    /// `scrypt`, `ed25519`, `merkle`.
+    /// `scrypt`, `ed25519`, `merkle`, `read files`.
     pub stage: String,
     /// The choice within the stage (parameters, cipher, level, operation).
     pub choice: String,
     /// The input: `sample`, or an input chosen to hurt (`no-cut`, `zeros`,
-    /// `incompressible`, `repetitive`), or what an operation works on.
+    /// `incompressible`, `repetitive`), or what an operation works on (`files`:
+    /// the sample's files read again from the file system).
     pub input: String,
     /// The unit of work: `B` (bytes) or the operation counted.
     pub unit: String,
@@ -302,6 +306,7 @@ pub fn run(
     let kdf_seconds = stages::kdf(&ctx, opts.kdf, &mut rows);
     stages::signatures(&ctx, &mut rows);
     stages::merkle_tree(&ctx, &mut rows);
+    stages::file_reads(&ctx, sample, opts.cold, &mut rows);
 
     ctx.say("deduplication per chunk size set");
     let dedup: Vec<DedupRow> =

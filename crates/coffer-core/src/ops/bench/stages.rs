@@ -433,6 +433,66 @@ pub(crate) fn merkle_tree(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
     ));
 }
 
+/// The unit sample-file reads are in; their input is `files`, not `sample`, so
+/// that [`super::effective_cores`] weighs only the CPU stages.
+const FILES: &str = "files";
+
+/// Reading the sample's files again from the file system: with the page cache
+/// warm, and with `cold` also after evicting every file from it before each
+/// run (the eviction is not timed). At most 32 MiB (8 MiB when quick) of the
+/// files, taken in the order they were read; generated samples have no files.
+pub(crate) fn file_reads(ctx: &Ctx<'_>, sample: &data::Sample, cold: bool, out: &mut Vec<StageRow>) {
+    let budget: u64 = if ctx.opts.quick { 8 << 20 } else { 32 << 20 };
+    let mut picked: Vec<(&std::path::Path, u64)> = Vec::new();
+    let mut bytes = 0;
+    for (path, file) in sample.paths.iter().zip(&sample.files) {
+        if bytes >= budget {
+            break;
+        }
+        picked.push((path, file.len() as u64));
+        bytes += file.len() as u64;
+    }
+    if picked.is_empty() {
+        return;
+    }
+    let read_all = |parallel: bool| -> f64 {
+        let read =
+            |(p, len): &(&std::path::Path, u64)| data::read_again(p, *len, &mut Vec::with_capacity(*len as usize));
+        if parallel {
+            picked.par_iter().map(read).sum::<u64>() as f64
+        } else {
+            picked.iter().map(read).sum::<u64>() as f64
+        }
+    };
+    let runs = |evict: bool, parallel: bool| -> Figure {
+        if !evict {
+            read_all(parallel);
+        }
+        let mut timed_runs = Vec::with_capacity(ctx.runs);
+        for _ in 0..ctx.runs {
+            if evict {
+                picked.iter().for_each(|(p, _)| drop(data::evict(p)));
+            }
+            let (units, secs) = timed(|| read_all(parallel));
+            timed_runs.push((units, secs));
+        }
+        Figure::from_runs(&timed_runs)
+    };
+    for (choice, evict) in [("warm page cache", false), ("cold page cache", true)] {
+        if evict && !cold {
+            continue;
+        }
+        ctx.say(&format!("reading the files ({choice})"));
+        let per_core = runs(evict, false);
+        let all = ctx.pool.install(|| runs(evict, true));
+        let mut row = ctx.row("read files", choice, FILES, BYTES, (per_core, all));
+        if evict {
+            row.note = Some("each file dropped from the page cache (posix_fadvise DONTNEED) before each run".into());
+        }
+        out.push(row);
+    }
+}
+
 impl Ctx<'_> {
     /// Like [`Ctx::ops_stage`] where each call of `f` does `units` units of work.
     fn ops_stage_units(&self, units: f64, f: &(dyn Fn(usize) + Sync)) -> (Figure, Figure) {

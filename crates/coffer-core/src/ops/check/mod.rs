@@ -157,6 +157,24 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
     Ok(r)
 }
 
+/// Whether a backend error says only that the storage failed (after retries),
+/// nothing about the object: the check then stops with it (exit code 23)
+/// instead of reporting damage it cannot know of.
+pub(crate) fn is_storage_failure(e: &BackendError) -> bool {
+    matches!(e.kind, coffer_backend::ErrorKind::Transient | coffer_backend::ErrorKind::Permanent)
+}
+
+/// `r` gets `e` as a finding, unless it is a storage failure, which is returned.
+fn finding(r: &mut CheckReport, e: Error) -> Result<()> {
+    match e {
+        Error::Backend(b) if is_storage_failure(&b) => Err(Error::Backend(b)),
+        e => {
+            r.errors.push(e.to_string());
+            Ok(())
+        }
+    }
+}
+
 fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     for id in repo.list_ids(ObjectKind::Key)? {
         match repo.read_object(ObjectKind::Key, &id) {
@@ -165,7 +183,7 @@ fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
                     r.errors.push(format!("{}: {e}", ObjectKind::Key.describe(&id)));
                 }
             }
-            Err(e) => r.errors.push(e.to_string()),
+            Err(e) => finding(r, e)?,
         }
     }
     Ok(())
@@ -208,10 +226,10 @@ fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id,
     for sid in repo.list_ids(ObjectKind::Snapshot)? {
         match repo.load_snapshot(&sid) {
             Ok(snap) => walker.snapshot(sid, &snap, r),
-            Err(e) => r.errors.push(e.to_string()),
+            Err(e) => finding(r, e)?,
         }
     }
-    Ok(walker.finish(r))
+    Ok(walker.finish(r)?)
 }
 
 /// What reading one pack whole found.

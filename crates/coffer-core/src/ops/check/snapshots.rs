@@ -30,6 +30,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use coffer_backend::BackendError;
+
 use crate::error::{Error, Result};
 use crate::format::pack::BlobType;
 use crate::format::snapshot::Snapshot;
@@ -146,11 +148,19 @@ struct Failure {
     message: String,
     /// The tree failed to verify (damage), as opposed to a storage error.
     corrupt: bool,
+    /// The storage failed to serve it (after retries): nothing is known of the
+    /// tree, so the check stops with this error rather than call it damage.
+    storage: Option<BackendError>,
 }
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
-        Failure { corrupt: matches!(e, Error::Corrupt { .. }), message: e.to_string() }
+        let corrupt = matches!(e, Error::Corrupt { .. });
+        let message = e.to_string();
+        match e {
+            Error::Backend(b) if super::is_storage_failure(&b) => Failure { message, corrupt, storage: Some(b) },
+            _ => Failure { message, corrupt, storage: None },
+        }
     }
 }
 
@@ -200,6 +210,8 @@ pub(super) struct Walker<'a, S: Store> {
     ahead: HashMap<Id, (Loaded, usize)>,
     ahead_bytes: usize,
     roots: HashMap<Id, RootCheck>,
+    /// The first storage failure met: the walk's findings are incomplete.
+    storage: Option<BackendError>,
 }
 
 impl<'a, S: Store> Walker<'a, S> {
@@ -215,6 +227,7 @@ impl<'a, S: Store> Walker<'a, S> {
             ahead: HashMap::new(),
             ahead_bytes: 0,
             roots: HashMap::new(),
+            storage: None,
         }
     }
 
@@ -272,10 +285,14 @@ impl<'a, S: Store> Walker<'a, S> {
     }
 
     /// Ends the walk: counts the data blobs into `r` and returns each walked
-    /// snapshot's root comparison.
-    pub(super) fn finish(self, r: &mut CheckReport) -> HashMap<Id, RootCheck> {
+    /// snapshot's root comparison, or the storage failure that kept a tree from
+    /// being read.
+    pub(super) fn finish(self, r: &mut CheckReport) -> std::result::Result<HashMap<Id, RootCheck>, BackendError> {
         r.data_blobs = self.seen_blobs.len() as u64;
-        self.roots
+        match self.storage {
+            Some(e) => Err(e),
+            None => Ok(self.roots),
+        }
     }
 
     /// Reaches tree `id` at `path`. A tree reached before is skipped unless the
@@ -315,7 +332,11 @@ impl<'a, S: Store> Walker<'a, S> {
     }
 
     /// Reports tree `id`, reached first at `path`, as failing to load.
-    fn report_failure(&self, sid: Id, id: Id, path: &[u8], fail: Failure, r: &mut CheckReport) {
+    fn report_failure(&mut self, sid: Id, id: Id, path: &[u8], fail: Failure, r: &mut CheckReport) {
+        if let Some(e) = fail.storage {
+            self.storage.get_or_insert(e);
+            return;
+        }
         if fail.corrupt {
             r.damaged_blobs.push(DamagedBlob { id, blob_type: BlobType::Tree, pack: self.store.pack_of(&id) });
         }
@@ -629,7 +650,7 @@ mod tests {
         for (sid, snap) in snaps {
             w.snapshot(*sid, snap, &mut r);
         }
-        let roots = w.finish(&mut r);
+        let roots = w.finish(&mut r).expect("no storage failure in memory");
         (r, roots)
     }
 

@@ -331,9 +331,9 @@ pub(crate) fn previous_owners(previous: &Table, partitions: u32, q: u32) -> &[u1
     if old == 0 {
         return &[];
     }
-    if partitions % old == 0 {
+    if partitions.is_multiple_of(old) {
         previous.owners_of(q % old)
-    } else if old % partitions == 0 {
+    } else if old.is_multiple_of(partitions) {
         previous.owners_of(q)
     } else {
         &[]

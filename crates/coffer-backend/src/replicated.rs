@@ -391,10 +391,8 @@ impl Backend for ReplicatedBackend {
         let mut out = be.read_ranges(name, ranges);
         m.record(started, out.iter().all(|r| r.as_ref().is_ok_or_not_found()));
         for (r, &(offset, len)) in out.iter_mut().zip(ranges) {
-            if r.is_err() {
-                if !rest.is_empty() {
-                    *r = self.read_from(name, rest, |b| b.read_range(name, offset, len));
-                }
+            if r.is_err() && !rest.is_empty() {
+                *r = self.read_from(name, rest, |b| b.read_range(name, offset, len));
             }
         }
         out

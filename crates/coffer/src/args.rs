@@ -802,7 +802,7 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     if (0.0..=100.0).contains(&v) { Ok(v) } else { Err(format!("{s:?} is not between 0 and 100")) }
 }
 
-/// Parses sizes such as `4096`, `512K`, `1M`, `2G` (binary units).
+/// Parses sizes such as `4096`, `512K`, `1M`, `2G`, `4T` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last() {
@@ -811,8 +811,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 'K' => 1u64 << 10,
                 'M' => 1 << 20,
                 'G' => 1 << 30,
+                'T' => 1 << 40,
                 'B' => 1,
-                _ => return Err(format!("unknown size unit in {s:?}: use K, M or G")),
+                _ => return Err(format!("unknown size unit in {s:?}: use K, M, G or T")),
             };
             (&s[..i], m)
         }

@@ -81,10 +81,10 @@ fn check(
         let needed = (live.div_ceil(usize::from(replicas)).next_power_of_two() as u32).min(MAX_PARTITIONS);
         return Err(PlacementError::TooManyBackends { backends: live, partitions, replicas, needed });
     }
-    if let Some(previous) = previous {
-        if let Some(&index) = previous.owners.iter().find(|&&v| usize::from(v) >= backends.len()) {
-            return Err(PlacementError::UnknownBackend { index, backends: backends.len() });
-        }
+    if let Some(previous) = previous
+        && let Some(&index) = previous.owners.iter().find(|&&v| usize::from(v) >= backends.len())
+    {
+        return Err(PlacementError::UnknownBackend { index, backends: backends.len() });
     }
     Ok(zone)
 }

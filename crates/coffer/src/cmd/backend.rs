@@ -54,6 +54,9 @@ pub enum BackendCommand {
     List,
 }
 
+/// Named members of a replicated storage; `None` where this client has no backend.
+type Members = Vec<(String, Option<Arc<dyn Backend>>)>;
+
 /// Objects other than packs, which every backend holds.
 const SHARED_PREFIXES: [&str; 7] = ["keys/", "index/", "snapshots/", "tombstones/", "writers/", "layout/", "prune/"];
 
@@ -108,7 +111,7 @@ pub fn init(
     {
         bail!("--repo {r} is not one of the --backend locations; leave it out, or give it as one of them");
     }
-    let mut members: Vec<(String, Option<Arc<dyn Backend>>)> = Vec::new();
+    let mut members: Members = Vec::new();
     for (spec, location) in &parsed {
         let loc = Location::parse(location).with_context(|| format!("backend {}", spec.name))?;
         if let Some(path) = loc.local_path() {
@@ -144,11 +147,7 @@ pub fn init(
 
 /// A new layout version over `repo`'s replicated storage, with `members` as
 /// the backends (`None`: keep the current ones) and written to all of them.
-fn store_layout(
-    repo: Repository,
-    layout: &Layout,
-    members: Option<Vec<(String, Option<Arc<dyn Backend>>)>>,
-) -> Result<Id> {
+fn store_layout(repo: Repository, layout: &Layout, members: Option<Members>) -> Result<Id> {
     let repo = match members {
         Some(m) => repo.with_backend(Arc::new(ReplicatedBackend::new(m, layout.table.clone())?)),
         None => repo,
@@ -362,7 +361,7 @@ fn list(global: &GlobalArgs) -> Result<u8> {
     }
     if global.json {
         output::json(&json!({
-            "layout": id, "version": layout.version, "replicas": layout.table.replicas,
+            "type": "backend_list", "layout": id, "version": layout.version, "replicas": layout.table.replicas,
             "partitions": layout.table.partitions, "migrating": layout.previous.is_some(),
             "packs": all.len(), "backends": rows,
         }));
@@ -483,6 +482,7 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
     let missing: Vec<String> = f.missing.iter().map(Id::to_hex).collect();
     if global.json {
         output::json(&json!({
+            "type": "replicas_check",
             "ok": healthy,
             "packs": repo.index().packs().len(),
             "replicas": layout.table.replicas,

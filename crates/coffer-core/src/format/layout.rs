@@ -264,6 +264,17 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seeds_decode() {
+        let seed = Layout::decode(include_bytes!("../../../../fuzz/corpus/layout_decode/seed-0.bin")).unwrap();
+        assert_eq!((seed.version, seed.backends.len(), seed.previous.is_some()), (4, 3, true));
+        assert_eq!(Layout::decode(&seed.encode()).unwrap(), seed);
+        assert_eq!(
+            Layout::decode(include_bytes!("../../../../fuzz/corpus/layout_decode/seed-1.bin")).unwrap().version,
+            1
+        );
+    }
+
+    #[test]
     fn every_truncation_and_extension_is_refused() {
         let bytes = sample().encode();
         for n in 0..bytes.len() {

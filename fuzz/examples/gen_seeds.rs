@@ -19,6 +19,7 @@ use coffer_core::format::pack::{
 };
 use coffer_core::format::signed;
 use coffer_core::format::snapshot::{Skipped, Snapshot, Summary};
+use coffer_core::format::layout::{BackendSpec, BackendState, Layout, LayoutBackend, Table};
 use coffer_core::format::tombstone::{Forgotten, Tombstone};
 use coffer_core::format::tree::{Node, NodeKind, Timestamp, Tree, Xattr};
 use coffer_core::format::writer::WriterRecord;
@@ -258,12 +259,45 @@ fn main() {
         write("tombstone_decode", &format!("seed-{i}.json"), &t.encode());
     }
     write("writer_decode", "seed-0.json", &writer_record().encode());
+    for (i, l) in layouts().iter().enumerate() {
+        write("layout_decode", &format!("seed-{i}.bin"), &l.encode());
+    }
 
     for (i, p) in proofs().iter().enumerate() {
         write("proof_decode_verify", &format!("seed-{i}.json"), &p.encode());
     }
 
     check_seeds();
+}
+
+/// A layout over three backends in the middle of a migration, and one over one.
+fn layouts() -> Vec<Layout> {
+    let backend = |name: &str, capacity, zone: Option<&str>, state| LayoutBackend {
+        spec: BackendSpec { name: name.into(), capacity, zone: zone.map(Into::into) },
+        state,
+    };
+    vec![
+        Layout {
+            version: 4,
+            writer: signing_key().public(),
+            time: "2026-11-24T10:00:00Z".into(),
+            backends: vec![
+                backend("disk", 1 << 40, None, BackendState::Active),
+                backend("s3-eu", 2 << 40, Some("eu"), BackendState::Active),
+                backend("old", 1 << 30, Some("us"), BackendState::Removing),
+            ],
+            table: Table { partitions: 4, replicas: 2, owners: vec![0, 1, 1, 0, 0, 1, 1, 0] },
+            previous: Some(Table { partitions: 4, replicas: 2, owners: vec![0, 2, 2, 1, 1, 0, 0, 2] }),
+        },
+        Layout {
+            version: 1,
+            writer: signing_key().public(),
+            time: "2026-11-24T10:00:00Z".into(),
+            backends: vec![backend("only", 5, None, BackendState::Active)],
+            table: Table { partitions: 1, replicas: 1, owners: vec![0] },
+            previous: None,
+        },
+    ]
 }
 
 fn tombstones() -> Vec<Tombstone> {
@@ -391,6 +425,7 @@ fn check_seeds() {
                     if b.verify(sealed) == !f_name.starts_with("bad-")),
                 "tombstone_decode" => Tombstone::decode(&data).is_ok(),
                 "writer_decode" => WriterRecord::decode(&data).is_ok(),
+                "layout_decode" => Layout::decode(&data).is_ok(),
                 "proof_decode_verify" => Proof::decode(&data).is_ok_and(|p| p.verify().is_ok()),
                 other => panic!("seeds for unknown target {other}"),
             };

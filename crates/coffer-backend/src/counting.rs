@@ -157,6 +157,19 @@ impl<B: Backend> Backend for CountingBackend<B> {
         self.counters.delete.fetch_add(1, Relaxed);
         self.inner.delete(name)
     }
+
+    fn copies(&self, name: &str) -> usize {
+        self.inner.copies(name)
+    }
+
+    fn read_range_copy(&self, name: &str, offset: u64, len: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        self.counters.get.fetch_add(1, Relaxed);
+        let r = self.inner.read_range_copy(name, offset, len, copy);
+        if let Ok(d) = &r {
+            self.counters.bytes_down.fetch_add(d.len() as u64, Relaxed);
+        }
+        r
+    }
 }
 
 #[cfg(test)]

@@ -27,10 +27,13 @@ pub struct Faults {
     pub refuse_writes: bool,
     /// Faults strike only objects whose names start with this (all when empty).
     pub only: String,
+    /// After this many operations, every operation fails permanently (a
+    /// backend that goes away in the middle of a command).
+    pub fail_after: Option<u64>,
 }
 
 impl Faults {
-    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes,only=data/`.
+    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes,only=data/,fail_after=N`.
     pub fn parse(spec: &str) -> Result<Faults, String> {
         let mut f = Faults::default();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -45,6 +48,9 @@ impl Faults {
                 "lost_ack" => f.lost_ack = num()?,
                 "refuse_writes" => f.refuse_writes = true,
                 "only" => f.only = v.to_string(),
+                "fail_after" => {
+                    f.fail_after = Some(v.parse().map_err(|_| format!("fault fail_after: {v:?} is not an integer"))?)
+                }
                 _ => return Err(format!("unknown fault {k:?}")),
             }
         }
@@ -57,13 +63,14 @@ pub struct FaultyBackend<B> {
     inner: B,
     faults: Faults,
     rng: Mutex<u64>,
+    operations: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Backend> FaultyBackend<B> {
     /// Wraps `inner`.
     pub fn new(inner: B, faults: Faults) -> Self {
         let seed = faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        FaultyBackend { inner, faults, rng: Mutex::new(seed) }
+        FaultyBackend { inner, faults, rng: Mutex::new(seed), operations: Default::default() }
     }
 
     /// A uniform number in [0, 1) (xorshift64*).
@@ -100,6 +107,10 @@ impl<B: Backend> FaultyBackend<B> {
 
     /// Injects the faults that precede an operation.
     fn before(&self, name: &str) -> BackendResult<()> {
+        let done = self.operations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.faults.fail_after.is_some_and(|n| done >= n) {
+            return Err(BackendError::new(ErrorKind::Permanent, name, "injected: the storage went away"));
+        }
         if !self.strikes(name) {
             return Ok(());
         }

@@ -33,6 +33,7 @@ pub mod location;
 mod mem;
 mod opendal;
 pub mod placement;
+mod replicated;
 mod retry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -50,6 +51,7 @@ pub use local::io_err as local_io_error;
 pub use local::{LocalBackend, Modes};
 pub use location::{Location, LocationError};
 pub use mem::MemBackend;
+pub use replicated::{MemberHealth, ReplicatedBackend, ShortCopy, pack_id_of};
 pub use retry::{RetryBackend, RetryEvent, RetryPolicy};
 
 use std::fmt;
@@ -166,6 +168,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn delete(&self, name: &str) -> BackendResult<()> {
         (**self).delete(name)
     }
+    fn copies(&self, name: &str) -> usize {
+        (**self).copies(name)
+    }
+    fn read_range_copy(&self, name: &str, offset: u64, len: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        (**self).read_range_copy(name, offset, len, copy)
+    }
 }
 
 /// A store of immutable named objects.
@@ -250,6 +258,24 @@ pub trait Backend: Send + Sync {
 
     /// Deletes an object; deleting an absent object is not an error.
     fn delete(&self, name: &str) -> BackendResult<()>;
+
+    /// How many separately readable copies of object `name` this backend keeps:
+    /// 1 for a plain backend, the holders for a [`ReplicatedBackend`]. With
+    /// [`Backend::read_range_copy`], the repository reads another copy when what
+    /// one copy returned does not verify.
+    fn copies(&self, _name: &str) -> usize {
+        1
+    }
+
+    /// [`Backend::read_range`] from copy `copy` (below [`Backend::copies`]) of the
+    /// object. The default has copy 0 only; any other is `Err(NotFound)`.
+    fn read_range_copy(&self, name: &str, offset: u64, len: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        if copy == 0 {
+            self.read_range(name, offset, len)
+        } else {
+            Err(BackendError::new(ErrorKind::NotFound, name, format!("this storage keeps no copy {copy}")))
+        }
+    }
 }
 
 /// Reads `len` bytes at `offset` of the local file holding what is to become

@@ -97,6 +97,12 @@ pub struct GlobalArgs {
     /// `.toml`. Options on the command line win.
     #[arg(short = 'P', long, env = "COFFER_PROFILE", global = true, value_name = "NAME")]
     pub profile: Option<String>,
+    /// A repository over several backends: accept a write once N copies of a pack
+    /// are stored (default: all of them); what is short is reported and
+    /// remembered for `coffer repair --replicas`.
+    #[arg(long, env = "COFFER_MIN_COPIES", global = true, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub min_copies: Option<u8>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,6 +171,12 @@ pub enum Command {
     /// Measure which settings back up fastest on this machine and this data.
     #[command(after_help = EXIT_CODES)]
     Bench(crate::cmd::bench::BenchArgs),
+    /// The backends of a repository over several backends: add, remove, list.
+    #[command(after_help = EXIT_CODES)]
+    Backend(crate::cmd::backend::BackendArgs),
+    /// Move packs to the backends the current layout gives them, then finish the migration.
+    #[command(after_help = EXIT_CODES)]
+    Rebalance,
     /// Change snapshots' tags: each changed snapshot is replaced by a new signed one
     /// that links to it, and a tombstone records the replacement.
     #[command(after_help = EXIT_CODES)]
@@ -349,6 +361,13 @@ pub struct InitArgs {
     /// COFFER_FROM_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
     pub from_password_file: Option<PathBuf>,
+    /// Keep R copies of every pack, on R different backends (given with --backend).
+    #[arg(long, value_name = "R", requires = "backends", value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub replicas: Option<u8>,
+    /// A backend of a repository over several backends: `NAME:SIZE[:ZONE]=LOCATION`
+    /// (repeat; SIZE is its capacity, e.g. 2T).
+    #[arg(long = "backend", value_name = "SPEC", requires = "replicas")]
+    pub backends: Vec<String>,
 }
 
 /// `coffer copy` (docs/design.md#copy).
@@ -633,6 +652,10 @@ pub struct CheckArgs {
     /// machine has not verified yet, so that repeated runs cover the whole repository.
     #[arg(long, value_name = "SPEC", conflicts_with = "read_data", value_parser = parse_subset)]
     pub read_data_subset: Option<DataSubset>,
+    /// A repository over several backends: list `data/` on each backend and report
+    /// packs missing, under-replicated or misplaced, and other objects a backend lacks.
+    #[arg(long)]
+    pub replicas: bool,
 }
 
 /// Parses a `--read-data-subset` value: `n/t` or `N%`.
@@ -730,9 +753,14 @@ pub struct PruneArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct RepairArgs {
     #[command(subcommand)]
-    pub command: RepairCommand,
+    pub command: Option<RepairCommand>,
+    /// A repository over several backends: copy what each backend lacks from a
+    /// copy whose bytes hash to its name.
+    #[arg(long)]
+    pub replicas: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -853,7 +881,7 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     if (0.0..=100.0).contains(&v) { Ok(v) } else { Err(format!("{s:?} is not between 0 and 100")) }
 }
 
-/// Parses sizes such as `4096`, `512K`, `1M`, `2G` (binary units).
+/// Parses sizes such as `4096`, `512K`, `1M`, `2G`, `4T` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last() {
@@ -862,8 +890,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 'K' => 1u64 << 10,
                 'M' => 1 << 20,
                 'G' => 1 << 30,
+                'T' => 1 << 40,
                 'B' => 1,
-                _ => return Err(format!("unknown size unit in {s:?}: use K, M or G")),
+                _ => return Err(format!("unknown size unit in {s:?}: use K, M, G or T")),
             };
             (&s[..i], m)
         }

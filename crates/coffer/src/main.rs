@@ -10,6 +10,7 @@ mod output;
 mod password;
 mod profile;
 mod progress;
+mod replicas;
 mod repo_open;
 
 use std::process::ExitCode;
@@ -199,7 +200,10 @@ fn main() -> ExitCode {
         Command::Dump(a) => cmd::dump::run(&cli.global, a),
         Command::Find(a) => cmd::find::run(&cli.global, a),
         Command::Cache(a) => cmd::cache::run(&cli.global, a),
+        Command::Backend(a) => cmd::backend::run(&cli.global, a),
+        Command::Rebalance => cmd::backend::rebalance(&cli.global),
     };
+    replicas::report_short(&cli.global);
     if cli.global.verbose > 0 {
         repo_open::report_storage_counts(json);
     }

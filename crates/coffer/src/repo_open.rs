@@ -48,8 +48,9 @@ struct StorageSettings {
 
 static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
 
-/// The request counts of the storage opened by this command, once it is open.
-static COUNTS: OnceLock<CountsHandle> = OnceLock::new();
+/// The request counts of the storage opened by this command (one per backend of
+/// a repository over several), once it is open.
+static COUNTS: std::sync::Mutex<Vec<CountsHandle>> = std::sync::Mutex::new(Vec::new());
 
 /// The local cache attached to the repository this command opened.
 static CACHE: OnceLock<Arc<Cache>> = OnceLock::new();
@@ -78,7 +79,16 @@ pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
 /// The requests and bytes this command sent to its storage so far; `None`
 /// before any storage was opened.
 pub fn storage_counts() -> Option<Counts> {
-    COUNTS.get().map(CountsHandle::get)
+    let handles = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    handles.iter().map(CountsHandle::get).reduce(|a, b| Counts {
+        put: a.put + b.put,
+        get: a.get + b.get,
+        head: a.head + b.head,
+        list: a.list + b.list,
+        delete: a.delete + b.delete,
+        bytes_up: a.bytes_up + b.bytes_up,
+        bytes_down: a.bytes_down + b.bytes_down,
+    })
 }
 
 /// The counts as a JSON object, for `--json` summaries (`null` before storage
@@ -161,15 +171,35 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
 /// local cache (above the counter, so that a hit is no request), which is
 /// attached to the slot returned once the repository id is known.
 fn backend_with_modes(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CacheSlot)> {
-    let (be, counts, slot) = storage_stack(loc, modes)?;
-    let _ = COUNTS.set(counts);
+    let (be, counts, slot) = storage_stack(loc, modes, test_faults())?;
+    COUNTS.lock().unwrap_or_else(|e| e.into_inner()).push(counts);
     Ok((be, slot))
 }
 
-/// The storage stack for `loc` (see [`backend_with_modes`]), its own request
-/// counts, which are not this command's main counts when it is a second
-/// repository (the source of `copy`), and the slot its cache attaches to.
-fn storage_stack(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CountsHandle, CacheSlot)> {
+/// `COFFER_TEST_FAULTS` (tests): the faults to inject into the storage.
+fn test_faults() -> Option<String> {
+    std::env::var("COFFER_TEST_FAULTS").ok().filter(|s| !s.is_empty())
+}
+
+/// The storage stack for backend `name` of a repository over several, created
+/// with `modes`; `COFFER_TEST_FAULTS_<NAME>` (tests) injects faults into it alone.
+pub fn backend_stack_for(loc: &Location, modes: Modes, name: &str) -> Result<Arc<dyn Backend>> {
+    let var = crate::replicas::env_var(name).replacen("COFFER_BACKEND_", "COFFER_TEST_FAULTS_", 1);
+    let faults = std::env::var(var).ok().filter(|s| !s.is_empty());
+    let (be, counts, _) = storage_stack(loc, modes, faults.or_else(test_faults))?;
+    COUNTS.lock().unwrap_or_else(|e| e.into_inner()).push(counts);
+    Ok(be)
+}
+
+/// The storage stack for `loc` (see [`backend_with_modes`]) with `faults`
+/// injected, its own request counts (a command's counts add those of every
+/// backend it opened; the source of `copy` keeps its own apart), and the slot
+/// its cache attaches to.
+fn storage_stack(
+    loc: &Location,
+    modes: Modes,
+    faults: Option<String>,
+) -> Result<(Arc<dyn Backend>, CountsHandle, CacheSlot)> {
     let settings = settings();
     let base: Arc<dyn Backend> = match loc {
         Location::Local(path) => {
@@ -190,12 +220,12 @@ fn storage_stack(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, Coun
     if let Some(ms) = std::env::var("COFFER_RETRY_BASE_MS").ok().and_then(|v| v.parse().ok()) {
         policy.base_delay = std::time::Duration::from_millis(ms);
     }
-    let inner: Arc<dyn Backend> = match std::env::var("COFFER_TEST_FAULTS") {
-        Ok(spec) if !spec.is_empty() => {
+    let inner: Arc<dyn Backend> = match faults {
+        Some(spec) => {
             let faults = Faults::parse(&spec).map_err(|e| anyhow::anyhow!("COFFER_TEST_FAULTS: {e}"))?;
             Arc::new(FaultyBackend::new(base, faults))
         }
-        _ => base,
+        None => base,
     };
     let counting = CountingBackend::new(inner);
     let counts = counting.handle();
@@ -274,7 +304,7 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
         return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
             .context("the source repository (--from-repo)"));
     }
-    let (be, counts, _) = storage_stack(&loc, Modes::PRIVATE)?;
+    let (be, counts, _) = storage_stack(&loc, Modes::PRIVATE, test_faults())?;
     if !Repository::exists(be.as_ref())? {
         Repository::check_new_location(be.as_ref())?;
         return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
@@ -319,7 +349,7 @@ pub fn report_bad_copies(global: &GlobalArgs, repo: &Repository) {
 }
 
 /// One warning on stderr: a line of JSON with `--json`.
-fn warn(global: &GlobalArgs, message: &str) {
+pub fn warn(global: &GlobalArgs, message: &str) {
     if global.json {
         eprintln!("{}", serde_json::json!({"type": "warning", "message": message}));
     } else {
@@ -346,7 +376,9 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
     }
     crate::foreign::check(be.as_ref())?;
     let pw = password::read(global, Purpose::Open)?;
-    let repo = Repository::open(be, pw.as_bytes())?;
+    let repo = Repository::open(be.clone(), pw.as_bytes())?;
+    // A repository over several backends: the same one over all of them.
+    let repo = crate::replicas::compose(global, repo, be, &loc.to_string())?;
     attach_cache(global, loc, &repo, &slot);
     Ok((repo, pw))
 }

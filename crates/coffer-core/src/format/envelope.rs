@@ -42,6 +42,8 @@ pub enum SealedKind {
     Session = 6,
     /// A prune's deletion notice.
     PruneNotice = 7,
+    /// A layout: the backends a repository spans.
+    Layout = 8,
 }
 
 /// Encrypts `plaintext` into a sealed object of `kind` under `data_key`, the data

@@ -6,6 +6,7 @@ pub mod config;
 pub mod envelope;
 pub mod index;
 pub mod keyfile;
+pub mod layout;
 pub mod notice;
 pub mod pack;
 pub mod proof;
@@ -42,6 +43,8 @@ pub enum ObjectKind {
     Session,
     /// `prune/<id>`: what a prune is about to delete, sealed.
     PruneNotice,
+    /// `layout/<id>`: the backends a repository spans, sealed and signed.
+    Layout,
 }
 
 impl ObjectKind {
@@ -57,6 +60,7 @@ impl ObjectKind {
             ObjectKind::Tombstone => "tombstones/",
             ObjectKind::Session => "sessions/",
             ObjectKind::PruneNotice => "prune/",
+            ObjectKind::Layout => "layout/",
         }
     }
 
@@ -72,6 +76,7 @@ impl ObjectKind {
             ObjectKind::Tombstone => "tombstone",
             ObjectKind::Session => "session marker",
             ObjectKind::PruneNotice => "prune notice",
+            ObjectKind::Layout => "layout",
         }
     }
 
@@ -111,6 +116,7 @@ impl ObjectKind {
             ObjectKind::Tombstone => limits::TOMBSTONE,
             ObjectKind::Session => limits::SESSION,
             ObjectKind::PruneNotice => limits::PRUNE_NOTICE,
+            ObjectKind::Layout => limits::LAYOUT,
         }
     }
 }
@@ -149,6 +155,9 @@ pub mod limits {
     /// A prune notice: about 70 bytes per pack; a prune announces at most
     /// [`PRUNE_NOTICE_PACKS`] packs per notice and writes several when it deletes more.
     pub const PRUNE_NOTICE: u64 = 16 * MIB;
+    /// A layout: at most 1024 backends of under 150 bytes each and two tables
+    /// of at most 65,536 partitions × 16 copies × 2 bytes (2 MiB each).
+    pub const LAYOUT: u64 = 8 * MIB;
     /// Packs one prune notice lists at most.
     pub const PRUNE_NOTICE_PACKS: usize = 100_000;
     /// Blobs one pack holds at most: a pack is closed when it has this many, so

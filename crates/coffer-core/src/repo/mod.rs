@@ -6,6 +6,7 @@
 mod copies_tests;
 pub mod history;
 mod index;
+pub mod layout;
 pub mod roots;
 mod saver;
 mod signed;
@@ -405,6 +406,13 @@ impl Repository {
         })
     }
 
+    /// The same open repository over another backend (one that holds the same
+    /// objects, such as a replicated backend over this one and its peers), with
+    /// the keys already unlocked. The index is not carried over.
+    pub fn with_backend(self, backend: Arc<dyn Backend>) -> Repository {
+        Self::assemble(backend, self.keys, self.config, self.key_id)
+    }
+
     /// The storage backend.
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
@@ -554,7 +562,7 @@ impl Repository {
             SealedKind::Index => ObjectKind::Index,
             SealedKind::Writer => ObjectKind::Writer,
             SealedKind::PruneNotice => ObjectKind::PruneNotice,
-            SealedKind::Snapshot | SealedKind::Tombstone | SealedKind::Session => {
+            SealedKind::Snapshot | SealedKind::Tombstone | SealedKind::Session | SealedKind::Layout => {
                 return Err(Error::InvalidInput("snapshots and tombstones are stored signed, sessions by name".into()));
             }
         };
@@ -773,6 +781,15 @@ impl Repository {
     /// ([`Repository::take_bad_copies`]); when no other copy serves, `err` is
     /// returned, saying how many other copies failed too.
     pub fn load_other_copy(&self, blob_type: BlobType, id: &Id, bad_pack: &Id, err: Error) -> Result<Vec<u8>> {
+        // A storage that keeps several copies of the pack itself is asked first.
+        if let Some(data) = self.load_from_pack_copies(blob_type, id, bad_pack) {
+            let mut bad = self.bad_copies.lock().expect("bad copies lock poisoned");
+            let line = format!("{err}; another copy of pack {} on another backend served instead", bad_pack.short());
+            if bad.len() < BAD_COPIES_KEPT && !bad.contains(&line) {
+                bad.push(line);
+            }
+            return Ok(data);
+        }
         let copies = self.other_copies(blob_type, id, bad_pack);
         let mut failed = Vec::new();
         for (entry, pack_info) in &copies {
@@ -801,6 +818,28 @@ impl Repository {
                 Error::Corrupt { object, detail: format!("{detail} (and the {n} other copies indexed failed too)") }
             }
             (err, _) => err,
+        })
+    }
+
+    /// Blob `id` read from each copy of `pack` the storage keeps
+    /// ([`Backend::copies`], several on a replicated backend) until one verifies.
+    fn load_from_pack_copies(&self, blob_type: BlobType, id: &Id, pack: &Id) -> Option<Vec<u8>> {
+        let name = ObjectKind::Pack.path(pack);
+        let copies = self.backend.copies(&name);
+        if copies <= 1 {
+            return None;
+        }
+        let (entry, info) = self
+            .index()
+            .copies(id)
+            .into_iter()
+            .find(|(e, p)| p.id == *pack && e.entry.blob_type == blob_type)
+            .map(|(e, p)| (e.entry, p.clone()))?;
+        entry.check_bounds().ok()?;
+        (0..copies).find_map(|c| {
+            let bytes = self.backend.read_range_copy(&name, entry.offset, entry.length as u64, c).ok()?;
+            (bytes.len() == entry.length as usize).then_some(())?;
+            self.decode_blob(&info, &entry, &bytes).ok()
         })
     }
 

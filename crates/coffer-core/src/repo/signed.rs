@@ -46,7 +46,8 @@ impl Repository {
         let okind = match kind {
             SealedKind::Snapshot => ObjectKind::Snapshot,
             SealedKind::Tombstone => ObjectKind::Tombstone,
-            _ => return Err(Error::InvalidInput("only snapshots and tombstones are signed".into())),
+            SealedKind::Layout => ObjectKind::Layout,
+            _ => return Err(Error::InvalidInput("only snapshots, tombstones and layouts are signed".into())),
         };
         let sealed = self.seal(kind, plaintext);
         let stored = signed::sign(sealed, commitment, key);
@@ -54,6 +55,12 @@ impl Repository {
         super::check_storable(okind, stored.len())?;
         self.backend().write(&okind.path(&id), stored)?;
         Ok(id)
+    }
+
+    pub(crate) fn open_signed_layout(&self, id: &Id) -> Result<(Vec<u8>, Option<PublicKey>, bool)> {
+        let o = self.open_signed(ObjectKind::Layout, SealedKind::Layout, id)?;
+        let key = o.block.as_ref().filter(|b| b.commitment == [0; 32]).map(|b| b.public_key);
+        Ok((o.plaintext, key, o.signature_ok))
     }
 
     fn open_signed(&self, okind: ObjectKind, kind: SealedKind, id: &Id) -> Result<Opened> {

@@ -9,6 +9,9 @@ use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
+    if a.replicas {
+        return crate::cmd::backend::check(global);
+    }
     let (path, _) = repo_open::location(global)?;
     let repo = repo_open::open_unindexed(global, &path)?;
     let reads_data = a.read_data || a.read_data_subset.is_some();

@@ -38,6 +38,22 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let opts = options(a)?;
     let (path, _) = repo_open::location(global)?;
     let modes = if a.group_readable { Modes::GROUP_READABLE } else { Modes::PRIVATE };
+    if let Some(r) = a.replicas {
+        let repo = crate::cmd::backend::init(global, r, &a.backends, &opts, modes)?;
+        if global.json {
+            output::json(
+                &json!({"type": "initialized", "created": true, "backends": a.backends, "replicas": r, "id": repo.config().id, "config": repo.config()}),
+            );
+        } else if !global.quiet {
+            println!(
+                "created coffer repository {} over {} backends, {r} copies of every pack; any backend's location opens it",
+                repo.config().id.short(),
+                a.backends.len()
+            );
+            println!("keep the passphrase safe: without it, the data cannot be read");
+        }
+        return Ok(exit::OK);
+    }
     let repo = match &a.from_repo {
         Some(src) => {
             let (source, _) = repo_open::open_source(src, a.from_password_file.as_deref())?;

@@ -1,5 +1,6 @@
 //! One module per command. Each `run` returns the exit code on success.
 
+pub mod backend;
 pub mod backup;
 pub mod backup_stream;
 pub mod bench;

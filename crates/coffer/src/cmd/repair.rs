@@ -12,8 +12,12 @@ use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &RepairArgs) -> Result<u8> {
     match &a.command {
-        RepairCommand::Index(a) => index(global, a.dry_run),
-        RepairCommand::Config(c) => config(global, c),
+        Some(RepairCommand::Index(a)) => index(global, a.dry_run),
+        Some(RepairCommand::Config(c)) => config(global, c),
+        None if a.replicas => crate::cmd::backend::repair(global),
+        None => anyhow::bail!(
+            "name what to repair: `coffer repair index`, `coffer repair config` or `coffer repair --replicas`"
+        ),
     }
 }
 

@@ -1,0 +1,322 @@
+//! A repository over several backends, through the binary: two copies over three
+//! local directories; one directory deleted entirely, every snapshot still
+//! restores, `check --replicas` names what is short and `repair --replicas`
+//! brings it back; a backend failing in the middle of a backup, with and
+//! without `--min-copies`; adding and removing a backend with `rebalance`; and,
+//! when the S3 test server is configured, one backend in a bucket.
+//! See docs/design.md#many-backends.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+/// A repository with R copies over the given backends (`NAME:SIZE` each), all
+/// local directories under the test's scratch space.
+struct Replicas {
+    env: Env,
+    names: Vec<String>,
+}
+
+impl Replicas {
+    fn new(replicas: u8, backends: &[&str]) -> Replicas {
+        let env = Env::empty();
+        let names: Vec<String> = backends.iter().map(|b| b.split(':').next().unwrap().to_string()).collect();
+        let mut args: Vec<String> = ["init", "--kdf-log-n", "10", "--insecure-kdf", "--pack-size", "1M", "--replicas"]
+            .map(String::from)
+            .to_vec();
+        args.push(replicas.to_string());
+        for (b, name) in backends.iter().zip(&names) {
+            args.push("--backend".into());
+            args.push(format!("{b}={}", env.path(name).display()));
+        }
+        let r = Replicas { env, names };
+        let out = r.at(&r.names[0]).args(&args).output().unwrap();
+        assert_success(&out);
+        r
+    }
+
+    fn dir(&self, name: &str) -> PathBuf {
+        self.env.path(name)
+    }
+
+    /// `coffer` opening the repository at backend `name`'s location.
+    fn at(&self, name: &str) -> Command {
+        let mut c = self.env.cmd();
+        c.env("COFFER_REPOSITORY", self.dir(name)).env("COFFER_RETRY_BASE_MS", "1");
+        c
+    }
+
+    fn run(&self, name: &str, args: &[&str]) -> Output {
+        self.at(name).args(args).output().unwrap()
+    }
+
+    fn json(&self, name: &str, args: &[&str]) -> (i32, serde_json::Value) {
+        let out = self.run(name, &[&["--json"], args].concat());
+        let v = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}{}", text(&out.stdout), text(&out.stderr)));
+        (out.status.code().unwrap_or(-1), v)
+    }
+
+    /// How many backends hold each pack.
+    fn copies(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for n in &self.names {
+            for f in files_under(&self.dir(n).join("data")) {
+                *out.entry(f.file_name().unwrap().to_string_lossy().into_owned()).or_default() += 1;
+            }
+        }
+        out
+    }
+}
+
+fn make_tree(root: &Path, seed: u64) {
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    for i in 0..6u64 {
+        std::fs::write(root.join(format!("f{i}")), random_bytes(400_000 + i as usize * 50_000, seed + i)).unwrap();
+    }
+    std::fs::write(root.join("sub/text"), "hello\n".repeat(5_000)).unwrap();
+}
+
+/// Restores every snapshot `(id, path backed up, what it held)` and compares.
+fn restores_bit_exact(r: &Replicas, from: &str, sources: &[(String, PathBuf, PathBuf)]) {
+    for (i, (id, path, held)) in sources.iter().enumerate() {
+        let target = r.env.path(&format!("restored-{from}-{i}"));
+        assert_success(&r.run(from, &["-q", "restore", id, "--target", target.to_str().unwrap()]));
+        let inner = target.join(path.strip_prefix("/").unwrap());
+        assert_same_tree(held, &inner);
+        std::fs::remove_dir_all(&target).unwrap();
+    }
+}
+
+/// Backs up `src` from backend `at`; returns the snapshot id.
+fn backup(r: &Replicas, at: &str, src: &Path, extra: &[&str]) -> String {
+    let out = r.at(at).args(extra).args(["--json", "-q", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    let v: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|&b| b == b'\n').rfind(|l| !l.is_empty()).unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    v["snapshot_id"].as_str().or(v["id"].as_str()).unwrap_or_else(|| panic!("no snapshot id in {v}")).to_string()
+}
+
+/// Keeps a copy of `src` as it is now, for comparing a restore of this snapshot.
+fn keep_copy(r: &Replicas, src: &Path, tag: &str) -> PathBuf {
+    let copy = r.env.path(&format!("kept-{tag}"));
+    std::fs::create_dir_all(&copy).unwrap();
+    let status = Command::new("cp").arg("-a").arg(src).arg(&copy).status().unwrap();
+    assert!(status.success());
+    copy.join(src.file_name().unwrap())
+}
+
+#[test]
+fn two_copies_over_three_directories_survive_losing_one_and_repair_restores_them() {
+    let r = Replicas::new(2, &["b0:1G", "b1:1G", "b2:2G"]);
+    let src = r.env.path("src");
+    make_tree(&src, 1);
+    let first = backup(&r, "b0", &src, &[]);
+    let kept = keep_copy(&r, &src, "first");
+    std::fs::write(src.join("f2"), random_bytes(700_000, 77)).unwrap();
+    let second = backup(&r, "b1", &src, &[]);
+    let (code, v) = r.json("b2", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    let copies = r.copies();
+    assert!(copies.len() >= 4, "several packs: {copies:?}");
+    assert!(copies.values().all(|&n| n == 2), "every pack on exactly two backends: {copies:?}");
+    // Every other object is on every backend: any one opens the repository.
+    for n in &r.names {
+        assert!(r.dir(n).join("config").is_file());
+        assert_eq!(files_under(&r.dir(n).join("snapshots")).len(), 2);
+        assert_eq!(files_under(&r.dir(n).join("layout")).len(), 1);
+    }
+
+    // One backend is lost entirely.
+    let lost: Vec<String> = files_under(&r.dir("b1").join("data"))
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into())
+        .collect();
+    assert!(!lost.is_empty(), "b1 held packs");
+    std::fs::remove_dir_all(r.dir("b1")).unwrap();
+    let sources = vec![(first, src.clone(), kept), (second, src.clone(), src.clone())];
+    restores_bit_exact(&r, "b0", &sources);
+    restores_bit_exact(&r, "b2", &sources);
+
+    // A new empty disk takes its place: check names what it lacks, repair fills it.
+    std::fs::create_dir(r.dir("b1")).unwrap();
+    let (code, v) = r.json("b0", &["check", "--replicas"]);
+    assert_eq!(code, 20, "{v}");
+    let under: Vec<&str> = v["under_replicated"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    let mut want = lost.clone();
+    want.sort();
+    let mut got: Vec<String> = under.iter().map(|s| s.to_string()).collect();
+    got.sort();
+    assert_eq!(got, want, "the packs b1 held are the under-replicated ones");
+    let b1 = &v["backends"][1];
+    assert_eq!(b1["name"], "b1");
+    assert_eq!(b1["missing_packs"].as_array().unwrap().len(), lost.len());
+    assert!(b1["missing_objects"].as_array().unwrap().iter().any(|o| o == "config"));
+    let (code, v) = r.json("b2", &["repair", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["packs_copied"].as_u64().unwrap() as usize, lost.len(), "only the difference is sent: {v}");
+    let (code, v) = r.json("b1", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(r.copies().values().all(|&n| n == 2));
+    restores_bit_exact(&r, "b1", &sources);
+    // A second repair has nothing to send.
+    let (_, v) = r.json("b0", &["repair", "--replicas"]);
+    assert_eq!(v["packs_copied"], 0);
+    assert_eq!(v["objects_copied"], 0);
+}
+
+#[test]
+fn a_backend_failing_mid_backup_fails_it_unless_fewer_copies_are_allowed() {
+    let r = Replicas::new(2, &["b0:1G", "b1:1G", "b2:1G"]);
+    let src = r.env.path("src");
+    make_tree(&src, 10);
+    let failing = |c: &mut Command| {
+        c.env("COFFER_TEST_FAULTS_B2", "fail_after=6");
+    };
+    let mut c = r.at("b0");
+    failing(&mut c);
+    let out = c.args(["-q", "backup", src.to_str().unwrap()]).output().unwrap();
+    let err = assert_code(&out, 23);
+    assert!(err.contains("backend b2") && err.contains("--min-copies"), "{err}");
+
+    let mut c = r.at("b0");
+    failing(&mut c);
+    let out = c.args(["--min-copies", "1", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    let err = text(&out.stderr);
+    assert!(err.contains("fewer copies") && err.contains("on b2") && err.contains("repair --replicas"), "{err}");
+    let (code, v) = r.json("b0", &["check", "--replicas"]);
+    assert_eq!(code, 20, "{v}");
+    assert!(!v["under_replicated"].as_array().unwrap().is_empty());
+    assert!(v["missing"].as_array().unwrap().is_empty(), "every pack has a copy: {v}");
+    assert!(!v["backends"][2]["missing_packs"].as_array().unwrap().is_empty(), "b2 is named: {v}");
+    let (code, v) = r.json("b1", &["repair", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    let (code, v) = r.json("b2", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(r.copies().values().all(|&n| n == 2));
+    let (_, snaps) = r.json("b2", &["snapshots"]);
+    let id = snaps[0]["id"].as_str().unwrap().to_string();
+    restores_bit_exact(&r, "b2", &[(id, src.clone(), src.clone())]);
+}
+
+#[test]
+fn adding_and_removing_a_backend_moves_packs_with_rebalance() {
+    let r0 = Replicas::new(2, &["b0:1G", "b1:1G"]);
+    let r = Replicas { names: vec!["b0".into(), "b1".into(), "b2".into()], ..r0 };
+    let src = r.env.path("src");
+    make_tree(&src, 20);
+    let id = backup(&r, "b0", &src, &[]);
+    let b2 = r.dir("b2");
+    assert_success(&r.run("b0", &["backend", "add", "b2", b2.to_str().unwrap(), "--capacity", "2G", "--zone", "far"]));
+    let (_, list) = r.json("b1", &["backend", "list"]);
+    assert_eq!(list["migrating"], true);
+    assert_eq!(list["backends"].as_array().unwrap().len(), 3);
+    assert_eq!(list["backends"][2]["zone"], "far");
+    assert_eq!(list["backends"][2]["packs"], 0);
+    // Reads during the migration find the packs at their old homes.
+    restores_bit_exact(&r, "b2", &[(id.clone(), src.clone(), src.clone())]);
+    let (code, _) = r.json("b0", &["check", "--replicas"]);
+    assert_eq!(code, 20, "the new backend lacks its packs until rebalance");
+    assert_success(&r.run("b0", &["rebalance"]));
+    let (code, v) = r.json("b2", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    let (_, list) = r.json("b1", &["backend", "list"]);
+    assert_eq!(list["migrating"], false);
+    assert!(list["backends"][2]["packs"].as_u64().unwrap() > 0);
+    // Zone "far" is the only other zone: every pack has a copy there.
+    assert_eq!(list["backends"][2]["share_of_partitions"], 1.0);
+
+    assert_success(&r.run("b1", &["backend", "remove", "b0"]));
+    assert_success(&r.run("b1", &["rebalance"]));
+    let (_, list) = r.json("b1", &["backend", "list"]);
+    let names: Vec<&str> = list["backends"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["b1", "b2"]);
+    std::fs::remove_dir_all(r.dir("b0")).unwrap();
+    restores_bit_exact(&r, "b1", &[(id, src.clone(), src.clone())]);
+    let (code, v) = r.json("b2", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+}
+
+#[test]
+fn a_damaged_copy_is_read_from_the_other_backend() {
+    let r = Replicas::new(2, &["b0:1G", "b1:1G"]);
+    let src = r.env.path("src");
+    make_tree(&src, 30);
+    let id = backup(&r, "b0", &src, &[]);
+    // Flip a byte in the middle of every pack on b0: blobs there fail to verify.
+    for f in files_under(&r.dir("b0").join("data")) {
+        let mut bytes = std::fs::read(&f).unwrap();
+        let mid = bytes.len() / 3;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&f, bytes).unwrap();
+    }
+    let target = r.env.path("out");
+    let out = r.run("b0", &["restore", &id, "--target", target.to_str().unwrap()]);
+    assert_success(&out);
+    assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+    let err = text(&out.stderr);
+    assert!(err.contains("on another backend served instead"), "the bad copies are reported: {err}");
+}
+
+#[test]
+fn init_refuses_bad_backend_lists() {
+    let env = Env::empty();
+    let b = |n: &str| format!("{n}:1G={}", env.path(n).display());
+    let base = ["init", "--kdf-log-n", "10", "--insecure-kdf"];
+    let out =
+        env.cmd().args(base).args(["--replicas", "3", "--backend", &b("a"), "--backend", &b("b")]).output().unwrap();
+    assert!(text(&out.stderr).contains("needs at least 3 backends"), "{}", text(&out.stderr));
+    let out =
+        env.cmd().args(base).args(["--replicas", "1", "--backend", &b("a"), "--backend", &b("a")]).output().unwrap();
+    assert!(text(&out.stderr).contains("same name"), "{}", text(&out.stderr));
+    let out = env.cmd().args(base).args(["--replicas", "1", "--backend", "a=/x"]).output().unwrap();
+    assert!(text(&out.stderr).contains("capacity"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn one_backend_in_an_s3_bucket_with_two_directories() {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let Some(endpoint) = var("COFFER_TEST_S3_ENDPOINT") else {
+        eprintln!("skipped: COFFER_TEST_S3_ENDPOINT and the other COFFER_TEST_S3_* variables are not set");
+        return;
+    };
+    let bucket = var("COFFER_TEST_S3_BUCKET").unwrap();
+    let unique = format!("replicas-{}-{}", std::process::id(), std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos());
+    let s3 = format!("s3:{endpoint}/{bucket}/{unique}");
+    let env = Env::empty();
+    let creds = [
+        ("AWS_ACCESS_KEY_ID", var("COFFER_TEST_S3_ACCESS_KEY").unwrap()),
+        ("AWS_SECRET_ACCESS_KEY", var("COFFER_TEST_S3_SECRET_KEY").unwrap()),
+        ("AWS_REGION", var("COFFER_TEST_S3_REGION").unwrap()),
+    ];
+    let cmd = |repo: &str| {
+        let mut c = env.cmd();
+        c.env("COFFER_REPOSITORY", repo).envs(creds.iter().map(|(k, v)| (*k, v.as_str())));
+        c
+    };
+    let (d0, d1) = (env.path("d0"), env.path("d1"));
+    let out = cmd(d0.to_str().unwrap())
+        .args(["init", "--kdf-log-n", "10", "--insecure-kdf", "--pack-size", "1M", "--replicas", "2"])
+        .args(["--backend", &format!("d0:1G={}", d0.display()), "--backend", &format!("d1:1G={}", d1.display())])
+        .args(["--backend", &format!("s3:2G={s3}")])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let src = env.path("src");
+    make_tree(&src, 40);
+    assert_success(&cmd(d0.to_str().unwrap()).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    // The bucket alone opens the repository; with d0 gone, everything restores.
+    std::fs::remove_dir_all(&d0).unwrap();
+    let target = env.path("out");
+    assert_success(&cmd(&s3).args(["-q", "restore", "latest", "--target", target.to_str().unwrap()]).output().unwrap());
+    assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+    std::fs::create_dir(&d0).unwrap();
+    assert_success(&cmd(&s3).args(["-q", "repair", "--replicas"]).output().unwrap());
+    assert_success(&cmd(d1.to_str().unwrap()).args(["check", "--replicas"]).output().unwrap());
+}

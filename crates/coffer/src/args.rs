@@ -67,6 +67,10 @@ pub struct GlobalArgs {
     #[arg(long, env = "COFFER_CACHE_SIZE", global = true, value_name = "SIZE", default_value = "1G",
           value_parser = parse_size)]
     pub cache_size: u64,
+    /// Storage credentials and settings from a profile's `[storage]` table, by
+    /// environment variable name; the environment wins.
+    #[arg(skip)]
+    pub storage_vars: std::collections::BTreeMap<String, String>,
     /// Read the passphrase from this file (first line). COFFER_PASSWORD takes precedence.
     #[arg(long, env = "COFFER_PASSWORD_FILE", global = true)]
     pub password_file: Option<PathBuf>,

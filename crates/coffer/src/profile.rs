@@ -18,6 +18,15 @@ pub struct Profile {
     repository_file: Option<PathBuf>,
     password_file: Option<PathBuf>,
     password_command: Option<String>,
+    connections: Option<u16>,
+    cacert: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+    #[serde(default)]
+    no_cache: bool,
+    /// `[storage]`: credentials and settings of the storage, by the names of
+    /// the environment variables that carry them (which win).
+    #[serde(default)]
+    storage: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     backup: BackupSection,
     #[serde(default)]
@@ -108,6 +117,18 @@ pub fn apply(p: Profile, cli: &mut Cli) -> Result<()> {
         g.password_file = p.password_file;
         g.password_command = p.password_command;
     }
+    g.connections = g.connections.or(p.connections);
+    g.cacert = g.cacert.take().or(p.cacert);
+    g.cache_dir = g.cache_dir.take().or(p.cache_dir);
+    g.no_cache |= p.no_cache;
+    let known = coffer_backend::CREDENTIAL_VARIABLES;
+    if let Some(k) = p.storage.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(anyhow!(
+            "profile [storage] {k}: not a storage variable coffer reads; it reads {}",
+            known.join(", ")
+        ));
+    }
+    g.storage_vars = p.storage;
     match &mut cli.command {
         Command::Backup(a) => apply_backup(p.backup, a)?,
         Command::Forget(a) => apply_forget(p.forget, a)?,

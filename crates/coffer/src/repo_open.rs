@@ -44,6 +44,8 @@ struct StorageSettings {
     cache_dir: Option<PathBuf>,
     no_cache: bool,
     cache_size: u64,
+    /// A profile's `[storage]` variables.
+    profile_vars: std::collections::BTreeMap<String, String>,
 }
 
 static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
@@ -69,6 +71,7 @@ pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
         cache_dir: global.cache_dir.clone(),
         no_cache: global.no_cache,
         cache_size: global.cache_size,
+        profile_vars: global.storage_vars.clone(),
     });
     match &global.repo {
         Some(r) => Ok((Location::parse(r)?, false)),
@@ -150,12 +153,15 @@ pub fn backend(loc: &Location) -> Result<Arc<dyn Backend>> {
 }
 
 /// The options of a remote location: credentials from the environment (the
-/// variables of `coffer_backend::opendal::CREDENTIAL_VARIABLES`), `--connections`
-/// and `--cacert`.
+/// variables of `coffer_backend::opendal::CREDENTIAL_VARIABLES`), else from the
+/// profile's `[storage]` table, `--connections` and `--cacert`.
 fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
     let vars = CREDENTIAL_VARIABLES
         .iter()
-        .filter_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (k.to_string(), v)))
+        .filter_map(|k| {
+            let v = std::env::var(k).ok().filter(|v| !v.is_empty()).or_else(|| settings.profile_vars.get(*k).cloned());
+            v.map(|v| (k.to_string(), v))
+        })
         .collect();
     let cacert = match &settings.cacert {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("--cacert: cannot read {}", p.display()))?),

@@ -184,3 +184,43 @@ fn verbose_and_json_report_request_counts_on_a_local_repository() {
     let v = env.json(&["check", "--read-data"]);
     assert!(v["storage"]["get"].as_u64().unwrap() >= 2 && v["storage"]["list"].as_u64().unwrap() >= 1, "{v}");
 }
+
+#[test]
+fn a_profile_gives_the_storage_credentials_and_options() {
+    // A [storage] key coffer does not read is an error naming it (no server needed).
+    let env = Env::empty();
+    let config = env.path("config");
+    std::fs::create_dir_all(config.join("coffer")).unwrap();
+    std::fs::write(config.join("coffer/bad.toml"), "[storage]\nAWS_SECRET = \"x\"\n").unwrap();
+    let out = env.cmd().env("XDG_CONFIG_HOME", &config).args(["-P", "bad", "snapshots"]).output().unwrap();
+    let err = assert_code(&out, 2);
+    assert!(err.contains("AWS_SECRET") && err.contains("AWS_SECRET_ACCESS_KEY"), "{err}");
+
+    let Some(r) = Remote::s3("cli-profile") else { return };
+    assert_success(&r.run(&["init", "--kdf-log-n", "10", "--insecure-kdf"]));
+    let var = |k: &str| r.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
+    let profile = format!(
+        "repository = {:?}\nconnections = 4\n[storage]\nAWS_ACCESS_KEY_ID = {:?}\nAWS_SECRET_ACCESS_KEY = {:?}\nAWS_REGION = {:?}\n",
+        r.repo,
+        var("AWS_ACCESS_KEY_ID"),
+        var("AWS_SECRET_ACCESS_KEY"),
+        var("AWS_REGION")
+    );
+    let config = r.path("config");
+    std::fs::create_dir_all(config.join("coffer")).unwrap();
+    std::fs::write(config.join("coffer/s3.toml"), profile).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = r.cmd();
+        c.env_remove("COFFER_REPOSITORY").env("XDG_CONFIG_HOME", &config);
+        for (k, _) in &r.env {
+            c.env_remove(k);
+        }
+        c.args(args).output().unwrap()
+    };
+    // The credentials come from the profile alone.
+    let out = run(&["-P", "s3", "--json", "snapshots"]);
+    assert_success(&out);
+    // Without them the same command is refused by the server.
+    std::fs::write(config.join("coffer/bare.toml"), format!("repository = {:?}\n", r.repo)).unwrap();
+    assert_code(&run(&["-P", "bare", "snapshots"]), 23);
+}

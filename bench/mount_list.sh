@@ -11,8 +11,8 @@ rm -rf "$W" && mkdir -p "$W/mnt"
 /usr/bin/time -f "mount process: peak RSS %M KB" "$B" -q mount "$W/mnt" & pid=$!
 until [ -e "$W/mnt/snapshots/latest" ]; do sleep 0.1; done
 snap=$W/mnt/snapshots/$(readlink "$W/mnt/snapshots/latest")
-dir=$(find "$SRC" -type d | head -1)
-for d in $(find "$SRC" -mindepth 1 -type d); do dir=$d; done
+# The last directory found (reading every name, so no pipe is cut short under pipefail).
+dir=$(find "$SRC" -type d | tail -n 1)
 /usr/bin/time -f "first ls -f of $dir: %e s" bash -c "ls -f '$snap$dir' | wc -l"
 /usr/bin/time -f "ls -lR: %e s" bash -c "ls -lR '$snap' | wc -l"
 kill -TERM $(pgrep -P $pid || echo $pid) 2>/dev/null || true

@@ -196,14 +196,7 @@ fn add(global: &GlobalArgs, name: &str, location: &str, capacity: u64, zone: Opt
     let specs: Vec<BackendSpec> = backends.iter().map(|b| b.spec.clone()).collect();
     let table = replicas::place(&specs, layout.table.replicas, layout.table.partitions, Some(&layout.table))?;
     let share = moved_share(&layout.table, &table);
-    let next = Layout {
-        version: layout.version + 1,
-        time: now(),
-        backends,
-        previous: Some(layout.table.clone()),
-        table,
-        ..layout.clone()
-    };
+    let next = migration(layout, backends, table);
     let mut members: Vec<(String, Option<Arc<dyn Backend>>)> = (0..layout.backends.len())
         .map(|i| (layout.backends[i].spec.name.clone(), o.backend.member(i).cloned()))
         .collect();
@@ -276,14 +269,7 @@ fn remove(global: &GlobalArgs, name: &str) -> Result<u8> {
         bail!("cannot remove backend {name}: the others cannot hold {} copies of every pack", layout.table.replicas);
     }
     let share = moved_share(&layout.table, &table);
-    let next = Layout {
-        version: layout.version + 1,
-        time: now(),
-        backends,
-        previous: Some(layout.table.clone()),
-        table,
-        ..layout.clone()
-    };
+    let next = migration(layout, backends, table);
     let id = store_layout(repo, &next, None)?;
     if global.json {
         output::json(&json!({"removing": name, "layout": id, "version": next.version, "moving_share": share}));
@@ -675,4 +661,17 @@ pub fn rebalance(global: &GlobalArgs) -> Result<u8> {
         );
     }
     Ok(exit::OK)
+}
+
+/// The layout version after `layout` that moves to `table` over `backends`,
+/// keeping `layout`'s table as the one being migrated from.
+fn migration(layout: &Layout, backends: Vec<LayoutBackend>, table: Table) -> Layout {
+    Layout {
+        version: layout.version + 1,
+        time: now(),
+        backends,
+        previous: Some(layout.table.clone()),
+        table,
+        ..layout.clone()
+    }
 }

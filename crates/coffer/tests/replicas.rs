@@ -192,9 +192,14 @@ fn a_backend_failing_mid_backup_fails_it_unless_fewer_copies_are_allowed() {
     assert!(err.contains("fewer copies") && err.contains("on b2") && err.contains("repair --replicas"), "{err}");
     let (code, v) = r.json("b0", &["check", "--replicas"]);
     assert_eq!(code, 20, "{v}");
-    assert!(!v["under_replicated"].as_array().unwrap().is_empty());
     assert!(v["missing"].as_array().unwrap().is_empty(), "every pack has a copy: {v}");
-    assert!(!v["backends"][2]["missing_packs"].as_array().unwrap().is_empty(), "b2 is named: {v}");
+    // b2 failed after its sixth request: what it lacks depends on the order the
+    // uploads took (packs it owns, or objects every backend holds), but it lacks
+    // something, and a pack it lacks is under-replicated.
+    let b2 = &v["backends"][2];
+    let lacking = |k: &str| b2[k].as_array().unwrap().len();
+    assert!(lacking("missing_packs") + lacking("missing_objects") > 0, "b2 is named: {v}");
+    assert_eq!(lacking("missing_packs") > 0, !v["under_replicated"].as_array().unwrap().is_empty(), "{v}");
     let (code, v) = r.json("b1", &["repair", "--replicas"]);
     assert_eq!(code, 0, "{v}");
     let (code, v) = r.json("b2", &["check", "--replicas"]);

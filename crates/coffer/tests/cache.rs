@@ -196,11 +196,13 @@ fn scenario(s: &Setup) {
     assert_success(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["caches"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!((&v["type"], &v["caches"][0]["type"]), (&"caches".into(), &"cache".into()), "{v}");
     assert!(v["caches"][0]["size"].as_u64().unwrap() > 0);
     let out = s.run(&["--json", "cache", "--cleanup"]);
     assert_success(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((v["removed"].as_array().unwrap().len(), v["kept"].as_u64()), (0, Some(1)), "used today: kept");
+    assert_eq!(v["type"], "cache_cleanup");
     let out = s.run(&["--json", "cache", "--cleanup", "--max-age", "0"]);
     assert_success(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

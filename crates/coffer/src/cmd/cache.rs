@@ -25,7 +25,7 @@ fn last_used(c: &CacheInfo) -> String {
 
 fn describe(c: &CacheInfo) -> serde_json::Value {
     json!({
-        "id": c.id, "path": c.path, "size": c.size, "last_used": last_used(c), "age_days": age_days(c.last_used),
+        "type": "cache", "id": c.id, "path": c.path, "size": c.size, "last_used": last_used(c), "age_days": age_days(c.last_used),
     })
 }
 
@@ -34,7 +34,9 @@ pub fn run(global: &GlobalArgs, args: &CacheArgs) -> Result<u8> {
     let caches = list_caches(&base).with_context(|| format!("cannot list the caches in {}", base.display()))?;
     if !args.cleanup {
         if global.json {
-            output::json(&json!({"cache_dir": base, "caches": caches.iter().map(describe).collect::<Vec<_>>()}));
+            output::json(
+                &json!({"type": "caches", "cache_dir": base, "caches": caches.iter().map(describe).collect::<Vec<_>>()}),
+            );
         } else if caches.is_empty() {
             println!("no caches in {}", base.display());
         } else {
@@ -59,7 +61,7 @@ pub fn run(global: &GlobalArgs, args: &CacheArgs) -> Result<u8> {
     let freed: u64 = old.iter().map(|c| c.size).sum();
     if global.json {
         output::json(&json!({
-            "cache_dir": base, "removed": old.iter().map(describe).collect::<Vec<_>>(), "kept": kept.len(),
+            "type": "cache_cleanup", "cache_dir": base, "removed": old.iter().map(describe).collect::<Vec<_>>(), "kept": kept.len(),
             "bytes_freed": freed,
         }));
     } else if !global.quiet {

@@ -116,6 +116,11 @@ fn two_copies_over_three_directories_survive_losing_one_and_repair_restores_them
     let r = Replicas::new(2, &["b0:1G", "b1:1G", "b2:2G"]);
     let src = r.env.path("src");
     make_tree(&src, 1);
+    // Enough packs (about 16) that b1, which owns about half the partitions,
+    // holds some of them whatever their ids.
+    for i in 0..12u64 {
+        std::fs::write(src.join(format!("more{i}")), random_bytes(1 << 20, 900 + i)).unwrap();
+    }
     let first = backup(&r, "b0", &src, &[]);
     let kept = keep_copy(&r, &src, "first");
     std::fs::write(src.join("f2"), random_bytes(700_000, 77)).unwrap();

@@ -7,9 +7,8 @@ mod common;
 
 use std::io::Write;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
-use common::{Env, assert_code, assert_success, files_under, random_bytes, text};
+use common::{Env, assert_code, assert_success, files_under, interrupt_once_stored, random_bytes, text};
 
 /// Runs `coffer --json backup ARGS` with `input` on standard input; returns the output.
 fn backup_stdin(env: &Env, args: &[&str], input: &[u8]) -> std::process::Output {
@@ -173,15 +172,7 @@ fn ctrl_c_while_reading_stdin_ends_with_130_and_no_snapshot() {
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&random_bytes(1 << 20, 3)).unwrap();
     // The backup has started (and its handler is installed) once its session marker is written.
-    let start = Instant::now();
-    while files_under(&env.repo().join("sessions")).is_empty() && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
-        rustix::process::Signal::INT,
-    )
-    .unwrap();
+    interrupt_once_stored(&env, "sessions", &child);
     let out = child.wait_with_output().unwrap();
     drop(stdin);
     let err = assert_code(&out, 130);

@@ -6,7 +6,6 @@ mod common;
 
 use std::io::Write;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -60,15 +59,7 @@ fn ctrl_c_ends_a_backup_with_130_and_leaves_a_usable_repository() {
         .spawn()
         .unwrap();
     // Interrupt once the backup has started writing data.
-    let start = Instant::now();
-    while files_under(&env.repo().join("data")).is_empty() && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
-        rustix::process::Signal::INT,
-    )
-    .unwrap();
+    interrupt_once_stored(&env, "data", &child);
     let out = child.wait_with_output().unwrap();
     let err = assert_code(&out, 130);
     assert!(err.contains("interrupted"), "{err}");

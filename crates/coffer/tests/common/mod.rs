@@ -156,3 +156,14 @@ pub fn assert_same_tree(expected: &Path, got: &Path) {
         assert!(std::fs::read(expected.join(&r)).unwrap() == std::fs::read(got.join(&r)).unwrap(), "{r:?} differs");
     }
 }
+
+/// Waits (at most a minute) until the repository of `env` holds an object under
+/// `dir`, then sends `child` SIGINT, as Ctrl-C would.
+pub fn interrupt_once_stored(env: &Env, dir: &str, child: &std::process::Child) {
+    let start = std::time::Instant::now();
+    while files_under(&env.repo().join(dir)).is_empty() && start.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+}

@@ -21,6 +21,8 @@
 //! - [`ops`]: one module per user operation: backup, restore, check, prune,
 //!   forget, diff, prove, keys, repair.
 //! - [`vfs`]: the read-only snapshot file system behind `coffer mount`.
+//! - [`translog`]: the append-only log of accepted objects, its consistency
+//!   proofs and signed heads (pure).
 //!
 //! Libraries never print: progress and warnings reach the caller through [`progress::Progress`].
 #![deny(missing_docs)]
@@ -38,6 +40,7 @@ pub mod merkle;
 pub mod ops;
 pub mod progress;
 pub mod repo;
+pub mod translog;
 pub mod vfs;
 
 /// The storage layer, re-exported so that callers name one crate.

@@ -125,16 +125,7 @@ impl Slots {
         if let Some(s) = self.of_dir(ino) {
             return Some(s);
         }
-        let slot = Slot {
-            ino,
-            tree,
-            root,
-            permanent: keep == Keep::Always,
-            own: 0,
-            inside: 0,
-            opens: 0,
-            leaves: None,
-        };
+        let slot = Slot { ino, tree, root, permanent: keep == Keep::Always, own: 0, inside: 0, opens: 0, leaves: None };
         let i = match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(slot);

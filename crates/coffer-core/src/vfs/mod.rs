@@ -19,8 +19,8 @@ use crate::format::tree::{Node, NodeKind, Timestamp, TreeBlob};
 use crate::id::Id;
 use crate::repo::Repository;
 use cache::Bounded;
-use inodes::{Keep, Leaf, Slots, positional, position};
 pub use inodes::Held;
+use inodes::{Keep, Leaf, Slots, position, positional};
 use layout::{Layout, Virt, build_layout};
 
 /// An inode number.
@@ -174,7 +174,6 @@ impl Default for VfsOptions {
 
 /// Called with a line describing damage found while serving a read.
 pub type DamageReport = Box<dyn Fn(&str) + Send + Sync>;
-
 
 /// A listing being read.
 struct DirHandle {
@@ -442,12 +441,13 @@ impl Inner {
     fn looked_up(&self, ino: Ino, slot: u32, pos: u64, n: &Node) -> VResult<()> {
         let mut slots = self.slots.lock().expect("poisoned");
         let root = slots.get(slot).map(|s| s.root).ok_or(VfsError::NotFound)?;
-        let dir = match n.subtree.filter(|_| n.kind == NodeKind::Dir) {
-            Some(tree) => Some(slots.dir(ino, tree, root, Keep::Counted).ok_or_else(|| {
-                VfsError::Io("too many directories held at once; unmount and mount again".into())
-            })?),
-            None => None,
-        };
+        let dir =
+            match n.subtree.filter(|_| n.kind == NodeKind::Dir) {
+                Some(tree) => Some(slots.dir(ino, tree, root, Keep::Counted).ok_or_else(|| {
+                    VfsError::Io("too many directories held at once; unmount and mount again".into())
+                })?),
+                None => None,
+            };
         slots.looked_up(ino, slot, pos, dir);
         Ok(())
     }

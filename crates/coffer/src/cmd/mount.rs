@@ -215,7 +215,14 @@ impl Filesystem for Fs {
         }
         let r = self.vfs.readdir(fh.0, offset.saturating_sub(2), Listing::Plus, &mut |e, a, off| {
             let Some(a) = a else { return false };
-            !reply.add(INodeNo(e.ino), off + 2, OsStr::from_bytes(&e.name), &self.ttl(e.ino), &file_attr(a), Generation(0))
+            !reply.add(
+                INodeNo(e.ino),
+                off + 2,
+                OsStr::from_bytes(&e.name),
+                &self.ttl(e.ino),
+                &file_attr(a),
+                Generation(0),
+            )
         });
         match r {
             Ok(()) => reply.ok(),

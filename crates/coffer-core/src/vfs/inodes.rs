@@ -30,12 +30,12 @@ const SLOT_BITS: u32 = 63 - POS_BITS;
 /// The inode number of entry `pos` of the directory in `slot`, if both fit.
 pub fn positional(slot: u32, pos: u64) -> Option<Ino> {
     (u64::from(slot) < (1 << SLOT_BITS) && pos < (1 << POS_BITS))
-        .then(|| POSITIONAL | (u64::from(slot) << POS_BITS) | pos)
+        .then_some(POSITIONAL | (u64::from(slot) << POS_BITS) | pos)
 }
 
 /// The slot and position an inode number names, if it is positional.
 pub fn position(ino: Ino) -> Option<(u32, u64)> {
-    (ino & POSITIONAL != 0).then(|| (((ino & !POSITIONAL) >> POS_BITS) as u32, ino & ((1 << POS_BITS) - 1)))
+    (ino & POSITIONAL != 0).then_some((((ino & !POSITIONAL) >> POS_BITS) as u32, ino & ((1 << POS_BITS) - 1)))
 }
 
 /// A directory's listing parts when it is a split listing: the id of each

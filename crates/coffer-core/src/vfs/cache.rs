@@ -59,7 +59,6 @@ impl<T> Bounded<T> {
     }
 
     /// Bytes held.
-    #[cfg(test)]
     pub fn used(&self) -> usize {
         self.used
     }

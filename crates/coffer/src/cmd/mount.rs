@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use coffer_core::vfs::{Attr, Kind, Vfs, VfsError, VfsOptions};
+use coffer_core::vfs::{Attr, Kind, Listing, Vfs, VfsError, VfsOptions};
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyXattr,
-    Request, Session, SessionACL,
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyXattr, Request, Session, SessionACL,
 };
 
 use crate::args::{GlobalArgs, MountArgs};
@@ -91,6 +91,18 @@ fn xattr_reply(data: Result<Vec<u8>, VfsError>, size: u32, reply: ReplyXattr) {
 impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(READAHEAD);
+        // Listings carry attributes (one request per buffer of entries rather
+        // than a lookup per entry), when the kernel finds them used; lookups in
+        // one directory run in parallel; symlink targets are cached. A kernel
+        // without one of these simply does without it.
+        for flag in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
+            let _ = config.add_capabilities(flag);
+        }
         Ok(())
     }
 
@@ -178,8 +190,39 @@ impl Filesystem for Fs {
         if offset <= 1 && reply.add(ino, 2, FileType::Directory, "..") {
             return reply.ok();
         }
-        let r = self.vfs.readdir(fh.0, offset.saturating_sub(2), &mut |e, off| {
+        let r = self.vfs.readdir(fh.0, offset.saturating_sub(2), Listing::Names, &mut |e, _, off| {
             !reply.add(INodeNo(e.ino), off + 2, file_type(e.kind), OsStr::from_bytes(&e.name))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        // `.` and `..` carry no attributes and count as no lookup; the kernel
+        // skips them.
+        let dir = match self.vfs.getattr(ino.0) {
+            Ok(a) => file_attr(&a),
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let none = Duration::ZERO;
+        if offset == 0 && reply.add(ino, 1, ".", &none, &dir, Generation(0)) {
+            return reply.ok();
+        }
+        if offset <= 1 && reply.add(ino, 2, "..", &none, &dir, Generation(0)) {
+            return reply.ok();
+        }
+        let r = self.vfs.readdir(fh.0, offset.saturating_sub(2), Listing::Plus, &mut |e, a, off| {
+            let Some(a) = a else { return false };
+            !reply.add(
+                INodeNo(e.ino),
+                off + 2,
+                OsStr::from_bytes(&e.name),
+                &self.ttl(e.ino),
+                &file_attr(a),
+                Generation(0),
+            )
         });
         match r {
             Ok(()) => reply.ok(),

@@ -308,7 +308,8 @@ fn attach_cache(global: &GlobalArgs, loc: &Location, repo: &Repository, slot: &C
     match opened {
         Ok(cache) => {
             let cache = Arc::new(cache);
-            let attached = slots.iter().fold(false, |any, s| s.attach(cache.clone()) || any);
+            // Every slot gets it (no short cut): the members share one cache.
+            let attached = slots.iter().filter(|s| s.attach(cache.clone())).count() > 0;
             if attached {
                 let _ = CACHE.set(cache.clone());
                 repo.set_tree_cache(cache);

@@ -63,9 +63,8 @@ fn rebalance_killed(r: &Replicas, at: &str, kill: Option<Kill>) -> Option<std::p
     while start.elapsed() < limit {
         if child.try_wait().unwrap().is_some() {
             let out = child.wait_with_output().unwrap();
-            if out.status.code().is_none() {
-                return None; // it killed itself
-            }
+            // No exit code: a signal ended it (it killed itself).
+            out.status.code()?;
             assert!(out.status.success(), "rebalance ({kill:?}) failed: {}", text(&out.stderr));
             return Some(out.status);
         }

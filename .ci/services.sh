@@ -342,6 +342,7 @@ write_env() {
         echo "export COFFER_TEST_S3_ACCESS_KEY=$S3_ACCESS_KEY"
         echo "export COFFER_TEST_S3_SECRET_KEY=$S3_SECRET_KEY"
         echo "export COFFER_TEST_S3_REGION=$S3_REGION"
+        echo "export COFFER_TEST_VERSITYGW=$(printf %q "$VERSITYGW")"
         echo "export COFFER_TEST_TOXIPROXY=http://127.0.0.1:$TOXIPROXY_PORT"
         echo "export COFFER_TEST_TOXIPROXY_PROXY=$PROXY_NAME"
         echo "export COFFER_TEST_SFTP_HOST=127.0.0.1"

@@ -1,6 +1,7 @@
 //! A backend that fails on purpose, for tests: transient errors, slow answers
 //! that end in a timeout, short range reads, writes that fail after the storage
-//! kept them, and refused writes (a full disk). Decisions come from a seeded
+//! kept them, refused writes (a full disk), and a crash of the whole process
+//! after a number of operations. Decisions come from a seeded
 //! generator, so a failing run can be replayed.
 
 use std::sync::Mutex;
@@ -30,10 +31,13 @@ pub struct Faults {
     /// After this many operations, every operation fails permanently (a
     /// backend that goes away in the middle of a command).
     pub fail_after: Option<u64>,
+    /// After this many operations, the whole process is killed with SIGKILL:
+    /// a crash at a chosen moment, for tests that a command survives one.
+    pub kill_after: Option<u64>,
 }
 
 impl Faults {
-    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes,only=data/,fail_after=N`.
+    /// Parses `seed=1,transient=0.5,timeout=0.1,delay_ms=5,short_read=0.2,lost_ack=0.1,refuse_writes,only=data/,fail_after=N,kill_after=N`.
     pub fn parse(spec: &str) -> Result<Faults, String> {
         let mut f = Faults::default();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -50,6 +54,9 @@ impl Faults {
                 "only" => f.only = v.to_string(),
                 "fail_after" => {
                     f.fail_after = Some(v.parse().map_err(|_| format!("fault fail_after: {v:?} is not an integer"))?)
+                }
+                "kill_after" => {
+                    f.kill_after = Some(v.parse().map_err(|_| format!("fault kill_after: {v:?} is not an integer"))?)
                 }
                 _ => return Err(format!("unknown fault {k:?}")),
             }
@@ -108,6 +115,10 @@ impl<B: Backend> FaultyBackend<B> {
     /// Injects the faults that precede an operation.
     fn before(&self, name: &str) -> BackendResult<()> {
         let done = self.operations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.faults.kill_after.is_some_and(|n| done >= n) {
+            // Nothing after this runs: no destructor, no flush, as in a crash.
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        }
         if self.faults.fail_after.is_some_and(|n| done >= n) {
             return Err(BackendError::new(ErrorKind::Permanent, name, "injected: the storage went away"));
         }

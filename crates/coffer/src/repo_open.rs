@@ -8,7 +8,7 @@
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context, Result};
 use coffer_backend::location::Location;
@@ -56,6 +56,11 @@ static COUNTS: std::sync::Mutex<Vec<CountsHandle>> = std::sync::Mutex::new(Vec::
 
 /// The local cache attached to the repository this command opened.
 static CACHE: OnceLock<Arc<Cache>> = OnceLock::new();
+
+/// The cache slots of the members of a repository over several backends
+/// ([`backend_stack_for`]), each with whether its location is remote: the local
+/// cache attaches to them as to the location's own (docs/design.md#local-cache).
+static MEMBER_SLOTS: Mutex<Vec<(bool, CacheSlot)>> = Mutex::new(Vec::new());
 
 fn settings() -> StorageSettings {
     SETTINGS.get().cloned().unwrap_or_default()
@@ -192,8 +197,9 @@ fn test_faults() -> Option<String> {
 pub fn backend_stack_for(loc: &Location, modes: Modes, name: &str) -> Result<Arc<dyn Backend>> {
     let var = crate::replicas::env_var(name).replacen("COFFER_BACKEND_", "COFFER_TEST_FAULTS_", 1);
     let faults = std::env::var(var).ok().filter(|s| !s.is_empty());
-    let (be, counts, _) = storage_stack(loc, modes, faults.or_else(test_faults))?;
+    let (be, counts, slot) = storage_stack(loc, modes, faults.or_else(test_faults))?;
     COUNTS.lock().unwrap_or_else(|e| e.into_inner()).push(counts);
+    MEMBER_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).push((loc.local_path().is_none(), slot));
     Ok(be)
 }
 
@@ -276,11 +282,21 @@ pub fn cache_base(global: &GlobalArgs) -> Result<PathBuf> {
 
 /// Attaches the local cache of `repo` (at `loc`) to its storage: a remote
 /// repository gets one, a local one only with `--cache-dir`; none with
-/// `--no-cache`. A cache that cannot be opened is warned of, and the command
-/// goes on without it.
+/// `--no-cache`. Over several backends, the same applies to each member: the
+/// remote ones share the repository's cache. A cache that cannot be opened is
+/// warned of, and the command goes on without it.
 fn attach_cache(global: &GlobalArgs, loc: &Location, repo: &Repository, slot: &CacheSlot) {
     let settings = settings();
-    if settings.no_cache || (loc.local_path().is_some() && settings.cache_dir.is_none()) {
+    let wanted = |remote: bool| remote || settings.cache_dir.is_some();
+    let mut slots: Vec<CacheSlot> = Vec::new();
+    if wanted(loc.local_path().is_none()) {
+        slots.push(slot.clone());
+    }
+    if crate::replicas::opened().is_some() {
+        let members = MEMBER_SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        slots.extend(members.iter().filter(|(remote, _)| wanted(*remote)).map(|(_, s)| s.clone()));
+    }
+    if settings.no_cache || slots.is_empty() {
         return;
     }
     let opened = cache_base(global).and_then(|base| {
@@ -292,7 +308,9 @@ fn attach_cache(global: &GlobalArgs, loc: &Location, repo: &Repository, slot: &C
     match opened {
         Ok(cache) => {
             let cache = Arc::new(cache);
-            if slot.attach(cache.clone()) {
+            // Every slot gets it (no short cut): the members share one cache.
+            let attached = slots.iter().filter(|s| s.attach(cache.clone())).count() > 0;
+            if attached {
                 let _ = CACHE.set(cache.clone());
                 repo.set_tree_cache(cache);
             }

@@ -8,108 +8,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::replicas::*;
 use common::*;
-
-/// A repository with R copies over the given backends (`NAME:SIZE` each), all
-/// local directories under the test's scratch space.
-struct Replicas {
-    env: Env,
-    names: Vec<String>,
-}
-
-impl Replicas {
-    fn new(replicas: u8, backends: &[&str]) -> Replicas {
-        let env = Env::empty();
-        let names: Vec<String> = backends.iter().map(|b| b.split(':').next().unwrap().to_string()).collect();
-        let mut args: Vec<String> = ["init", "--kdf-log-n", "10", "--insecure-kdf", "--pack-size", "1M", "--replicas"]
-            .map(String::from)
-            .to_vec();
-        args.push(replicas.to_string());
-        for (b, name) in backends.iter().zip(&names) {
-            args.push("--backend".into());
-            args.push(format!("{b}={}", env.path(name).display()));
-        }
-        let r = Replicas { env, names };
-        let out = r.at(&r.names[0]).args(&args).output().unwrap();
-        assert_success(&out);
-        r
-    }
-
-    fn dir(&self, name: &str) -> PathBuf {
-        self.env.path(name)
-    }
-
-    /// `coffer` opening the repository at backend `name`'s location.
-    fn at(&self, name: &str) -> Command {
-        let mut c = self.env.cmd();
-        c.env("COFFER_REPOSITORY", self.dir(name)).env("COFFER_RETRY_BASE_MS", "1");
-        c
-    }
-
-    fn run(&self, name: &str, args: &[&str]) -> Output {
-        self.at(name).args(args).output().unwrap()
-    }
-
-    fn json(&self, name: &str, args: &[&str]) -> (i32, serde_json::Value) {
-        let out = self.run(name, &[&["--json"], args].concat());
-        let v = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}{}", text(&out.stdout), text(&out.stderr)));
-        (out.status.code().unwrap_or(-1), v)
-    }
-
-    /// How many backends hold each pack.
-    fn copies(&self) -> BTreeMap<String, usize> {
-        let mut out = BTreeMap::new();
-        for n in &self.names {
-            for f in files_under(&self.dir(n).join("data")) {
-                *out.entry(f.file_name().unwrap().to_string_lossy().into_owned()).or_default() += 1;
-            }
-        }
-        out
-    }
-}
-
-fn make_tree(root: &Path, seed: u64) {
-    std::fs::create_dir_all(root.join("sub")).unwrap();
-    for i in 0..6u64 {
-        std::fs::write(root.join(format!("f{i}")), random_bytes(400_000 + i as usize * 50_000, seed + i)).unwrap();
-    }
-    std::fs::write(root.join("sub/text"), "hello\n".repeat(5_000)).unwrap();
-}
-
-/// Restores every snapshot `(id, path backed up, what it held)` and compares.
-fn restores_bit_exact(r: &Replicas, from: &str, sources: &[(String, PathBuf, PathBuf)]) {
-    for (i, (id, path, held)) in sources.iter().enumerate() {
-        let target = r.env.path(&format!("restored-{from}-{i}"));
-        assert_success(&r.run(from, &["-q", "restore", id, "--target", target.to_str().unwrap()]));
-        let inner = target.join(path.strip_prefix("/").unwrap());
-        assert_same_tree(held, &inner);
-        std::fs::remove_dir_all(&target).unwrap();
-    }
-}
-
-/// Backs up `src` from backend `at`; returns the snapshot id.
-fn backup(r: &Replicas, at: &str, src: &Path, extra: &[&str]) -> String {
-    let out = r.at(at).args(extra).args(["--json", "-q", "backup", src.to_str().unwrap()]).output().unwrap();
-    assert_success(&out);
-    let v: serde_json::Value =
-        serde_json::from_slice(out.stdout.split(|&b| b == b'\n').rfind(|l| !l.is_empty()).unwrap())
-            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
-    v["snapshot_id"].as_str().or(v["id"].as_str()).unwrap_or_else(|| panic!("no snapshot id in {v}")).to_string()
-}
-
-/// Keeps a copy of `src` as it is now, for comparing a restore of this snapshot.
-fn keep_copy(r: &Replicas, src: &Path, tag: &str) -> PathBuf {
-    let copy = r.env.path(&format!("kept-{tag}"));
-    std::fs::create_dir_all(&copy).unwrap();
-    let status = Command::new("cp").arg("-a").arg(src).arg(&copy).status().unwrap();
-    assert!(status.success());
-    copy.join(src.file_name().unwrap())
-}
 
 #[test]
 fn two_copies_over_three_directories_survive_losing_one_and_repair_restores_them() {
@@ -233,9 +135,23 @@ fn adding_and_removing_a_backend_moves_packs_with_rebalance() {
     restores_bit_exact(&r, "b2", &[(id.clone(), src.clone(), src.clone())]);
     let (code, _) = r.json("b0", &["check", "--replicas"]);
     assert_eq!(code, 20, "the new backend lacks its packs until rebalance");
-    assert_success(&r.run("b0", &["rebalance"]));
+    let before = r.copies();
+    let (code, moved) = r.json("b0", &["rebalance"]);
+    assert_eq!(code, 0, "{moved}");
+    // Zone "far" is alone: every pack gains a copy there and loses one elsewhere.
+    assert_eq!(moved["packs_copied"].as_u64().unwrap() as usize, before.len(), "{moved}");
+    assert_eq!(moved["misplaced_removed"].as_u64().unwrap() as usize, before.len(), "{moved}");
+    // The old copies went once the new home held verified ones: every pack is on
+    // exactly its two homes, and the copy notices are gone.
     let (code, v) = r.json("b2", &["check", "--replicas"]);
     assert_eq!(code, 0, "{v}");
+    assert_eq!(v["misplaced"], 0, "{v}");
+    let after = r.verified_holders();
+    assert_eq!(after.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    assert!(after.values().all(|h| h.len() == 2 && h.contains(&"b2".to_string())), "{after:?}");
+    for n in &r.names {
+        assert!(r.objects(n, "prune").is_empty(), "no notice left on {n}");
+    }
     let (_, list) = r.json("b1", &["backend", "list"]);
     assert_eq!(list["migrating"], false);
     assert!(list["backends"][2]["packs"].as_u64().unwrap() > 0);
@@ -332,4 +248,101 @@ fn one_backend_in_an_s3_bucket_with_two_directories() {
     std::fs::create_dir(&d0).unwrap();
     assert_success(&cmd(&s3).args(["-q", "repair", "--replicas"]).output().unwrap());
     assert_success(&cmd(d1.to_str().unwrap()).args(["check", "--replicas"]).output().unwrap());
+}
+
+/// A source of about 16 packs of 1 MiB, so that every backend holds some.
+fn many_packs(r: &Replicas, name: &str, seed: u64) -> std::path::PathBuf {
+    let src = r.env.path(name);
+    make_tree(&src, seed);
+    for i in 0..12u64 {
+        std::fs::write(src.join(format!("more{i}")), random_bytes(1 << 20, seed * 1000 + i)).unwrap();
+    }
+    src
+}
+
+#[test]
+fn repair_removes_a_misplaced_copy_only_when_every_home_holds_a_verified_one() {
+    let r = Replicas::new(2, &["b0:1G", "b1:1G", "b2:1G"]);
+    let src = many_packs(&r, "src", 50);
+    let id = backup(&r, "b0", &src, &[]);
+    let holders = r.verified_holders();
+    assert!(holders.len() >= 3, "{holders:?}");
+    let path = |backend: &str, pack: &str| r.dir(backend).join("data").join(&pack[..2]).join(pack);
+    let other = |h: &[String]| r.names.iter().find(|n| !h.contains(n)).unwrap().clone();
+    let mut planted = Vec::new();
+    for (pack, h) in holders.iter().take(3) {
+        let to = other(h);
+        std::fs::create_dir_all(path(&to, pack).parent().unwrap()).unwrap();
+        std::fs::copy(path(&h[0], pack), path(&to, pack)).unwrap();
+        planted.push((pack.clone(), h.clone(), to));
+    }
+    // The first pack has a sound copy on both homes; the second's copy on a home
+    // is damaged; the third is missing from a home (repair copies it there first).
+    let (damaged, lacking) = (&planted[1], &planted[2]);
+    let mut bytes = std::fs::read(path(&damaged.1[0], &damaged.0)).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(path(&damaged.1[0], &damaged.0), bytes).unwrap();
+    std::fs::remove_file(path(&lacking.1[1], &lacking.0)).unwrap();
+    let (code, v) = r.json("b0", &["check", "--replicas"]);
+    assert_eq!((code, v["misplaced"].as_u64()), (20, Some(3)), "{v}");
+
+    let (code, v) = r.json("b1", &["repair", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["packs_copied"], 1, "{v}");
+    assert_eq!(v["misplaced_removed"], 2, "{v}");
+    assert_eq!(v["misplaced_kept"], 1, "{v}");
+    assert!(!path(&planted[0].2, &planted[0].0).exists(), "the sound pack's extra copy is gone");
+    assert!(!path(&lacking.2, &lacking.0).exists(), "removed once both homes held it");
+    assert!(path(&lacking.1[1], &lacking.0).exists());
+    assert!(path(&damaged.2, &damaged.0).exists(), "kept: a home's copy does not verify");
+    // Every pack still has two copies that verify, and the notices are gone.
+    let after = r.verified_holders();
+    assert!(after.values().all(|h| h.len() >= 2), "{after:?}");
+    assert_eq!(after[&damaged.0].len(), 2);
+    for n in &r.names {
+        assert!(r.objects(n, "prune").is_empty(), "no notice left on {n}");
+    }
+    let (_, v) = r.json("b2", &["check", "--replicas"]);
+    assert_eq!(v["misplaced"], 1, "{v}");
+    restores_bit_exact(&r, "b2", &[(id, src.clone(), src.clone())]);
+}
+
+#[test]
+fn backups_run_during_a_rebalance_and_keep_every_copy() {
+    let r0 = Replicas::new(2, &["b0:1G", "b1:1G", "b2:1G"]);
+    let r = Replicas { names: vec!["b0".into(), "b1".into(), "b2".into(), "b3".into()], ..r0 };
+    let src = many_packs(&r, "src", 60);
+    let first = backup(&r, "b0", &src, &[]);
+    let kept = keep_copy(&r, &src, "first");
+    let b3 = r.dir("b3");
+    assert_success(&r.run("b0", &["backend", "add", "b3", b3.to_str().unwrap(), "--capacity", "2G"]));
+    // A long grace period, so that the backups below run while the rebalance
+    // copies and waits to remove.
+    let mut rebalance = r.at("b1");
+    let mut child = rebalance
+        .env("COFFER_TEST_PRUNE_GRACE_MS", "2500")
+        .args(["--json", "rebalance"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sources = vec![(first, src.clone(), kept)];
+    for round in 0..2u64 {
+        for i in 0..3u64 {
+            std::fs::write(src.join(format!("new{round}-{i}")), random_bytes(700_000, 70 + round * 10 + i)).unwrap();
+        }
+        let id = backup(&r, ["b2", "b3"][round as usize], &src, &[]);
+        sources.push((id, src.clone(), keep_copy(&r, &src, &format!("during{round}"))));
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the backups ran while the rebalance did");
+    let out = child.wait_with_output().unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["misplaced_removed"].as_u64().unwrap() > 0, "{v}");
+    let (code, v) = r.json("b3", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["misplaced"], 0, "{v}");
+    assert!(r.verified_holders().values().all(|h| h.len() == 2));
+    assert_success(&r.run("b0", &["-q", "check", "--read-data"]));
+    restores_bit_exact(&r, "b3", &sources);
 }

@@ -188,6 +188,7 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
         time: "2026-11-24T00:00:00Z".into(),
         hostname: "h".repeat(255),
         packs: (0..limits::PRUNE_NOTICE_PACKS as u64).map(id).collect(),
+        backends: Vec::new(),
     };
     let nid = repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).unwrap()).unwrap();
     assert!(stored_len(&repo, ObjectKind::PruneNotice, &nid) <= limits::PRUNE_NOTICE);

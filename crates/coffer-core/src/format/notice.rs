@@ -1,6 +1,7 @@
 //! Prune notices: the sealed object `prune/<id>` (kind 7, named by hash) in which a
 //! prune lists the packs it is about to delete, so that running backups can keep
-//! what they use. Plaintext JSON; at most [`limits::PRUNE_NOTICE_PACKS`] packs per
+//! what they use, or (with `backends`) the copies of packs that `rebalance` and
+//! `repair --replicas` remove from backends that are not their homes. Plaintext JSON; at most [`limits::PRUNE_NOTICE_PACKS`] packs per
 //! notice ([`limits::PRUNE_NOTICE`] bytes stored). See docs/design.md#prune.
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,12 @@ pub struct PruneNotice {
     pub hostname: String,
     /// Packs it is deleting.
     pub packs: Vec<Id>,
+    /// When not empty, a *copy notice*: only the copies of `packs` on these
+    /// backends of a repository over several are removed, and the packs stay
+    /// (docs/design.md#removing-misplaced-copies). Writers neither rescue nor
+    /// refuse them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<String>,
 }
 
 impl PruneNotice {
@@ -51,8 +58,12 @@ mod tests {
             time: "2026-11-24T00:00:00Z".into(),
             hostname: "h".into(),
             packs: vec![Id([7; 32])],
+            backends: Vec::new(),
         };
         assert_eq!(PruneNotice::decode(&n.encode()).unwrap(), n);
+        assert!(!String::from_utf8(n.encode()).unwrap().contains("backends"), "a prune notice is as before");
+        let copies = PruneNotice { backends: vec!["b0".into()], ..n.clone() };
+        assert_eq!(PruneNotice::decode(&copies.encode()).unwrap(), copies);
         let newer = PruneNotice { version: FORMAT_VERSION + 1, ..n };
         assert!(PruneNotice::decode(&newer.encode()).unwrap_err().contains("version 3"));
         assert!(PruneNotice::decode(b"{").unwrap_err().contains("does not parse"));

@@ -16,7 +16,8 @@ use crate::repo::Repository;
 pub struct Notices {
     /// The notices' ids.
     pub ids: Vec<Id>,
-    /// The union of the packs they list.
+    /// The union of the packs they list for deletion (copy notices, which remove
+    /// copies only, add none).
     pub packs: HashSet<Id>,
 }
 
@@ -24,6 +25,21 @@ pub struct Notices {
 /// is left out; one that does not decode is damage, named.
 pub fn read(repo: &Repository) -> Result<Notices> {
     let mut out = Notices::default();
+    for (id, n) in read_all(repo)? {
+        // A copy notice removes copies, never a pack: nothing for a writer to keep.
+        if n.backends.is_empty() {
+            out.packs.extend(n.packs);
+        }
+        out.ids.push(id);
+    }
+    Ok(out)
+}
+
+/// Every notice stored now, prune and copy notices alike, with its content. A
+/// notice deleted while it is read is left out; one that does not decode is
+/// damage, named.
+pub fn read_all(repo: &Repository) -> Result<Vec<(Id, PruneNotice)>> {
+    let mut out = Vec::new();
     for id in repo.list_ids(ObjectKind::PruneNotice)? {
         let plain = match repo.load_sealed(ObjectKind::PruneNotice, SealedKind::PruneNotice, &id) {
             Ok(p) => p,
@@ -31,8 +47,7 @@ pub fn read(repo: &Repository) -> Result<Notices> {
             Err(e) => return Err(e),
         };
         let n = PruneNotice::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::PruneNotice.describe(&id), e))?;
-        out.packs.extend(n.packs);
-        out.ids.push(id);
+        out.push((id, n));
     }
     Ok(out)
 }
@@ -49,6 +64,7 @@ mod tests {
             time: "2026-11-24T00:00:00Z".into(),
             hostname: "h".into(),
             packs: packs.iter().map(|b| Id([*b; 32])).collect(),
+            backends: Vec::new(),
         }
         .encode()
     }
@@ -66,6 +82,12 @@ mod tests {
         want.sort();
         assert_eq!(ids, want);
         assert_eq!(n.packs, [1u8, 2, 3].iter().map(|b| Id([*b; 32])).collect());
+        // A copy notice is listed, but its packs stay: a writer keeps using them.
+        let copies = PruneNotice { backends: vec!["b0".into()], ..PruneNotice::decode(&notice(&[9])).unwrap() };
+        let c = t.repo.save_sealed(SealedKind::PruneNotice, &copies.encode()).unwrap();
+        let n = read(&t.repo).unwrap();
+        assert!(n.ids.contains(&c));
+        assert!(!n.packs.contains(&Id([9; 32])), "{:?}", n.packs);
     }
 
     #[test]

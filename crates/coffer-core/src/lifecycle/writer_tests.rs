@@ -19,7 +19,13 @@ fn relaxed() -> Timing {
 }
 
 fn store_notice(repo: &Repository, packs: &[Id]) -> Id {
-    let n = PruneNotice { version: FORMAT_VERSION, time: "t".into(), hostname: "h".into(), packs: packs.to_vec() };
+    let n = PruneNotice {
+        version: FORMAT_VERSION,
+        time: "t".into(),
+        hostname: "h".into(),
+        packs: packs.to_vec(),
+        backends: Vec::new(),
+    };
     repo.save_sealed(SealedKind::PruneNotice, &n.encode()).unwrap()
 }
 

@@ -1,5 +1,6 @@
 //! A repository over several backends: `init --replicas`, `backend add|remove|list`,
-//! `check --replicas`, `repair --replicas` and `rebalance`. See
+//! `check --replicas`, `repair --replicas` and `rebalance` (which removes
+//! misplaced copies through `backend_trim`). See
 //! docs/design.md#many-backends.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +17,7 @@ use coffer_core::format::layout::{BackendState, Layout, LayoutBackend};
 use coffer_core::repo::{InitOptions, Repository};
 use serde_json::json;
 
+use super::backend_trim;
 use crate::args::{GlobalArgs, parse_size};
 use crate::password::{self, Purpose};
 use crate::replicas;
@@ -285,12 +287,12 @@ fn remove(global: &GlobalArgs, name: &str) -> Result<u8> {
 }
 
 /// What one LIST of `data/` per backend shows.
-struct Scan {
+pub(crate) struct Scan {
     /// Per member: its packs and their sizes, or why it did not list.
-    listed: Vec<Result<BTreeMap<Id, u64>, String>>,
+    pub(crate) listed: Vec<Result<BTreeMap<Id, u64>, String>>,
 }
 
-fn scan(o: &replicas::Opened) -> Scan {
+pub(crate) fn scan(o: &replicas::Opened) -> Scan {
     let n = o.layout.1.backends.len();
     let listed = (0..n)
         .map(|i| match o.backend.member(i) {
@@ -395,9 +397,14 @@ struct Findings {
     shared_missing: Vec<(String, usize)>,
 }
 
-fn find(repo: &Repository, o: &replicas::Opened, s: &Scan) -> Result<Findings> {
+/// The findings over the indexed packs, and with `listed_too` over every pack
+/// some backend lists (a running backup's packs are not indexed yet).
+fn find(repo: &Repository, o: &replicas::Opened, s: &Scan, listed_too: bool) -> Result<Findings> {
     let layout = &o.layout.1;
-    let indexed: BTreeSet<Id> = repo.index().packs().iter().map(|p| p.id).collect();
+    let mut indexed: BTreeSet<Id> = repo.index().packs().iter().map(|p| p.id).collect();
+    if listed_too {
+        indexed.extend(s.listed.iter().flatten().flat_map(|m| m.keys().copied()));
+    }
     let mut f = Findings { missing: Vec::new(), under: Vec::new(), misplaced: Vec::new(), shared_missing: Vec::new() };
     for id in &indexed {
         let homes = o.backend.homes(&ObjectKind::Pack.path(id));
@@ -446,7 +453,7 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
     let (repo, o) = open(global, true)?;
     let layout = &o.layout.1;
     let s = scan(o);
-    let f = find(&repo, o, &s)?;
+    let f = find(&repo, o, &s, false)?;
     let names: Vec<&str> = layout.backends.iter().map(|b| b.spec.name.as_str()).collect();
     let mut per = Vec::new();
     for (i, name) in names.iter().enumerate() {
@@ -526,14 +533,29 @@ fn verified_pack(o: &replicas::Opened, id: &Id, holders: &[usize]) -> Option<Vec
 /// Copies every pack to the homes that lack it, and every shared object to the
 /// backends that lack it, from copies that verify. Returns (packs, bytes,
 /// objects copied, failures).
-fn restore_copies(repo: &Repository, o: &replicas::Opened) -> Result<(usize, u64, usize, Vec<String>)> {
+fn restore_copies(
+    repo: &Repository,
+    o: &replicas::Opened,
+    listed_too: bool,
+) -> Result<(usize, u64, usize, Vec<String>)> {
     let s = scan(o);
-    let f = find(repo, o, &s)?;
+    let f = find(repo, o, &s, listed_too)?;
     let n = o.layout.1.backends.len();
     let (mut packs, mut bytes, mut objects, mut failures) = (0, 0u64, 0, Vec::new());
     for (id, lacking) in &f.under {
         let holders: Vec<usize> = (0..n).filter(|&i| holds(&s, i, id)).collect();
         let Some(data) = verified_pack(o, id, &holders) else {
+            // A pack only listed that is gone now was deleted by a prune meanwhile.
+            let gone = || {
+                holders.iter().all(|&i| {
+                    o.backend.member(i).is_some_and(|b| {
+                        b.stat(&ObjectKind::Pack.path(id)).is_err_and(|e| e.kind == coffer_backend::ErrorKind::NotFound)
+                    })
+                })
+            };
+            if listed_too && gone() {
+                continue;
+            }
             failures.push(format!("pack {}: no copy whose bytes hash to its name", id.short()));
             continue;
         };
@@ -586,18 +608,43 @@ fn restore_copies(repo: &Repository, o: &replicas::Opened) -> Result<(usize, u64
 /// `coffer repair --replicas`.
 pub fn repair(global: &GlobalArgs) -> Result<u8> {
     let (repo, o) = open(global, true)?;
-    let (packs, bytes, objects, failures) = restore_copies(&repo, o)?;
+    let (packs, bytes, objects, mut failures) = restore_copies(&repo, o, false)?;
+    // Misplaced copies go once every home holds a verified copy; during a
+    // migration they are `rebalance`'s to remove.
+    let migrating = o.layout.1.previous.is_some();
+    let trimmed = if failures.is_empty() && !migrating {
+        let t = backend_trim::remove_misplaced(&repo, o, crate::protocol_timing(), &waiting(global))?;
+        failures.extend(t.stopped.clone());
+        t
+    } else {
+        backend_trim::Trimmed::default()
+    };
     if failures.is_empty()
         && let Ok(state) = repo_open::local_state(&repo)
     {
         let _ = std::fs::remove_file(state.path(replicas::SHORT_FILE));
     }
     if global.json {
-        output::json(
-            &json!({"packs_copied": packs, "bytes_copied": bytes, "objects_copied": objects, "failures": failures}),
-        );
+        output::json(&json!({
+            "packs_copied": packs, "bytes_copied": bytes, "objects_copied": objects,
+            "misplaced_removed": trimmed.removed, "bytes_removed": trimmed.bytes,
+            "misplaced_kept": trimmed.unverified.len(), "migrating": migrating, "failures": failures,
+        }));
     } else if !global.quiet || !failures.is_empty() {
         println!("copied {packs} pack copies ({}) and {objects} other objects", output::bytes(bytes));
+        println!("removed {} misplaced copies ({})", trimmed.removed, output::bytes(trimmed.bytes));
+        if migrating {
+            println!(
+                "  misplaced copies stay while layout version {} is applied: `coffer rebalance` removes them",
+                o.layout.1.version
+            );
+        }
+        if !trimmed.unverified.is_empty() {
+            println!(
+                "  {} packs keep a misplaced copy: a home lacks them or holds a copy that does not verify; run `coffer check --read-data`",
+                trimmed.unverified.len()
+            );
+        }
         for f in &failures {
             println!("  failed: {f}");
         }
@@ -605,33 +652,93 @@ pub fn repair(global: &GlobalArgs) -> Result<u8> {
     Ok(if failures.is_empty() { exit::OK } else { exit::DAMAGED })
 }
 
-/// `coffer rebalance`: copies every pack to its homes in the current table (the
-/// copies verified against their names), then, when all are in place, stores a
-/// layout version without the previous table and without the backends being
-/// removed. Old copies stay where they were: `check --replicas` lists them as
-/// misplaced. Safe to interrupt and run again: a copy is idempotent and the
-/// layout changes only at the end.
+/// Tells the user about the grace period before misplaced copies are removed.
+fn waiting(global: &GlobalArgs) -> impl Fn(usize, std::time::Duration) + '_ {
+    move |n, grace| {
+        if !global.quiet && !global.json {
+            eprintln!(
+                "announced the removal of {n} misplaced pack copies; waiting {} so that running commands see it",
+                humantime::format_duration(grace)
+            );
+        }
+    }
+}
+
+/// Rounds of copying and removing before `rebalance` gives up (backups writing
+/// by an older table may keep adding packs to place).
+const REBALANCE_ROUNDS: usize = 3;
+
+/// `coffer rebalance` (docs/design.md#changing-the-backends): in rounds, copies
+/// every listed pack to the homes that lack it (verified against its name),
+/// removes the misplaced copies through a copy notice and the grace period
+/// ([`backend_trim`]), and once a fresh listing shows every pack on exactly its
+/// homes, stores a layout version without the previous table and without the
+/// backends being removed. Safe to kill at any moment and run again: a copy is
+/// idempotent, a removal needs verified copies on every home, and the layout
+/// changes last.
 pub fn rebalance(global: &GlobalArgs) -> Result<u8> {
     let (repo, o) = open(global, true)?;
     let layout = o.layout.1.clone();
     let removing = layout.backends.iter().any(|b| b.state == BackendState::Removing);
-    if layout.previous.is_none() && !removing {
-        if !global.quiet {
-            println!("layout version {} is fully applied; nothing to move", layout.version);
+    let applied = layout.previous.is_none() && !removing;
+    let (mut packs, mut bytes, mut objects, mut removed, mut removed_bytes) = (0, 0u64, 0, 0, 0u64);
+    let mut placed = false;
+    for _ in 0..REBALANCE_ROUNDS {
+        let (p, b, obj, failures) = restore_copies(&repo, o, true)?;
+        (packs, bytes, objects) = (packs + p, bytes + b, objects + obj);
+        if !failures.is_empty() {
+            for f in &failures {
+                eprintln!("rebalance: {f}");
+            }
+            bail!(
+                "rebalance copied {packs} pack copies but {} copies failed; run it again once the backends answer",
+                failures.len()
+            );
         }
-        return Ok(exit::OK);
+        let t = backend_trim::remove_misplaced(&repo, o, crate::protocol_timing(), &waiting(global))?;
+        (removed, removed_bytes) = (removed + t.removed, removed_bytes + t.bytes);
+        if let Some(why) = t.stopped {
+            bail!("rebalance stopped after removing {removed} misplaced copies: {why}");
+        }
+        // A pack a running backup is still writing to its homes may lack one for
+        // now (that backup completes it); any other must be at all its homes.
+        let s = scan(o);
+        let f = find(&repo, o, &s, true)?;
+        let indexed: BTreeSet<Id> = repo.index().packs().iter().map(|p| p.id).collect();
+        if f.misplaced.is_empty() && f.under.iter().all(|(id, _)| !indexed.contains(id)) {
+            placed = true;
+            break;
+        }
     }
-    let (packs, bytes, objects, failures) = restore_copies(&repo, o)?;
-    if !failures.is_empty() {
-        for f in &failures {
-            eprintln!("rebalance: {f}");
-        }
+    if !placed {
         bail!(
-            "rebalance moved {packs} pack copies but {} failed; run it again once the backends answer",
-            failures.len()
+            "after {REBALANCE_ROUNDS} rounds some packs are still not on exactly their homes (backups writing by an \
+             older layout, or a home whose copy does not verify): run `coffer check --replicas`, then `coffer rebalance` again"
         );
     }
-    // Every pack is at its homes: the migration is over.
+    let summary = |g: &GlobalArgs, version: u64, id: Option<Id>| {
+        if g.json {
+            output::json(&json!({
+                "packs_copied": packs, "bytes_copied": bytes, "objects_copied": objects,
+                "misplaced_removed": removed, "bytes_removed": removed_bytes, "layout": id, "version": version,
+            }));
+        } else if !g.quiet {
+            println!(
+                "copied {packs} pack copies ({}) and {objects} other objects; removed {removed} misplaced copies ({})",
+                output::bytes(bytes),
+                output::bytes(removed_bytes)
+            );
+            match id {
+                Some(id) => println!("layout version {version} ({}) is now in force", id.short()),
+                None => println!("layout version {version} was already applied"),
+            }
+        }
+    };
+    if applied {
+        summary(global, layout.version, None);
+        return Ok(exit::OK);
+    }
+    // Every pack is at its homes, and only there: the migration is over.
     let keep: Vec<usize> =
         (0..layout.backends.len()).filter(|&i| layout.backends[i].state == BackendState::Active).collect();
     let remap = |t: &Table| Table {
@@ -648,18 +755,7 @@ pub fn rebalance(global: &GlobalArgs) -> Result<u8> {
     };
     let members = keep.iter().map(|&i| (layout.backends[i].spec.name.clone(), o.backend.member(i).cloned())).collect();
     let id = store_layout(repo, &next, Some(members))?;
-    if global.json {
-        output::json(
-            &json!({"packs_copied": packs, "bytes_copied": bytes, "objects_copied": objects, "layout": id, "version": next.version}),
-        );
-    } else if !global.quiet {
-        println!(
-            "moved {packs} pack copies ({}) and {objects} other objects; layout version {} ({}) is now in force",
-            output::bytes(bytes),
-            next.version,
-            id.short()
-        );
-    }
+    summary(global, next.version, Some(id));
     Ok(exit::OK)
 }
 

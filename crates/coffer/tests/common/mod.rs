@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod remote;
+pub mod replicas;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

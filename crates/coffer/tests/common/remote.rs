@@ -174,3 +174,97 @@ fn curl(api: &str, method: &str, path: &str, body: &serde_json::Value) -> serde_
     assert!(out.status.success(), "toxiproxy {method} {path}: {}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
 }
+
+/// A Versity gateway of the test's own: the pinned binary the test script
+/// installed (`COFFER_TEST_VERSITYGW`), on a free loopback port, with its own data
+/// directory and the test bucket, so a test may kill and restart it. Killed when
+/// dropped.
+pub struct Gateway {
+    child: Option<std::process::Child>,
+    port: u16,
+    data: PathBuf,
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+}
+
+impl Gateway {
+    /// Starts a gateway keeping its objects in `data` (created), and creates the
+    /// bucket `COFFER_TEST_S3_BUCKET`. `None` (after a notice) without the S3
+    /// variables.
+    pub fn start(data: &Path) -> Option<Gateway> {
+        var("COFFER_TEST_S3_ENDPOINT")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut g =
+            Gateway { child: None, port, data: data.to_path_buf(), endpoint: format!("http://127.0.0.1:{port}") };
+        g.restart();
+        Some(g)
+    }
+
+    /// Starts the gateway again (after [`Gateway::kill`]) on the same port and data.
+    pub fn restart(&mut self) {
+        let bin = var("COFFER_TEST_VERSITYGW").expect(
+            "COFFER_TEST_VERSITYGW is not set: run `.ci/services.sh start` again, its env file names the gateway",
+        );
+        std::fs::create_dir_all(&self.data).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data.with_extension("log")).unwrap();
+        let child = Command::new(bin)
+            .args(["--access", &var("COFFER_TEST_S3_ACCESS_KEY").unwrap()])
+            .args(["--secret", &var("COFFER_TEST_S3_SECRET_KEY").unwrap()])
+            .args(["--region", &var("COFFER_TEST_S3_REGION").unwrap()])
+            .args(["--port", &format!("127.0.0.1:{}", self.port), "posix"])
+            .arg(&self.data)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        // Ready once it answers; the bucket is created (or found) with a signed PUT.
+        let start = std::time::Instant::now();
+        loop {
+            let status = self.put_bucket();
+            if status == "200" || status == "409" {
+                return;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "gateway on port {} did not create the bucket (HTTP {status}); see {}",
+                self.port,
+                self.data.with_extension("log").display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn put_bucket(&self) -> String {
+        let user =
+            format!("{}:{}", var("COFFER_TEST_S3_ACCESS_KEY").unwrap(), var("COFFER_TEST_S3_SECRET_KEY").unwrap());
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "--max-time", "5", "-w", "%{http_code}", "-X", "PUT"])
+            .args(["--aws-sigv4", &format!("aws:amz:{}:s3", var("COFFER_TEST_S3_REGION").unwrap())])
+            .args(["--user", &user, "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
+            .arg(format!("{}/{}", self.endpoint, var("COFFER_TEST_S3_BUCKET").unwrap()))
+            .output()
+            .expect("curl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Kills the gateway with SIGKILL, as a server that dies.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The directory holding the bucket's objects.
+    pub fn bucket_dir(&self) -> PathBuf {
+        self.data.join(var("COFFER_TEST_S3_BUCKET").unwrap())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -51,6 +51,7 @@ pub(super) fn announce(
             time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             hostname: crate::fs::meta::hostname(),
             packs: packs.to_vec(),
+            backends: Vec::new(),
         };
         stored.push(repo.save_sealed(SealedKind::PruneNotice, &notice.encode())?);
     }

@@ -284,7 +284,8 @@ fn recheck_spares_packs_a_snapshot_written_meanwhile_uses() {
 fn sweep_deletes_only_what_the_plan_still_names() {
     let (t, root, live, garbage) = live_and_garbage();
     let (repo, _, index_files, _, p) = load_mark_plan(&t, 5.0);
-    let notice = PruneNotice { version: 2, time: "t".into(), hostname: "h".into(), packs: vec![garbage] };
+    let notice =
+        PruneNotice { version: 2, time: "t".into(), hostname: "h".into(), packs: vec![garbage], backends: Vec::new() };
     let n = repo.save_sealed(SealedKind::PruneNotice, &notice.encode()).unwrap();
     // A backup still running: the notices stay.
     let running = Session::start(&t.repo, Duration::from_secs(3600)).unwrap();

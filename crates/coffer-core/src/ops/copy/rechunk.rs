@@ -153,8 +153,27 @@ pub(super) fn copy_snapshots(
     }
     let mut trees = Vec::with_capacity(snaps.len());
     for (id, snap) in snaps {
-        let tree = r.tree(snap.tree).map_err(|e| in_snapshot(e, id))?;
-        trees.push(tree);
+        // A prune of the source may move what a snapshot uses while it is read:
+        // the snapshot is read again once with the index files stored since.
+        let mut tree = r.tree(snap.tree);
+        if matches!(tree, Err(Error::Corrupt { .. })) && r.refresh_index()? {
+            tree = r.tree(snap.tree);
+        }
+        match tree {
+            Ok(t) => trees.push(Some(t)),
+            Err(Error::Corrupt { .. }) if gone(src, id)? => {
+                sum.warnings.push(format!(
+                    "snapshot {} was forgotten in the source while it was copied: it was not copied",
+                    id.short()
+                ));
+                sum.snapshots.retain(|s| s != id);
+                trees.push(None);
+            }
+            Err(e @ Error::Corrupt { .. }) if r.source_changed()? => {
+                return Err(Error::SourceChanged(in_snapshot(e, id).to_string()));
+            }
+            Err(e) => return Err(in_snapshot(e, id)),
+        }
     }
     sum.files_read = r.files_read;
     sum.files_reused = r.files_reused;
@@ -167,6 +186,7 @@ pub(super) fn copy_snapshots(
     };
     let mut heads = History::load(dst)?.heads();
     for ((id, snap), tree) in snaps.iter().zip(trees) {
+        let Some(tree) = tree else { continue };
         let copy = Snapshot {
             version: SNAPSHOT_VERSION,
             tree,
@@ -184,6 +204,15 @@ pub(super) fn copy_snapshots(
         heads = vec![new];
     }
     Ok(())
+}
+
+/// Whether source snapshot `id` is gone (forgotten since it was listed).
+fn gone(src: &Repository, id: &Id) -> Result<bool> {
+    match src.backend().stat(&ObjectKind::Snapshot.path(id)) {
+        Ok(_) => Ok(false),
+        Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Names the snapshot an error happened in.

@@ -2,7 +2,8 @@
 # `coffer copy` against `restic copy` on the same small data, local repositories: a first copy,
 # then a second after a backup in which 1% of the data changed. Prints wall time (without
 # tracing) and the bytes each tool read from the source repository (a second, traced run:
-# strace -y, summing read/pread64 results on file descriptors under the source repository).
+# strace -ff -y, summing read, pread64, readv and preadv results on file descriptors under the
+# source repository, one trace file per thread so that no call is split).
 # The coffer destination is made with `init --from-repo` (objects copy byte for byte), restic's
 # with `init --copy-chunker-params` (blobs copy, packs are rewritten).
 # Usage: COFFER=target/release/coffer RESTIC=~/.cache/coffer-bench/restic bash bench/copy_vs_restic.sh [FILES]
@@ -19,8 +20,9 @@ for i in $(seq 1 "$FILES"); do head -c 819200 /dev/urandom > "$W/data/f$i"; done
 # Bytes read from files under $1 by the command after it (traced).
 src_reads() {
   local src=$1; shift
-  strace -f -y -qq -e trace=read,pread64 -o "$W/trace" "$@" >/dev/null 2>&1
-  awk -v s="$src/" 'index($0, "<" s) { n = $NF; if (n ~ /^[0-9]+$/) t += n } END { print t + 0 }' "$W/trace"
+  rm -f "$W"/trace.*
+  strace -ff -y -qq -e trace=read,pread64,readv,preadv,preadv2 -o "$W/trace" "$@" >/dev/null 2>&1
+  cat "$W"/trace.* | awk -v s="$src/" 'index($0, "<" s) { n = $NF; if (n ~ /^[0-9]+$/) t += n } END { print t + 0 }'
 }
 wall() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
 

@@ -141,9 +141,12 @@ fn assert_same_restore(a: &Path, b: &Path) {
             let fa = inodes_a.entry(ma.ino()).or_insert_with(|| rel.clone()).clone();
             let fb = inodes_b.entry(mb.ino()).or_insert_with(|| rel.clone()).clone();
             assert_eq!(fa, fb, "{rel:?}: hard links");
-            // Holes: allocated well below the size in both, or in neither.
-            let sparse = |m: &fs::Metadata| m.blocks() * 512 + (1 << 20) < m.len();
-            assert_eq!(sparse(&ma), sparse(&mb), "{rel:?}: holes ({} vs {} blocks)", ma.blocks(), mb.blocks());
+            // Holes: the destination's smaller chunks find at least the holes
+            // the source's find (all-zero chunks of a file flagged sparse).
+            assert!(mb.blocks() <= ma.blocks(), "{rel:?}: holes ({} vs {} blocks)", ma.blocks(), mb.blocks());
+            if rel.ends_with("sparse") {
+                assert!(mb.blocks() * 512 + (1 << 20) < mb.len(), "{rel:?}: no holes ({} blocks)", mb.blocks());
+            }
         } else if ma.file_type().is_symlink() {
             assert_eq!(fs::read_link(&pa).unwrap(), fs::read_link(&pb).unwrap(), "{rel:?}: target");
         } else if ma.is_dir() {
@@ -267,28 +270,50 @@ fn rechunked_copies_killed_at_several_moments_resume() {
     let src = env.repo().display().to_string();
     let dst = env.path("dst").display().to_string();
     init_unrelated(&dst, &home, &[]);
-    // Every storage operation waits 20 ms (and some fail and are retried), so
-    // the kills land at different points of the copy.
+    // Every storage operation waits 30 ms (and some fail and are retried), so
+    // the copy is slow enough to be killed at several points.
     let slow = vec![
-        ("COFFER_TEST_FAULTS".to_string(), "seed=3,timeout=0.1,delay_ms=20".to_string()),
+        ("COFFER_TEST_FAULTS".to_string(), "seed=3,timeout=0.1,delay_ms=30".to_string()),
         ("COFFER_RETRY_BASE_MS".to_string(), "1".to_string()),
     ];
-    for (round, wait_ms) in [150u64, 600, 1500, 3000].into_iter().enumerate() {
+    // Killed before anything is stored, then each time once one more pack has
+    // arrived than before.
+    let mut killed = 0;
+    for round in 0..5 {
+        let before = files_under(&env.path("dst/data")).len();
         let mut child = cmd_in(&dst, &home, &slow, &["copy", "--from-repo", &src, "--rechunk"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        let start = std::time::Instant::now();
+        while round > 0
+            && files_under(&env.path("dst/data")).len() <= before
+            && child.try_wait().unwrap().is_none()
+            && start.elapsed() < std::time::Duration::from_secs(60)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if round == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let finished = child.try_wait().unwrap().is_some();
         let _ = child.kill();
-        let status = child.wait().unwrap();
+        child.wait().unwrap();
+        let now = files_under(&env.path("dst/data")).len();
         eprintln!(
-            "round {round}: killed after {wait_ms} ms ({status}); {} packs",
-            files_under(&env.path("dst/data")).len()
+            "round {round}: {} after {:?}; {before} -> {now} packs",
+            if finished { "finished" } else { "killed" },
+            start.elapsed()
         );
+        if finished {
+            break;
+        }
+        killed += 1;
         // Whatever arrived is a consistent repository.
         assert_success(&run_in(&dst, &home, &[], &["check"]));
     }
+    assert!(killed >= 3, "the copy finished before it could be killed three times");
     let r = json_of(&run_in(&dst, &home, &[], &["--json", "copy", "--from-repo", &src, "--rechunk"]));
     eprintln!("resumed: {r}");
     assert_eq!(snapshots(&dst, &home, &[]).len(), 2);

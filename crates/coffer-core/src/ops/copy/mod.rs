@@ -224,8 +224,15 @@ pub fn copy(
         if sel.snapshots.is_empty() {
             return Ok(sum);
         }
-        let session = if opts.dry_run { None } else { Some(Session::start(dst, opts.timing.heartbeat)?) };
-        let sink = session.as_ref().map(|s| s.sink());
+        // A writer into the destination like a backup: its marker first, then
+        // the index, then the packs an interrupted copy left unindexed are
+        // adopted, so that a resumed copy does not store their blobs again.
+        let guard = crate::lifecycle::writer::WriterGuard::begin(dst, opts.timing, opts.dry_run)?;
+        for e in dst.load_index()? {
+            sum.warnings.push(format!("destination {e}; the blobs only it lists are stored again"));
+        }
+        guard.adopt_orphan_packs()?;
+        let sink = guard.observer();
         let report = |ev: SaverEvent| {
             if let Some(f) = &sink {
                 f(ev)
@@ -233,9 +240,7 @@ pub fn copy(
         };
         let key = if opts.dry_run { None } else { writer };
         rechunk::copy_snapshots(src, dst, &sel.snapshots, &reuse, key, &report, progress, &mut sum)?;
-        if let Some(session) = session {
-            session.finish()?;
-        }
+        guard.finish()?;
         return Ok(sum);
     }
     if relation == Relation::SharedIds {

@@ -33,6 +33,10 @@ const READ_MAX: u64 = 16 << 20;
 /// Source bytes fetched ahead, in parallel, while a file is cut again.
 const READ_AHEAD: u64 = 32 << 20;
 
+/// Source snapshots copied already, and the destination snapshots whose files
+/// may be reused.
+type Copied = (HashSet<Id>, Vec<(Id, Snapshot)>);
+
 /// The source snapshots an earlier copy wrote into `dst` (by the `copied_from`
 /// of the destination's snapshots), and the destination snapshots written so by
 /// `trusted`, the newest last: their files' content can be reused.
@@ -40,7 +44,7 @@ pub(super) fn copied(
     src: &Repository,
     dst: &Repository,
     trusted: Option<&PublicKey>,
-) -> Result<(HashSet<Id>, Vec<(Id, Snapshot)>)> {
+) -> Result<Copied> {
     let (snaps, _) = dst.snapshots()?;
     let mut done = HashSet::new();
     let mut own = Vec::new();

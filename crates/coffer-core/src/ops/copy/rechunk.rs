@@ -40,11 +40,7 @@ type Copied = (HashSet<Id>, Vec<(Id, Snapshot)>);
 /// The source snapshots an earlier copy wrote into `dst` (by the `copied_from`
 /// of the destination's snapshots), and the destination snapshots written so by
 /// `trusted`, the newest last: their files' content can be reused.
-pub(super) fn copied(
-    src: &Repository,
-    dst: &Repository,
-    trusted: Option<&PublicKey>,
-) -> Result<Copied> {
+pub(super) fn copied(src: &Repository, dst: &Repository, trusted: Option<&PublicKey>) -> Result<Copied> {
     let (snaps, _) = dst.snapshots()?;
     let mut done = HashSet::new();
     let mut own = Vec::new();

@@ -89,6 +89,13 @@ pub enum Error {
     /// was committed, and running the backup again succeeds.
     #[error("{0}; no snapshot was written: run the backup again")]
     Conflict(String),
+    /// The source of a copy changed while it was read (a prune or a repair
+    /// replaced what it was reading): what was copied is consistent, and running
+    /// the copy again completes it (docs/design.md#copy).
+    #[error(
+        "{0}; the source repository changed while it was copied (a prune ran there): the snapshots copied so far are complete, run `coffer copy` again to copy the rest"
+    )]
+    SourceChanged(String),
 }
 
 impl Error {

@@ -396,6 +396,10 @@ pub struct CopyArgs {
     /// Report what would be sent (objects and bytes); write nothing.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Allow copying into an unrelated repository: every file of the snapshots
+    /// copied is read and cut again by the destination's chunker.
+    #[arg(long)]
+    pub rechunk: bool,
 }
 
 /// Which snapshots `latest` may pick.

@@ -68,7 +68,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 Error::Corrupt { .. } => exit::DAMAGED,
                 Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
                 Error::Backend(_) => exit::STORAGE,
-                Error::Conflict(_) => exit::PRUNE_CONFLICT,
+                Error::Conflict(_) | Error::SourceChanged(_) => exit::PRUNE_CONFLICT,
                 _ => exit::FAILURE,
             };
         }

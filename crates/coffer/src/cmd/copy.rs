@@ -16,7 +16,7 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
     let (src, src_counts) = repo_open::open_source(&a.from_repo, a.from_password_file.as_deref())?;
     let dst = repo_open::open_unindexed(global, &path)?;
     let relation = relate(&src, &dst)?;
-    if let Some(why) = unsupported(relation) {
+    if let Some(why) = unsupported(relation, a.rechunk) {
         // Not a failure of the storage or the data: a copy this version cannot make.
         output::error(
             global.json,
@@ -30,12 +30,25 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
         filter: SnapshotFilter::from(&a.filter),
         with_forgets: a.with_forgets,
         dry_run: a.dry_run,
+        rechunk: a.rechunk,
         timing: crate::protocol_timing(),
+        trusted: None,
     };
     // New snapshots are signed by this client's writer key for the destination.
     let key = match relation {
-        Relation::SharedIds if !a.dry_run => Some(dst.writer_key(&repo_open::local_state(&dst)?)?),
+        Relation::SharedIds | Relation::Unrelated if !a.dry_run => {
+            Some(dst.writer_key(&repo_open::local_state(&dst)?)?)
+        }
         _ => None,
+    };
+    // A dry run reuses the content of earlier copies this client signed, as the
+    // real copy would, without creating a writer key.
+    let opts = match relation {
+        Relation::Unrelated if a.dry_run => CopyOptions {
+            trusted: dst.existing_writer_key(&repo_open::local_state(&dst)?)?.map(|k| k.public()),
+            ..opts
+        },
+        _ => opts,
     };
     let display = Display::new(global.json, global.quiet, "copy");
     let r = copy(&src, &dst, &opts, key.as_ref(), &display);
@@ -62,6 +75,9 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
                 "writers": sent(r.writers), "snapshots": sent(r.snapshot_objects), "tombstones": sent(r.tombstones),
             },
             "blobs": sent(r.blobs),
+            "files_read": r.files_read,
+            "files_reused": r.files_reused,
+            "bytes_read": r.bytes_read,
             "packs_present": r.packs_present,
             "snapshots_removed": r.snapshots_removed,
             "unlinked": r.unlinked,
@@ -89,6 +105,14 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
                 "{} blobs ({}) {verb} encrypted again for the destination",
                 r.blobs.objects,
                 output::bytes(r.blobs.bytes)
+            );
+        }
+        if r.files_read + r.files_reused > 0 {
+            println!(
+                "{} files read and cut again ({}), {} found in the destination already",
+                r.files_read,
+                output::bytes(r.bytes_read),
+                r.files_reused
             );
         }
         if r.packs_present > 0 {

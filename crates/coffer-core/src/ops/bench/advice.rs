@@ -145,6 +145,29 @@ fn human_seconds(s: f64) -> String {
     }
 }
 
+/// What the projection is computed from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Measured {
+    /// One key derivation (each backup opens the repository once).
+    pub kdf_seconds: f64,
+    /// Bytes of the sample.
+    pub sample_bytes: f64,
+    /// Seconds the blob saver took for the whole sample on all cores.
+    pub saver_seconds: f64,
+    /// Seconds reading the sample's files took on one thread (0 for generated data).
+    pub read_seconds: f64,
+    /// Cores the reading is shared by (the effective cores).
+    pub cores: f64,
+}
+
+/// Seconds a backup of `bytes` like the sample takes: one key derivation, plus
+/// per byte the saver's measured time and the sample's read time shared by the
+/// cores (docs/design.md#coffer-bench, "Projection").
+pub(crate) fn project_seconds(m: &Measured, bytes: f64) -> f64 {
+    let total = m.sample_bytes.max(1.0);
+    m.kdf_seconds + bytes * (m.saver_seconds / total + m.read_seconds / total / m.cores.max(1e-9))
+}
+
 /// Recommends settings and projects the backup time; may add the measured rows
 /// of the recommended settings to `pipe`.
 pub(crate) fn advise(
@@ -264,9 +287,15 @@ pub(crate) fn advise(
     // The projection.
     let bytes = opts.projected_bytes as f64;
     let read_per_byte = sample.info.read_seconds.map_or(0.0, |s| s / total.max(1.0));
-    let per_byte = |secs: f64| secs / total.max(1.0) + read_per_byte / threads;
-    let mut seconds = kdf_seconds + bytes * per_byte(default_secs);
-    let mut seconds_recommended = kdf_seconds + bytes * per_byte(rec.recommended_seconds);
+    let measured = |saver_seconds: f64| Measured {
+        kdf_seconds,
+        sample_bytes: total,
+        saver_seconds,
+        read_seconds: sample.info.read_seconds.unwrap_or(0.0),
+        cores: threads,
+    };
+    let mut seconds = project_seconds(&measured(default_secs), bytes);
+    let mut seconds_recommended = project_seconds(&measured(rec.recommended_seconds), bytes);
     let mut shares: Vec<(String, f64)> = Vec::new();
     if let Some(m) = &model_default {
         let modelled = cpu(m) / threads;
@@ -308,4 +337,31 @@ pub(crate) fn advise(
         human_seconds(seconds_recommended),
     );
     Ok((rec, Projection { bytes: opts.projected_bytes, seconds, seconds_recommended, bottleneck, shares, text }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_projection_scales_the_measured_sample_to_the_size_asked() {
+        // 64 MiB saved in 1 s and read in 0.5 s on one thread, 2 cores, a key
+        // derivation of 0.4 s: 100 GiB take 0.4 + 1600 x (1 + 0.25) s.
+        let m = Measured {
+            kdf_seconds: 0.4,
+            sample_bytes: (64u64 << 20) as f64,
+            saver_seconds: 1.0,
+            read_seconds: 0.5,
+            cores: 2.0,
+        };
+        let s = project_seconds(&m, (100u64 << 30) as f64);
+        assert!((s - (0.4 + 1600.0 * 1.25)).abs() < 1e-6, "{s}");
+        // The sample itself projects to what was measured for it.
+        let own = project_seconds(&m, m.sample_bytes);
+        assert!((own - (0.4 + 1.0 + 0.25)).abs() < 1e-9, "{own}");
+        // Generated data has no read term; no data costs the key derivation only.
+        let generated = Measured { read_seconds: 0.0, ..m };
+        assert!((project_seconds(&generated, m.sample_bytes) - 1.4).abs() < 1e-9);
+        assert_eq!(project_seconds(&m, 0.0), 0.4);
+    }
 }

@@ -19,11 +19,13 @@
 //! Between repositories that share id and chunker keys but have their own data
 //! keys, only the blobs the destination's index lacks are decrypted and stored
 //! again, and each snapshot is written anew, signed by the destination's writer
-//! and recording its origin ([`reencrypt`]). Re-chunking into unrelated
-//! repositories is not implemented yet: [`unsupported`] says so, and what to do
-//! instead.
+//! and recording its origin ([`reencrypt`]). Into an unrelated repository
+//! (`--rechunk`), every file is read, checked against its digest and cut again
+//! by the destination's chunker, and new trees and snapshots are written that
+//! keep the source's metadata and Merkle roots ([`rechunk`]).
 
 mod plan;
+mod rechunk;
 mod reencrypt;
 mod relation;
 #[cfg(test)]
@@ -35,7 +37,7 @@ use std::path::Path;
 
 pub use relation::{Relation, relate, unsupported};
 
-use crate::crypto::sign::SigningKey;
+use crate::crypto::sign::{PublicKey, SigningKey};
 use crate::error::{Error, Result};
 use crate::format::envelope::SealedKind;
 use crate::format::{ObjectKind, index as index_file};
@@ -60,8 +62,14 @@ pub struct CopyOptions {
     pub with_forgets: bool,
     /// Decide and count what would be sent, write nothing.
     pub dry_run: bool,
+    /// Allow a copy into an unrelated repository, which reads every file of the
+    /// snapshots copied and cuts it again (docs/design.md#copy).
+    pub rechunk: bool,
     /// The destination's prune protocol timing (its session marker's heartbeat).
     pub timing: Timing,
+    /// Into an unrelated repository without a writer key (a dry run): the writer
+    /// whose earlier copies' file content may be reused by digest.
+    pub trusted: Option<PublicKey>,
 }
 
 impl CopyOptions {
@@ -127,6 +135,14 @@ pub struct CopySummary {
     /// History entries the copied snapshots link to that the destination lacks
     /// afterwards (not chosen, or forgotten by a tombstone not copied).
     pub unlinked: Vec<Id>,
+    /// Files read from the source and cut again (unrelated repositories only).
+    pub files_read: u64,
+    /// Files whose content the destination held already, found by digest, so
+    /// not read (unrelated repositories only).
+    pub files_reused: u64,
+    /// Plaintext bytes of file content read from the source (unrelated
+    /// repositories only).
+    pub bytes_read: u64,
     /// Problems that did not stop the copy.
     pub warnings: Vec<String>,
 }
@@ -140,11 +156,12 @@ impl CopySummary {
     }
 }
 
-/// Copies from `src` into `dst` what `opts` asks for. See the module doc. The
-/// relation must be [`Relation::SharedKeys`] or [`Relation::SharedIds`] (others
-/// are refused with [`unsupported`]'s text as [`Error::InvalidInput`]); the
-/// latter writes new snapshots, signed by `writer` (the destination's writer key
-/// of this client, needed unless it is a dry run).
+/// Copies from `src` into `dst` what `opts` asks for. See the module doc. A copy
+/// into an unrelated repository needs `opts.rechunk` (else it is refused with
+/// [`unsupported`]'s text as [`Error::InvalidInput`]); it and a copy between
+/// repositories with their own data keys write new snapshots, signed by
+/// `writer` (the destination's writer key of this client, needed unless it is a
+/// dry run).
 pub fn copy(
     src: &Repository,
     dst: &Repository,
@@ -153,10 +170,11 @@ pub fn copy(
     progress: &dyn Progress,
 ) -> Result<CopySummary> {
     let relation = relate(src, dst)?;
-    if let Some(why) = unsupported(relation) {
+    if let Some(why) = unsupported(relation, opts.rechunk) {
         return Err(Error::InvalidInput(why));
     }
-    if relation == Relation::SharedIds && opts.with_forgets {
+    let rewrites = relation != Relation::SharedKeys;
+    if rewrites && opts.with_forgets {
         return Err(Error::InvalidInput(
             "--with-forgets copies the source's tombstones byte for byte, which needs the destination to share the \
              source's data keys (`coffer init --from-repo SRC`); copy without it, and forget in the destination \
@@ -164,7 +182,7 @@ pub fn copy(
                 .into(),
         ));
     }
-    if relation == Relation::SharedIds && writer.is_none() && !opts.dry_run {
+    if rewrites && writer.is_none() && !opts.dry_run {
         return Err(Error::InvalidInput("a copy that writes new snapshots needs the destination's writer key".into()));
     }
     // Source first: a source snapshot listed has its index files listed.
@@ -191,8 +209,40 @@ pub fn copy(
         tombstones: Sent::default(),
         snapshots_removed: Vec::new(),
         unlinked,
+        files_read: 0,
+        files_reused: 0,
+        bytes_read: 0,
         warnings: std::mem::take(&mut sel.warnings),
     };
+    if relation == Relation::Unrelated {
+        let trusted = writer.map(|k| k.public()).or(opts.trusted);
+        let (done, reuse) = rechunk::copied(src, dst, trusted.as_ref())?;
+        sum.snapshots_present += sel.snapshots.iter().filter(|(i, _)| done.contains(i)).count();
+        sel.snapshots.retain(|(i, _)| !done.contains(i));
+        sum.snapshots = sel.snapshots.iter().map(|(i, _)| *i).collect();
+        sum.unlinked.clear();
+        if sel.snapshots.is_empty() {
+            return Ok(sum);
+        }
+        // A writer into the destination like a backup: its marker first, then
+        // the index, then the packs an interrupted copy left unindexed are
+        // adopted, so that a resumed copy does not store their blobs again.
+        let guard = crate::lifecycle::writer::WriterGuard::begin(dst, opts.timing, opts.dry_run)?;
+        for e in dst.load_index()? {
+            sum.warnings.push(format!("destination {e}; the blobs only it lists are stored again"));
+        }
+        guard.adopt_orphan_packs()?;
+        let sink = guard.observer();
+        let report = |ev: SaverEvent| {
+            if let Some(f) = &sink {
+                f(ev)
+            }
+        };
+        let key = if opts.dry_run { None } else { writer };
+        rechunk::copy_snapshots(src, dst, &sel.snapshots, &reuse, key, &report, progress, &mut sum)?;
+        guard.finish()?;
+        return Ok(sum);
+    }
     if relation == Relation::SharedIds {
         let done = reencrypt::already_copied(src, dst)?;
         sum.snapshots_present += sel.snapshots.iter().filter(|(i, _)| done.contains(i)).count();

@@ -1,5 +1,5 @@
 //! How two repositories relate, which decides how a copy between them works:
-//! byte for byte, blob by blob, or not at all yet. See docs/design.md#copy.
+//! byte for byte, blob by blob, or file by file, cut again. See docs/design.md#copy.
 
 use crate::error::{Error, Result};
 use crate::repo::Repository;
@@ -48,16 +48,18 @@ pub fn relate(src: &Repository, dst: &Repository) -> Result<Relation> {
     Ok(if shared { Relation::SharedKeys } else { Relation::SharedIds })
 }
 
-/// Why a copy of this relation cannot run (yet), and what to do instead; `None`
-/// when it can.
-pub fn unsupported(relation: Relation) -> Option<String> {
+/// Why a copy of this relation cannot run as asked, and what to do instead;
+/// `None` when it can. Into an unrelated repository, every file is read and cut
+/// again, which the caller asks for with `rechunk`.
+pub fn unsupported(relation: Relation, rechunk: bool) -> Option<String> {
     match relation {
-        Relation::SharedKeys => None,
-        Relation::SharedIds => None,
+        Relation::SharedKeys | Relation::SharedIds => None,
+        Relation::Unrelated if rechunk => None,
         Relation::Unrelated => Some(
-            "the repositories are unrelated (different id and chunker keys); copying between them (`--rechunk`: \
-             file content chunked again by the destination) is not implemented yet: make the destination with \
-             `coffer init --from-repo SRC`, or restore the snapshots and back them up into the destination"
+            "the repositories are unrelated (different id and chunker keys, so blob ids differ): copying between \
+             them reads every file of the snapshots copied and cuts it again for the destination; pass --rechunk to \
+             do that, or make the destination with `coffer init --from-repo SRC` so that copies send packs byte for \
+             byte"
                 .into(),
         ),
     }

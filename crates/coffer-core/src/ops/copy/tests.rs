@@ -47,14 +47,14 @@ fn related_repository_shares_keys_and_records_the_relation() {
     let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
     let own = Repository::init_related(be as Arc<dyn Backend>, PASSPHRASE, &opts, &src.repo, false).unwrap();
     assert_eq!(relate(&src.repo, &own).unwrap(), Relation::SharedIds);
-    assert!(unsupported(Relation::SharedIds).is_none());
+    assert!(unsupported(Relation::SharedIds, false).is_none());
     // Unrelated, and the same repository, are told apart.
     let other = test_repo();
     assert_eq!(relate(&src.repo, &other.repo).unwrap(), Relation::Unrelated);
     let err = relate(&src.repo, &src.reopen()).unwrap_err().to_string();
     assert!(err.contains("same repository"), "{err}");
     let err = copy(&src.repo, &other.repo, &CopyOptions::default(), None, &NoProgress).unwrap_err().to_string();
-    assert!(err.contains("not implemented yet") && err.contains("init --from-repo"), "{err}");
+    assert!(err.contains("--rechunk") && err.contains("init --from-repo"), "{err}");
 }
 
 #[test]
@@ -290,4 +290,188 @@ fn own_data_keys_copy_only_missing_blobs_encrypted_again() {
     assert_eq!(r.blobs.objects, 2, "{r:?}");
     let f = History::load(&dst).unwrap().verify(&[]);
     assert!(f.errors.is_empty(), "{f:?}");
+}
+
+/// The content of every file below tree `root` of `repo`, by path, read back.
+fn files_of(repo: &Repository, root: Id) -> std::collections::BTreeMap<String, (Vec<u8>, crate::format::tree::Node)> {
+    let mut out = std::collections::BTreeMap::new();
+    crate::repo::tree_walk::walk(repo, root, std::path::Path::new("/"), &mut |p, node| {
+        if node.kind == crate::format::tree::NodeKind::File {
+            let mut data = Vec::new();
+            for id in repo.resolve_content(node, &mut |_| {})? {
+                data.extend(repo.load_blob(BlobType::Data, &id)?);
+            }
+            out.insert(p.display().to_string(), (data, node.clone()));
+        }
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn unrelated_copy_cuts_files_again_and_keeps_nodes_and_root() {
+    let src = test_repo();
+    // Files of several source blobs each, and one shared by two directories.
+    let big: Vec<Vec<u8>> = (0..5).map(|i| noise(200 << 10, 70 + i)).collect();
+    let refs: Vec<&[u8]> = big.iter().map(|b| b.as_slice()).collect();
+    let t = tree(3, 21).file("big", &refs).dir("d", TestTree::new().file("same", &[&noise(90 << 10, 21000)]));
+    let (a, _) = src.snapshot(&t);
+    let be = Arc::new(MemBackend::new());
+    let small = crate::chunker::ChunkerParams { min_size: 16 << 10, avg_size: 64 << 10, max_size: 256 << 10 };
+    let opts = InitOptions { kdf: FAST_KDF, chunker: small, pack_size: 1 << 20, ..InitOptions::default() };
+    let dst = Repository::init(be.clone() as Arc<dyn Backend>, PASSPHRASE, &opts).unwrap();
+    let key = crate::crypto::sign::SigningKey::generate();
+    dst.register_writer(&key.public(), "dst-host".into(), "dst-user".into()).unwrap();
+    assert_eq!(relate(&src.repo, &dst).unwrap(), Relation::Unrelated);
+    // Refused without rechunk, with what to do.
+    let err = copy(&src.repo, &dst, &CopyOptions::default(), Some(&key), &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("--rechunk") && err.contains("init --from-repo"), "{err}");
+    let rc = CopyOptions { rechunk: true, ..CopyOptions::default() };
+    let wf = CopyOptions { with_forgets: true, ..rc.clone() };
+    assert!(copy(&src.repo, &dst, &wf, Some(&key), &NoProgress).is_err());
+    let dry = copy(&src.repo, &dst, &CopyOptions { dry_run: true, ..rc.clone() }, None, &NoProgress).unwrap();
+    assert!(names(&be, "data/").is_empty() && names(&be, "snapshots/").is_empty());
+    let r = copy(&src.repo, &dst, &rc, Some(&key), &NoProgress).unwrap();
+    assert_eq!(r.relation, Relation::Unrelated);
+    assert_eq!(r.snapshots, vec![a]);
+    assert_eq!(dry.blobs, r.blobs);
+    assert_eq!((r.files_read, r.files_reused), (5, 0), "{r:?}");
+    let dst = Repository::open(be.clone() as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    assert!(dst.load_index().unwrap().is_empty());
+    let (snaps, _) = dst.snapshots().unwrap();
+    let (_, s) = &snaps[0];
+    let orig = src.repo.load_snapshot(&a).unwrap();
+    assert!(s.signature.is_valid());
+    assert_eq!(s.writer, key.public());
+    assert_eq!(s.copied_from.as_ref().unwrap().snapshot, a);
+    assert_eq!((s.merkle_root, s.merkle_leaves, s.merkle_key), (orig.merkle_root, orig.merkle_leaves, orig.merkle_key));
+    assert_ne!(s.tree, orig.tree);
+    // Same files, same nodes but for their content lists; the big file now
+    // holds blobs of the destination's sizes.
+    let (before, after) = (files_of(&src.repo, orig.tree), files_of(&dst, s.tree));
+    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
+    for (path, (data, node)) in &before {
+        let (d2, n2) = &after[path];
+        assert!(data == d2, "{path}");
+        let strip = |n: &crate::format::tree::Node| crate::format::tree::Node { content: vec![], ..n.clone() };
+        assert_eq!(strip(node), strip(n2), "{path}");
+    }
+    let big_after = &after["/big"].1;
+    assert!(big_after.content.len() > 5, "{}", big_after.content.len());
+    assert!(big_after.content.iter().all(|id| dst.locate_blob(BlobType::Data, id).unwrap().0.raw_length <= 256 << 10));
+    // Again: nothing. A new snapshot with one more file: only it is read.
+    let again = copy(&src.repo, &dst, &rc, Some(&key), &NoProgress).unwrap();
+    assert_eq!((again.snapshots.len(), again.snapshots_present, again.files_read), (0, 1, 0));
+    let (b, _) = src.snapshot(&t.file("more", &[&noise(1000, 5)]));
+    let r = copy(&src.repo, &dst, &rc, Some(&key), &NoProgress).unwrap();
+    assert_eq!(r.snapshots, vec![b]);
+    assert_eq!((r.files_read, r.files_reused), (1, 5), "{r:?}");
+    let f = History::load(&dst).unwrap().verify(&[]);
+    assert!(f.errors.is_empty(), "{f:?}");
+}
+
+#[test]
+fn unrelated_copy_refuses_a_file_whose_content_is_not_its_digest() {
+    let src = test_repo();
+    let saver = crate::repo::BlobSaver::new(&src.repo);
+    let mut node = crate::testing::test_node("lie", crate::format::tree::NodeKind::File);
+    node.content = vec![saver.save(BlobType::Data, &noise(5000, 1)).unwrap().0];
+    node.size = 5000;
+    node.digest = Some(Id([7; 32]));
+    let root = saver.save(BlobType::Tree, &crate::format::tree::Tree { nodes: vec![node] }.encode()).unwrap().0;
+    saver.finish().unwrap();
+    src.repo.save_snapshot(&snapshot_of(root, &src.key), &src.key).unwrap();
+    let other = test_repo();
+    let key = crate::crypto::sign::SigningKey::generate();
+    other.repo.register_writer(&key.public(), "h".into(), "u".into()).unwrap();
+    let rc = CopyOptions { rechunk: true, ..CopyOptions::default() };
+    let err = copy(&src.repo, &other.repo, &rc, Some(&key), &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("digest") && err.contains("check --read-data"), "{err}");
+    assert!(names(&other.backend, "snapshots/").is_empty());
+}
+
+/// Requests of a copy with nothing to do between a repository of `packs` packs
+/// (made-up index files of 32 packs each, as backups write them, and a pack
+/// object of a few bytes each) and a related one holding the same objects:
+/// (source counts, destination counts), the opening excluded.
+fn up_to_date_copy_requests(packs: u64) -> (coffer_backend::Counts, coffer_backend::Counts) {
+    use crate::format::envelope::SealedKind;
+    use crate::format::index::{self as index_file, PackRecord};
+    use crate::format::pack::PackEntry;
+    let src = test_repo();
+    for s in 0..10 {
+        src.snapshot(&TestTree::new().file("f", &[&noise(100, s)]));
+    }
+    let record = |p: u64| PackRecord {
+        id: Id::hash_of(format!("made-up pack {p}").as_bytes()),
+        salt: [0; 32],
+        cipher: src.repo.cipher(),
+        epoch: 0,
+        entries: vec![PackEntry {
+            blob_type: BlobType::Data,
+            id: Id::hash_of(format!("made-up blob {p}").as_bytes()),
+            offset: 0,
+            length: 100,
+            raw_length: 100,
+        }],
+    };
+    let mut first = 0;
+    while first < packs {
+        let last = (first + 32).min(packs);
+        let recs: Vec<PackRecord> = (first..last).map(record).collect();
+        src.repo.save_sealed(SealedKind::Index, &index_file::encode(&recs)).unwrap();
+        for p in first..last {
+            let id = Id::hash_of(format!("made-up pack {p}").as_bytes());
+            src.backend.write(&crate::format::ObjectKind::Pack.path(&id), vec![0; 8]).unwrap();
+        }
+        first = last;
+    }
+    let (dbe, _) = related(&src.repo);
+    for prefix in ["data/", "index/", "snapshots/", "writers/"] {
+        for o in src.backend.list(prefix).unwrap() {
+            dbe.write(&o.name, src.backend.read(&o.name).unwrap()).unwrap();
+        }
+    }
+    let sc = coffer_backend::CountingBackend::new(src.backend.clone());
+    let dc = coffer_backend::CountingBackend::new(dbe.clone());
+    let (sh, dh) = (sc.handle(), dc.handle());
+    let s = Repository::open(Arc::new(sc) as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    let d = Repository::open(Arc::new(dc) as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    let (s0, d0) = (sh.get(), dh.get());
+    let r = run(&s, &d, &CopyOptions::default());
+    assert_eq!((r.snapshots.len(), r.total().objects), (0, 0), "{r:?}");
+    let diff = |a: coffer_backend::Counts, b: coffer_backend::Counts| coffer_backend::Counts {
+        put: a.put - b.put,
+        get: a.get - b.get,
+        head: a.head - b.head,
+        list: a.list - b.list,
+        delete: a.delete - b.delete,
+        bytes_up: a.bytes_up - b.bytes_up,
+        bytes_down: a.bytes_down - b.bytes_down,
+    };
+    (diff(sh.get(), s0), diff(dh.get(), d0))
+}
+
+#[test]
+fn an_up_to_date_copy_costs_listings_only_whatever_the_size() {
+    let (s, d) = up_to_date_copy_requests(1000);
+    // Four listings a side: snapshots, tombstones, writers, index files. No
+    // object is read, no pack is listed or stated.
+    for c in [s, d] {
+        assert_eq!((c.list, c.get, c.head, c.put, c.delete, c.bytes_down), (4, 0, 0, 0, 0, 0), "{c:?}");
+    }
+}
+
+/// The same at 10^3 and 10^5 packs, printed for docs/performance.md:
+/// `cargo test -p coffer-core --lib d0_copy_requests -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn d0_copy_requests_at_1e3_and_1e5_packs() {
+    for packs in [1_000, 100_000] {
+        let t = std::time::Instant::now();
+        let (s, d) = up_to_date_copy_requests(packs);
+        println!("{packs} packs: source {s:?}; destination {d:?} (setup and copy {:.1?})", t.elapsed());
+        assert_eq!((s.list, s.get, s.head, d.list, d.get, d.head), (4, 0, 0, 4, 0, 0));
+    }
 }

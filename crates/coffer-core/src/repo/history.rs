@@ -62,6 +62,7 @@ impl History {
 
     /// Loads entries added since the last load and drops those that are gone.
     pub fn refresh(&mut self, repo: &Repository) -> Result<()> {
+        repo.prefetch_listings(&[ObjectKind::Snapshot, ObjectKind::Tombstone]);
         let snap_ids = repo.list_ids(ObjectKind::Snapshot)?;
         let tomb_ids = repo.list_ids(ObjectKind::Tombstone)?;
         let present: HashSet<Id> = snap_ids.iter().chain(&tomb_ids).copied().collect();

@@ -230,4 +230,44 @@ mod tests {
         be.delete("index/y").unwrap();
         assert_eq!(h.get(), Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120, rounds: 8 });
     }
+
+    /// Lists after a pause, so that requests sent together overlap.
+    struct Slow(MemBackend);
+
+    impl Backend for Slow {
+        fn location(&self) -> String {
+            "slow".into()
+        }
+        fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+            self.0.read_max(name, max)
+        }
+        fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+            self.0.read_range(name, offset, len)
+        }
+        fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+            self.0.write(name, data)
+        }
+        fn stat(&self, name: &str) -> BackendResult<u64> {
+            self.0.stat(name)
+        }
+        fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.0.list(prefix)
+        }
+        fn delete(&self, name: &str) -> BackendResult<()> {
+            self.0.delete(name)
+        }
+    }
+
+    #[test]
+    fn requests_sent_together_are_one_round_and_those_in_turn_one_each() {
+        let be = CountingBackend::new(Slow(MemBackend::new()));
+        let prefixes = ["a/", "b/", "c/", "d/"];
+        crate::fan_out(4, &prefixes, |p| be.list(p).unwrap());
+        assert_eq!((be.counts().list, be.counts().rounds), (4, 1));
+        for p in prefixes {
+            be.list(p).unwrap();
+        }
+        assert_eq!((be.counts().list, be.counts().rounds), (8, 5));
+    }
 }

@@ -24,7 +24,7 @@ pub struct Notices {
 /// is left out; one that does not decode is damage, named.
 pub fn read(repo: &Repository) -> Result<Notices> {
     let mut out = Notices::default();
-    for id in repo.list_ids(ObjectKind::PruneNotice)? {
+    for id in repo.list_ids_ahead(ObjectKind::PruneNotice)? {
         let plain = match repo.load_sealed(ObjectKind::PruneNotice, SealedKind::PruneNotice, &id) {
             Ok(p) => p,
             Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => continue,

@@ -155,6 +155,11 @@ impl Repository {
         Ok(self.backend.list(kind.prefix())?)
     }
 
+    /// Forgets the listing of `kind` fetched ahead (a newer one is being taken).
+    pub(crate) fn drop_prefetched(&self, kind: ObjectKind) {
+        self.prefetched.lock().expect("poisoned").by_prefix.remove(kind.prefix());
+    }
+
     /// Keeps the packs' `listing` that the index load took, for the adoption of
     /// orphan packs that follows it in a backup ([`Repository::loaded_packs`]).
     pub(crate) fn keep_loaded_packs(&self, listing: Vec<ObjectInfo>) {
@@ -199,9 +204,9 @@ mod tests {
         let c = counting.counts();
         assert_eq!((c.get, c.head, c.list), (2, 0, 3), "{c:?}");
         // The writers' listing is served from the probe, once.
-        repo.list_ids(ObjectKind::Writer).unwrap();
+        repo.list_ids_ahead(ObjectKind::Writer).unwrap();
         assert_eq!(counting.counts().list, 3);
-        repo.list_ids(ObjectKind::Writer).unwrap();
+        repo.list_ids_ahead(ObjectKind::Writer).unwrap();
         assert_eq!(counting.counts().list, 4);
     }
 
@@ -227,12 +232,18 @@ mod tests {
         // Fetched already: not listed again.
         repo.prefetch_listings(&[ObjectKind::Snapshot]);
         assert_eq!(counting.counts().list, before + 2);
-        repo.list_ids(ObjectKind::Snapshot).unwrap();
-        repo.list_ids(ObjectKind::Tombstone).unwrap();
+        repo.list_ids_ahead(ObjectKind::Snapshot).unwrap();
+        repo.list_ids_ahead(ObjectKind::Tombstone).unwrap();
         assert_eq!(counting.counts().list, before + 2);
         // A new object is seen by the next listing.
         mem.write(&ObjectKind::Snapshot.path(&crate::id::Id([7; 32])), b"x".to_vec()).unwrap();
-        assert_eq!(repo.list_ids(ObjectKind::Snapshot).unwrap().len(), 1);
+        assert_eq!(repo.list_ids_ahead(ObjectKind::Snapshot).unwrap().len(), 1);
         assert_eq!(counting.counts().list, before + 3);
+        // A plain listing never takes one fetched ahead, and drops it.
+        repo.prefetch_listings(&[ObjectKind::Snapshot]);
+        mem.write(&ObjectKind::Snapshot.path(&crate::id::Id([8; 32])), b"y".to_vec()).unwrap();
+        assert_eq!(repo.list_ids(ObjectKind::Snapshot).unwrap().len(), 2);
+        assert_eq!(repo.list_ids_ahead(ObjectKind::Snapshot).unwrap().len(), 2);
+        assert_eq!(counting.counts().list, before + 6);
     }
 }

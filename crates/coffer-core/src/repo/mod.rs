@@ -579,6 +579,17 @@ impl Repository {
 
     /// Lists the ids of all objects of `kind` (not `Config`).
     pub fn list_ids(&self, kind: ObjectKind) -> Result<Vec<Id>> {
+        self.drop_prefetched(kind);
+        let mut ids: Vec<Id> =
+            self.backend.list(kind.prefix())?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// [`Repository::list_ids`] from the listing fetched ahead
+    /// ([`Repository::prefetch_listings`]) if there is a fresh one: for the
+    /// readers the listings were fetched for.
+    pub(crate) fn list_ids_ahead(&self, kind: ObjectKind) -> Result<Vec<Id>> {
         let mut ids: Vec<Id> =
             self.list_objects(kind)?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
         ids.sort();

@@ -130,14 +130,14 @@ impl Repository {
 
     /// Loads every tombstone; damaged ones are returned apart.
     pub fn tombstones(&self) -> Result<Loaded<Tombstone>> {
-        let ids = self.list_ids(ObjectKind::Tombstone)?;
+        let ids = self.list_ids_ahead(ObjectKind::Tombstone)?;
         let loaded: Vec<(Id, Result<Tombstone>)> = self.fetch_many(&ids, |id| (*id, self.load_tombstone(id)));
         split_damaged(loaded)
     }
 
     /// Loads every writer record; damaged ones are returned apart.
     pub fn writer_records(&self) -> Result<Loaded<WriterRecord>> {
-        let ids = self.list_ids(ObjectKind::Writer)?;
+        let ids = self.list_ids_ahead(ObjectKind::Writer)?;
         // Fetched on the backend's I/O concurrency, not the CPU pool.
         let loaded: Vec<(Id, Result<WriterRecord>)> = self.fetch_many(&ids, |id| {
             let r = self.load_sealed(ObjectKind::Writer, SealedKind::Writer, id).and_then(|p| {

@@ -183,7 +183,7 @@ fn finding(r: &mut CheckReport, e: Error) -> Result<()> {
 }
 
 fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
-    let ids = repo.list_ids(ObjectKind::Key)?;
+    let ids = repo.list_ids_ahead(ObjectKind::Key)?;
     for (id, read) in repo.fetch_many(&ids, |id| (*id, repo.read_object(ObjectKind::Key, id))) {
         match read {
             Ok(bytes) => {
@@ -198,7 +198,7 @@ fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 }
 
 fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
-    let ids = repo.list_ids(ObjectKind::Index)?;
+    let ids = repo.list_ids_ahead(ObjectKind::Index)?;
     let loaded: Vec<_> = repo.fetch_many(&ids, |id| repo.load_index_file(id));
     let mut good = Vec::new();
     for (id, res) in ids.iter().zip(loaded) {
@@ -231,7 +231,7 @@ fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut Check
 /// `r` and returns, by snapshot, whether its Merkle root matches its files.
 fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
     let mut walker = snapshots::Walker::new(repo, snapshots::LISTING_BUDGET);
-    let ids = repo.list_ids(ObjectKind::Snapshot)?;
+    let ids = repo.list_ids_ahead(ObjectKind::Snapshot)?;
     for (sid, loaded) in repo.fetch_many(&ids, |id| (*id, repo.load_snapshot(id))) {
         match loaded {
             Ok(snap) => walker.snapshot(sid, &snap, r),

@@ -129,7 +129,8 @@ fn mark_stops_at_a_blob_no_index_lists() {
 }
 
 fn usage(size: u64, used_bytes: u64, used_blobs: u64, files: &[u8]) -> Usage {
-    Usage { size, used_bytes, used_blobs, unused_blobs: 1, index_files: files.iter().map(|b| id(*b)).collect() }
+    let index_files = files.iter().map(|b| id(*b)).collect();
+    Usage { size, used_bytes, used_blobs, unused_blobs: 1, unused_bytes: size.saturating_sub(used_bytes), index_files }
 }
 
 #[test]

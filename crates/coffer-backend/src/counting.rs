@@ -228,7 +228,10 @@ mod tests {
         be.stat("index/y").unwrap();
         be.list("data/").unwrap();
         be.delete("index/y").unwrap();
-        assert_eq!(h.get(), Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120, rounds: 8 });
+        assert_eq!(
+            h.get(),
+            Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120, rounds: 8 }
+        );
     }
 
     /// Lists after a pause, so that requests sent together overlap.

@@ -215,10 +215,7 @@ mod tests {
         let be: Arc<dyn Backend> = Arc::new(MemBackend::new());
         let probe = Repository::probe(be.as_ref());
         assert!(!probe.exists());
-        assert!(matches!(
-            Repository::open_probed(be, probe, b"pw"),
-            Err(crate::error::Error::RepoNotFound { .. })
-        ));
+        assert!(matches!(Repository::open_probed(be, probe, b"pw"), Err(crate::error::Error::RepoNotFound { .. })));
     }
 
     #[test]

@@ -15,8 +15,8 @@ mod saver;
 mod signed;
 #[cfg(test)]
 mod tree_cache_tests;
-pub mod tree_walk;
 mod tree_runs;
+pub mod tree_walk;
 mod trees;
 mod uploader;
 
@@ -324,7 +324,12 @@ impl Repository {
     }
 
     /// The repository whose `config` is `sealed`, opened with `keys`.
-    fn from_sealed_config(backend: Arc<dyn Backend>, keys: MasterKeys, key_id: Id, sealed: &[u8]) -> Result<Repository> {
+    fn from_sealed_config(
+        backend: Arc<dyn Backend>,
+        keys: MasterKeys,
+        key_id: Id,
+        sealed: &[u8],
+    ) -> Result<Repository> {
         if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
             return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
         }
@@ -590,8 +595,7 @@ impl Repository {
     /// ([`Repository::prefetch_listings`]) if there is a fresh one: for the
     /// readers the listings were fetched for.
     pub(crate) fn list_ids_ahead(&self, kind: ObjectKind) -> Result<Vec<Id>> {
-        let mut ids: Vec<Id> =
-            self.list_objects(kind)?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
+        let mut ids: Vec<Id> = self.list_objects(kind)?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
         ids.sort();
         Ok(ids)
     }

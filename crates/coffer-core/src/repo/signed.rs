@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-
 use super::Repository;
 use crate::crypto::sign::{PublicKey, SigningKey};
 use crate::error::{Error, Result};
@@ -140,9 +139,9 @@ impl Repository {
         let ids = self.list_ids_ahead(ObjectKind::Writer)?;
         // Fetched on the backend's I/O concurrency, not the CPU pool.
         let loaded: Vec<(Id, Result<WriterRecord>)> = self.fetch_many(&ids, |id| {
-            let r = self.load_sealed(ObjectKind::Writer, SealedKind::Writer, id).and_then(|p| {
-                WriterRecord::decode(&p).map_err(|e| Error::corrupt(ObjectKind::Writer.describe(id), e))
-            });
+            let r = self
+                .load_sealed(ObjectKind::Writer, SealedKind::Writer, id)
+                .and_then(|p| WriterRecord::decode(&p).map_err(|e| Error::corrupt(ObjectKind::Writer.describe(id), e)));
             (*id, r)
         });
         split_damaged(loaded)

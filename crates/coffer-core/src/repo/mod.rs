@@ -330,7 +330,7 @@ impl Repository {
         key_id: Id,
         sealed: &[u8],
     ) -> Result<Repository> {
-        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
+        if envelope::epoch(sealed).is_some_and(|e| e != 0) {
             return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
         }
         let plain = envelope::open(&keys.data, SealedKind::Config, sealed).map_err(|e| Error::corrupt("config", e))?;

@@ -22,16 +22,22 @@ const MAX_GAP: u64 = 64 << 10;
 /// Bytes read in one request at most.
 const MAX_READ: u64 = 8 << 20;
 
+/// Every pack's tree blobs, by pack id, sorted by offset.
+type TreesByPack = Arc<HashMap<Id, Vec<PackEntry>>>;
+
+/// Runs of tree blobs kept, by pack: (start, bytes).
+type Spans = HashMap<Id, Vec<(u64, Arc<Vec<u8>>)>>;
+
 /// The tree blobs of every indexed pack, by pack id, sorted by offset: built from
 /// the index on the first cache miss; and a lock per pack, so that threads
 /// missing trees of one pack at once read it once.
 #[derive(Default)]
 pub(crate) struct TreePlaces {
-    by_pack: Mutex<Option<Arc<HashMap<Id, Vec<PackEntry>>>>>,
+    by_pack: Mutex<Option<TreesByPack>>,
     reading: Mutex<HashMap<Id, Arc<Mutex<()>>>>,
     /// Runs of tree blobs read whole for [`Repository::read_tree_span`], by pack:
     /// (start, bytes). At most [`SPANS_KEPT`] bytes in all.
-    spans: Mutex<(usize, HashMap<Id, Vec<(u64, Arc<Vec<u8>>)>>)>,
+    spans: Mutex<(usize, Spans)>,
 }
 
 /// Bytes of tree runs [`Repository::read_tree_span`] keeps for later batches.
@@ -88,7 +94,7 @@ impl Repository {
     /// the caller verifies every blob.
     pub(crate) fn read_tree_span(&self, pack: &PackInfo, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len);
-        let kept = |spans: &HashMap<Id, Vec<(u64, Arc<Vec<u8>>)>>| {
+        let kept = |spans: &Spans| {
             spans.get(&pack.id)?.iter().find_map(|(start, bytes)| {
                 let from = usize::try_from(offset.checked_sub(*start)?).ok()?;
                 bytes.get(from..from + len as usize).map(<[u8]>::to_vec)
@@ -118,7 +124,7 @@ impl Repository {
     }
 
     /// Every indexed pack's tree blobs, sorted by offset (built once).
-    fn trees_by_pack(&self) -> Arc<HashMap<Id, Vec<PackEntry>>> {
+    fn trees_by_pack(&self) -> TreesByPack {
         let mut slot = self.tree_places.by_pack.lock().expect("poisoned");
         if let Some(m) = slot.as_ref() {
             return m.clone();
@@ -128,7 +134,7 @@ impl Repository {
         let mut m: HashMap<Id, Vec<PackEntry>> = HashMap::new();
         for e in index.iter().filter(|e| e.entry.blob_type == BlobType::Tree) {
             if let Some(p) = packs.get(e.pack as usize) {
-                m.entry(p.id).or_default().push(e.entry.clone());
+                m.entry(p.id).or_default().push(e.entry);
             }
         }
         for v in m.values_mut() {

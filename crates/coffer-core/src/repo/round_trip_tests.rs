@@ -122,7 +122,9 @@ fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     source(&src);
-    let cache = Arc::new(Cache::open(&dir.path().join("cache"), DEFAULT_CACHE_SIZE).unwrap());
+    // The cache apart from the source's directory, whose times it would change.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(Cache::open(&cache_dir.path().join("cache"), DEFAULT_CACHE_SIZE).unwrap());
     let key = SigningKey::generate();
     let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
     let run = |first: bool| {

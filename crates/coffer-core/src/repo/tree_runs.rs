@@ -25,9 +25,6 @@ const MAX_READ: u64 = 8 << 20;
 /// Every pack's tree blobs, by pack id, sorted by offset.
 type TreesByPack = Arc<HashMap<Id, Vec<PackEntry>>>;
 
-/// Runs of tree blobs kept, by pack: (start, bytes).
-type Spans = HashMap<Id, Vec<(u64, Arc<Vec<u8>>)>>;
-
 /// The tree blobs of every indexed pack, by pack id, sorted by offset: built from
 /// the index on the first cache miss; and a lock per pack, so that threads
 /// missing trees of one pack at once read it once.
@@ -35,13 +32,7 @@ type Spans = HashMap<Id, Vec<(u64, Arc<Vec<u8>>)>>;
 pub(crate) struct TreePlaces {
     by_pack: Mutex<Option<TreesByPack>>,
     reading: Mutex<HashMap<Id, Arc<Mutex<()>>>>,
-    /// Runs of tree blobs read whole for [`Repository::read_tree_span`], by pack:
-    /// (start, bytes). At most [`SPANS_KEPT`] bytes in all.
-    spans: Mutex<(usize, Spans)>,
 }
-
-/// Bytes of tree runs [`Repository::read_tree_span`] keeps for later batches.
-const SPANS_KEPT: usize = 64 << 20;
 
 impl Repository {
     /// The sealed bytes of tree `entry` in `pack`, on a cache miss: reads the run
@@ -85,42 +76,6 @@ impl Repository {
             }
         }
         Ok(slice(entry).map(<[u8]>::to_vec).unwrap_or_default())
-    }
-
-    /// The `len` bytes at `offset` of `pack`, which hold tree blobs (a run that
-    /// `check` plans): served from a run of tree blobs read earlier when one holds
-    /// them, else read with the whole run of tree blobs around them (a tree pack's
-    /// trees, up to 8 MiB), which is kept for the next batches. Bytes as stored;
-    /// the caller verifies every blob.
-    pub(crate) fn read_tree_span(&self, pack: &PackInfo, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let end = offset.saturating_add(len);
-        let kept = |spans: &Spans| {
-            spans.get(&pack.id)?.iter().find_map(|(start, bytes)| {
-                let from = usize::try_from(offset.checked_sub(*start)?).ok()?;
-                bytes.get(from..from + len as usize).map(<[u8]>::to_vec)
-            })
-        };
-        if let Some(b) = kept(&self.tree_places.spans.lock().expect("poisoned").1) {
-            return Ok(b);
-        }
-        let trees = self.trees_by_pack();
-        let first = trees.get(&pack.id).and_then(|t| t.iter().find(|e| e.offset >= offset && e.offset < end));
-        let run = first.map(|e| run_around(&trees[&pack.id], e)).unwrap_or_default();
-        let start = run.first().map_or(offset, |e| e.offset.min(offset));
-        let stop = run.iter().map(|e| e.offset + e.length as u64).max().unwrap_or(end).max(end);
-        if run.len() <= 1 || stop - start > MAX_READ {
-            return self.read_pack_range(pack, offset, len);
-        }
-        let bytes = Arc::new(self.read_pack_range(pack, start, stop - start)?);
-        let from = (offset - start) as usize;
-        let out = bytes.get(from..from + len as usize).map(<[u8]>::to_vec).unwrap_or_default();
-        let mut spans = self.tree_places.spans.lock().expect("poisoned");
-        if spans.0 + bytes.len() > SPANS_KEPT {
-            *spans = (0, HashMap::new());
-        }
-        spans.0 += bytes.len();
-        spans.1.entry(pack.id).or_default().push((start, bytes));
-        Ok(out)
     }
 
     /// Every indexed pack's tree blobs, sorted by offset (built once).

@@ -4,9 +4,7 @@
 //! the requests on the backend's I/O pool (as many in flight as
 //! `Backend::connections` says, not one per core); then every blob is decrypted
 //! and decoded in parallel on the CPU pool. A tree whose request fails is loaded
-//! alone, so that its error is exactly the one a single load gives. A run is read
-//! with the rest of its tree pack's run, which later batches then take from memory
-//! (`Repository::read_tree_span`): a tree pack is read about once per check.
+//! alone, so that its error is exactly the one a single load gives.
 
 use rayon::prelude::*;
 
@@ -35,7 +33,7 @@ pub(super) type Placed = Option<(PackEntry, PackInfo, usize)>;
 pub(super) fn load_trees(repo: &Repository, ids: &[Id]) -> Vec<Result<Tree>> {
     let (runs, placed) = plan(repo, ids);
     let read: Vec<Option<Vec<u8>>> =
-        repo.fetch_many(&runs, |r| repo.read_tree_span(&r.pack, r.start, r.end - r.start).ok());
+        repo.fetch_many(&runs, |r| repo.read_pack_range(&r.pack, r.start, r.end - r.start).ok());
     ids.par_iter()
         .zip(placed)
         .map(|(id, place)| match place {

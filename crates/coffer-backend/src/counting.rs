@@ -24,6 +24,11 @@ pub struct Counts {
     pub bytes_up: u64,
     /// Bytes read.
     pub bytes_down: u64,
+    /// Rounds: requests that began while no other request was in flight. Over a
+    /// storage with a round-trip time `L`, a command spends at least `rounds × L`
+    /// waiting on it: requests made one after the other each count, requests sent
+    /// together count once (docs/design.md#round-trips).
+    pub rounds: u64,
 }
 
 #[derive(Default)]
@@ -35,6 +40,17 @@ struct Counters {
     delete: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
+    rounds: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+/// One request in flight, from [`CountingBackend::begin`] to its drop.
+struct InFlight<'a>(&'a Counters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
 }
 
 /// Counts the requests made to the backend it wraps.
@@ -60,6 +76,7 @@ impl CountsHandle {
             delete: c.delete.load(Relaxed),
             bytes_up: c.bytes_up.load(Relaxed),
             bytes_down: c.bytes_down.load(Relaxed),
+            rounds: c.rounds.load(Relaxed),
         }
     }
 }
@@ -78,6 +95,15 @@ impl<B: Backend> CountingBackend<B> {
     /// The counts so far.
     pub fn counts(&self) -> Counts {
         self.handle().get()
+    }
+
+    /// Marks a request in flight until the result is dropped; one that begins
+    /// while none is in flight begins a round.
+    fn begin(&self) -> InFlight<'_> {
+        if self.counters.in_flight.fetch_add(1, Relaxed) == 0 {
+            self.counters.rounds.fetch_add(1, Relaxed);
+        }
+        InFlight(&self.counters)
     }
 
     fn got(&self, r: &BackendResult<Vec<u8>>) {
@@ -103,34 +129,40 @@ impl<B: Backend> Backend for CountingBackend<B> {
     }
 
     fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        let _in_flight = self.begin();
         let r = self.inner.read_max(name, max);
         self.got(&r);
         r
     }
 
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        let _in_flight = self.begin();
         let r = self.inner.read_range(name, offset, len);
         self.got(&r);
         r
     }
 
     fn read_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Vec<BackendResult<Vec<u8>>> {
+        let _in_flight = self.begin();
         let rs = self.inner.read_ranges(name, ranges);
         rs.iter().for_each(|r| self.got(r));
         rs
     }
 
     fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        let _in_flight = self.begin();
         self.put(data.len() as u64);
         self.inner.write(name, data)
     }
 
     fn write_new(&self, name: &str, data: Vec<u8>) -> BackendResult<bool> {
+        let _in_flight = self.begin();
         self.put(data.len() as u64);
         self.inner.write_new(name, data)
     }
 
     fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {
+        let _in_flight = self.begin();
         self.put(len);
         self.inner.write_file(name, file, len)
     }
@@ -144,16 +176,19 @@ impl<B: Backend> Backend for CountingBackend<B> {
     }
 
     fn stat(&self, name: &str) -> BackendResult<u64> {
+        let _in_flight = self.begin();
         self.counters.head.fetch_add(1, Relaxed);
         self.inner.stat(name)
     }
 
     fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        let _in_flight = self.begin();
         self.counters.list.fetch_add(1, Relaxed);
         self.inner.list(prefix)
     }
 
     fn delete(&self, name: &str) -> BackendResult<()> {
+        let _in_flight = self.begin();
         self.counters.delete.fetch_add(1, Relaxed);
         self.inner.delete(name)
     }
@@ -163,6 +198,7 @@ impl<B: Backend> Backend for CountingBackend<B> {
     }
 
     fn read_range_copy(&self, name: &str, offset: u64, len: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        let _in_flight = self.begin();
         self.counters.get.fetch_add(1, Relaxed);
         let r = self.inner.read_range_copy(name, offset, len, copy);
         if let Ok(d) = &r {
@@ -192,6 +228,49 @@ mod tests {
         be.stat("index/y").unwrap();
         be.list("data/").unwrap();
         be.delete("index/y").unwrap();
-        assert_eq!(h.get(), Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120 });
+        assert_eq!(
+            h.get(),
+            Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120, rounds: 8 }
+        );
+    }
+
+    /// Lists after a pause, so that requests sent together overlap.
+    struct Slow(MemBackend);
+
+    impl Backend for Slow {
+        fn location(&self) -> String {
+            "slow".into()
+        }
+        fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+            self.0.read_max(name, max)
+        }
+        fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+            self.0.read_range(name, offset, len)
+        }
+        fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+            self.0.write(name, data)
+        }
+        fn stat(&self, name: &str) -> BackendResult<u64> {
+            self.0.stat(name)
+        }
+        fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.0.list(prefix)
+        }
+        fn delete(&self, name: &str) -> BackendResult<()> {
+            self.0.delete(name)
+        }
+    }
+
+    #[test]
+    fn requests_sent_together_are_one_round_and_those_in_turn_one_each() {
+        let be = CountingBackend::new(Slow(MemBackend::new()));
+        let prefixes = ["a/", "b/", "c/", "d/"];
+        crate::fan_out(4, &prefixes, |p| be.list(p).unwrap());
+        assert_eq!((be.counts().list, be.counts().rounds), (4, 1));
+        for p in prefixes {
+            be.list(p).unwrap();
+        }
+        assert_eq!((be.counts().list, be.counts().rounds), (8, 5));
     }
 }

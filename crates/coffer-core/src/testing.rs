@@ -191,3 +191,22 @@ pub fn snapshot_of(root: Id, key: &SigningKey) -> Snapshot {
         signature: Default::default(),
     }
 }
+
+/// The stored packs of `repo`'s storage, split by what they hold according to
+/// its index files: (packs holding data blobs, packs holding tree blobs). Since
+/// writers keep trees in packs of their own (docs/design.md#packs), the two are
+/// disjoint for packs written by this version.
+pub fn packs_by_type(backend: &Arc<MemBackend>) -> (std::collections::HashSet<Id>, std::collections::HashSet<Id>) {
+    let repo = Repository::open(backend.clone() as Arc<dyn Backend>, PASSPHRASE).expect("reopen the test repository");
+    repo.load_index().expect("load the index");
+    let index = repo.index();
+    let (mut data, mut trees) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    for e in index.iter() {
+        let id = index.packs()[e.pack as usize].id;
+        match e.entry.blob_type {
+            BlobType::Data => data.insert(id),
+            BlobType::Tree => trees.insert(id),
+        };
+    }
+    (data, trees)
+}

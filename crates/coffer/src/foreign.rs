@@ -39,6 +39,21 @@ pub fn check(be: &dyn Backend) -> Result<(), NotCoffer> {
     let Ok(head) = be.read_range("config", 0, 16) else {
         return Ok(());
     };
+    check_head(be, &head)
+}
+
+/// [`check`] on what [`coffer_core::repo::Repository::probe`] read already: no
+/// request unless the config is foreign (or was not read whole: too large).
+pub fn check_probed(be: &dyn Backend, probe: &coffer_core::repo::Probe) -> Result<(), NotCoffer> {
+    match probe.config() {
+        Some(config) => check_head(be, config),
+        None if probe.exists() => check(be),
+        None => Ok(()),
+    }
+}
+
+/// [`check`] on the first bytes of `config`.
+fn check_head(be: &dyn Backend, head: &[u8]) -> Result<(), NotCoffer> {
     if head.starts_with(MAGIC) {
         return Ok(());
     }

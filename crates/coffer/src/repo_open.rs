@@ -96,6 +96,7 @@ pub fn storage_counts() -> Option<Counts> {
         delete: a.delete + b.delete,
         bytes_up: a.bytes_up + b.bytes_up,
         bytes_down: a.bytes_down + b.bytes_down,
+        rounds: a.rounds + b.rounds,
     })
 }
 
@@ -105,7 +106,7 @@ pub fn storage_counts_json() -> serde_json::Value {
     match storage_counts() {
         Some(c) => serde_json::json!({
             "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
-            "bytes_up": c.bytes_up, "bytes_down": c.bytes_down,
+            "bytes_up": c.bytes_up, "bytes_down": c.bytes_down, "rounds": c.rounds,
         }),
         None => serde_json::Value::Null,
     }
@@ -136,14 +137,15 @@ pub fn report_storage_counts(json: bool) {
             );
         }
         eprintln!(
-            "storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down",
+            "storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down; {} rounds",
             c.put,
             c.get,
             c.head,
             c.list,
             c.delete,
             crate::output::bytes(c.bytes_up),
-            crate::output::bytes(c.bytes_down)
+            crate::output::bytes(c.bytes_down),
+            c.rounds
         );
     }
 }
@@ -329,14 +331,15 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
             .context("the source repository (--from-repo)"));
     }
     let (be, counts, _) = storage_stack(&loc, Modes::PRIVATE, test_faults())?;
-    if !Repository::exists(be.as_ref())? {
+    let probe = Repository::probe(be.as_ref());
+    if !probe.exists() {
         Repository::check_new_location(be.as_ref())?;
         return Err(anyhow::Error::new(coffer_core::Error::RepoNotFound { location: loc.to_string() })
             .context("the source repository (--from-repo)"));
     }
-    crate::foreign::check(be.as_ref())?;
+    crate::foreign::check_probed(be.as_ref(), &probe)?;
     let pw = password::read_source(password_file)?;
-    let repo = Repository::open(be, pw.as_bytes()).context("the source repository (--from-repo)")?;
+    let repo = Repository::open_probed(be, probe, pw.as_bytes()).context("the source repository (--from-repo)")?;
     Ok((repo, counts))
 }
 
@@ -393,14 +396,17 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
     let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
-    if !Repository::exists(be.as_ref())? {
+    // One round trip: the config and the listings read next, together
+    // (docs/design.md#round-trips).
+    let probe = Repository::probe(be.as_ref());
+    if !probe.exists() {
         // What is there may be a repository whose config was lost: say so.
         Repository::check_new_location(be.as_ref())?;
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
-    crate::foreign::check(be.as_ref())?;
+    crate::foreign::check_probed(be.as_ref(), &probe)?;
     let pw = password::read(global, Purpose::Open)?;
-    let repo = Repository::open(be.clone(), pw.as_bytes())?;
+    let repo = Repository::open_probed(be.clone(), probe, pw.as_bytes())?;
     // A repository over several backends: the same one over all of them.
     let repo = crate::replicas::compose(global, repo, be, &loc.to_string())?;
     attach_cache(global, loc, &repo, &slot);

@@ -40,7 +40,7 @@ pub fn read(repo: &Repository) -> Result<Notices> {
 /// damage, named.
 pub fn read_all(repo: &Repository) -> Result<Vec<(Id, PruneNotice)>> {
     let mut out = Vec::new();
-    for id in repo.list_ids(ObjectKind::PruneNotice)? {
+    for id in repo.list_ids_ahead(ObjectKind::PruneNotice)? {
         let plain = match repo.load_sealed(ObjectKind::PruneNotice, SealedKind::PruneNotice, &id) {
             Ok(p) => p,
             Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => continue,

@@ -46,10 +46,17 @@ impl<'r> WriterGuard<'r> {
     /// so that a prune either sees this writer or has finished rewriting the index
     /// before it is read. A dry run writes no marker and reads no notice.
     pub fn begin(repo: &'r Repository, timing: Timing, dry_run: bool) -> Result<WriterGuard<'r>> {
+        // What a backup lists next, all at once (after the marker is written,
+        // which the protocol needs before the notices and the index are read).
+        let next = [ObjectKind::Index, ObjectKind::Pack, ObjectKind::Snapshot, ObjectKind::Tombstone];
         let (session, noticed_at_start) = if dry_run {
+            repo.prefetch_listings(&next);
             (None, HashSet::new())
         } else {
             let session = Session::start(repo, timing.heartbeat)?;
+            let mut kinds = vec![ObjectKind::PruneNotice];
+            kinds.extend(next);
+            repo.prefetch_listings(&kinds);
             (Some(session), notices::read(repo)?.packs)
         };
         Ok(WriterGuard { repo, timing, session, noticed_at_start, checked: None })
@@ -96,12 +103,21 @@ impl<'r> WriterGuard<'r> {
         let Some(session) = &self.session else {
             return Ok(rescued);
         };
-        if session.was_lost() {
+        // The notices, and the history `then` refreshes, are listed at once, and
+        // beside them the marker is looked for.
+        let listings = [ObjectKind::PruneNotice, ObjectKind::Snapshot, ObjectKind::Tombstone];
+        let lost = std::thread::scope(|s| {
+            let lost = s.spawn(|| session.was_lost());
+            self.repo.prefetch_listings(&listings);
+            lost.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        });
+        if lost {
             ensure_own_packs_exist(self.repo, &session.index_files())?;
         }
         for _attempt in 0..COMMIT_ATTEMPTS {
             let checked = Instant::now();
             self.checked = Some(checked);
+            self.repo.prefetch_listings(&listings);
             let mut noticed = notices::read(self.repo)?.packs;
             noticed.extend(&self.noticed_at_start);
             if !noticed.is_empty() {

@@ -58,24 +58,24 @@ fn indexed_in(repo: &Repository, blob: &Id) -> HashSet<Id> {
 }
 
 /// A test repository holding one snapshot of two small files in a subdirectory;
-/// its root tree, and the one pack everything is in.
-fn with_snapshot() -> (TestRepo, Id, Id) {
+/// its root tree, and the two packs everything is in (one of data, one of trees).
+fn with_snapshot() -> (TestRepo, Id, Vec<Id>) {
     let t = test_repo();
     let tree = TestTree::new().file("a", &[&noise(1000, 1)]).dir("d", TestTree::new().file("b", &[&noise(2000, 2)]));
     let (_, root) = t.snapshot(&tree);
     let all = packs(&t);
-    assert_eq!(all.len(), 1);
-    let pack = *all.iter().next().unwrap();
-    (t, root, pack)
+    let (data, trees) = crate::testing::packs_by_type(&t.backend);
+    assert_eq!((all.len(), data.len(), trees.len()), (2, 1, 1));
+    (t, root, all.into_iter().collect())
 }
 
 #[test]
 fn a_noticed_pack_holding_used_blobs_has_them_stored_again() {
-    let (t, root, pack) = with_snapshot();
+    let (t, root, noticed) = with_snapshot();
     let writer = t.reopen();
     let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
     writer.load_index().unwrap();
-    store_notice(&t.repo, &[pack]);
+    store_notice(&t.repo, &noticed);
     let mut calls = 0;
     let rescued = guard
         .before_commit(root, || {
@@ -90,7 +90,8 @@ fn a_noticed_pack_holding_used_blobs_has_them_stored_again() {
     // Every used blob now has a copy in a pack the notice does not name.
     for (_, id) in &used {
         let places = indexed_in(&t.repo, id);
-        assert!(places.contains(&pack) && places.len() == 2, "{id:?} is in {places:?}");
+        let in_noticed = places.iter().filter(|p| noticed.contains(p)).count();
+        assert!(in_noticed == 1 && places.len() == 2, "{id:?} is in {places:?}");
     }
     guard.ready_to_commit().unwrap();
     guard.finish().unwrap();
@@ -99,8 +100,8 @@ fn a_noticed_pack_holding_used_blobs_has_them_stored_again() {
 
 #[test]
 fn a_notice_read_at_the_start_counts_even_when_gone_at_the_end() {
-    let (t, root, pack) = with_snapshot();
-    let n = store_notice(&t.repo, &[pack]);
+    let (t, root, noticed) = with_snapshot();
+    let n = store_notice(&t.repo, &noticed);
     let writer = t.reopen();
     let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
     writer.load_index().unwrap();
@@ -124,12 +125,14 @@ fn without_a_notice_naming_its_packs_nothing_is_stored_again() {
 
 #[test]
 fn a_noticed_pack_already_deleted_refuses_the_commit() {
-    let (t, root, pack) = with_snapshot();
+    let (t, root, noticed) = with_snapshot();
     let writer = t.reopen();
     let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
     writer.load_index().unwrap();
-    store_notice(&t.repo, &[pack]);
-    t.backend.delete(&ObjectKind::Pack.path(&pack)).unwrap();
+    store_notice(&t.repo, &noticed);
+    for pack in &noticed {
+        t.backend.delete(&ObjectKind::Pack.path(pack)).unwrap();
+    }
     let e = guard.before_commit(root, || Ok(())).unwrap_err();
     assert!(matches!(e, Error::Conflict(_)), "a conflict, with its own exit code: {e}");
     let e = e.to_string();
@@ -141,26 +144,27 @@ fn a_noticed_pack_already_deleted_refuses_the_commit() {
 #[test]
 fn orphan_packs_a_notice_names_are_not_adopted_and_the_others_are_protected() {
     let t = test_repo();
-    // Two packs that no index lists, as an interrupted backup leaves them.
-    let mut orphans = Vec::new();
+    // Two pairs of packs (data and trees) that no index lists, as interrupted
+    // backups leave them.
+    let mut orphans: Vec<HashSet<Id>> = Vec::new();
     for seed in 0..2 {
         let saver = BlobSaver::new(&t.repo);
         TestTree::new().file("f", &[&noise(500, 10 + seed)]).store(&saver).unwrap();
         saver.finish().unwrap();
-        let new: Vec<Id> = packs(&t).into_iter().filter(|p| !orphans.contains(p)).collect();
-        assert_eq!(new.len(), 1);
-        orphans.push(new[0]);
+        let new: HashSet<Id> = packs(&t).into_iter().filter(|p| !orphans.iter().any(|o| o.contains(p))).collect();
+        assert_eq!(new.len(), 2, "a data pack and a tree pack");
+        orphans.push(new);
     }
     for f in t.repo.list_ids(ObjectKind::Index).unwrap() {
         t.backend.delete(&ObjectKind::Index.path(&f)).unwrap();
     }
-    store_notice(&t.repo, &[orphans[0]]);
+    store_notice(&t.repo, &orphans[0].iter().copied().collect::<Vec<_>>());
     let writer = t.reopen();
     let guard = WriterGuard::begin(&writer, Timing::with_grace(Duration::from_millis(40)), false).unwrap();
     writer.load_index().unwrap();
     let f = guard.adopt_orphan_packs().unwrap().expect("an index file for the adopted pack");
-    let listed: Vec<Id> = writer.load_index_file(&f).unwrap().iter().map(|r| r.id).collect();
-    assert_eq!(listed, vec![orphans[1]]);
+    let listed: HashSet<Id> = writer.load_index_file(&f).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(listed, orphans[1]);
     // The marker protects the adoption's index file from the next heartbeat on.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !session::list(&t.repo).unwrap().iter().any(|(_, r)| r.as_ref().is_some_and(|r| r.index_files == [f])) {
@@ -230,8 +234,8 @@ fn a_check_older_than_a_quarter_of_the_grace_period_is_made_again_then_refused()
 
 #[test]
 fn a_dry_run_writes_no_marker_and_checks_nothing() {
-    let (t, root, pack) = with_snapshot();
-    store_notice(&t.repo, &[pack]);
+    let (t, root, noticed) = with_snapshot();
+    store_notice(&t.repo, &noticed);
     let writer = t.reopen();
     let mut guard = WriterGuard::begin(&writer, relaxed(), true).unwrap();
     writer.load_index().unwrap();

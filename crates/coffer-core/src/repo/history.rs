@@ -62,8 +62,9 @@ impl History {
 
     /// Loads entries added since the last load and drops those that are gone.
     pub fn refresh(&mut self, repo: &Repository) -> Result<()> {
-        let snap_ids = repo.list_ids(ObjectKind::Snapshot)?;
-        let tomb_ids = repo.list_ids(ObjectKind::Tombstone)?;
+        repo.prefetch_listings(&[ObjectKind::Snapshot, ObjectKind::Tombstone]);
+        let snap_ids = repo.list_ids_ahead(ObjectKind::Snapshot)?;
+        let tomb_ids = repo.list_ids_ahead(ObjectKind::Tombstone)?;
         let present: HashSet<Id> = snap_ids.iter().chain(&tomb_ids).copied().collect();
         let known: HashSet<Id> =
             self.snapshots.iter().map(|(i, _)| *i).chain(self.tombstones.iter().map(|(i, _)| *i)).collect();

@@ -52,7 +52,7 @@ impl Repository {
     /// `None` for a repository on one backend. Refused layout objects are
     /// returned apart, for the caller to report.
     pub fn current_layout(&self) -> Result<CurrentLayout> {
-        let ids = self.list_ids(ObjectKind::Layout)?;
+        let ids = self.list_ids_ahead(ObjectKind::Layout)?;
         let loaded: Vec<(Id, Result<Layout>)> = ids.iter().map(|id| (*id, self.load_layout(id))).collect();
         let (ok, damaged) = split_damaged(loaded)?;
         let best = ok.into_iter().max_by(|(ia, a), (ib, b)| a.version.cmp(&b.version).then(ia.cmp(ib)));

@@ -7,16 +7,21 @@ mod copies_tests;
 pub mod history;
 mod index;
 pub mod layout;
+mod listing;
 pub mod roots;
+#[cfg(test)]
+mod round_trip_tests;
 mod saver;
 mod signed;
 #[cfg(test)]
 mod tree_cache_tests;
+mod tree_runs;
 pub mod tree_walk;
 mod trees;
 mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
+pub use listing::Probe;
 pub use saver::{BlobSaver, SaverEvent, SaverStats};
 pub use signed::{WRITER_KEY_FILE, Writers};
 pub use trees::{TREE_CUT_CONTEXT, TreeNodes};
@@ -51,6 +56,9 @@ pub const INDEX_FILE_SKIPPED: &str =
 /// At most this many bad copies of blobs are remembered for
 /// [`Repository::take_bad_copies`].
 const BAD_COPIES_KEPT: usize = 1000;
+
+/// Key files read at once when a repository is opened (most have one or two).
+const KEY_FILES_AHEAD: usize = 8;
 
 /// Why an empty passphrase is refused for a new key file.
 pub const EMPTY_PASSPHRASE: &str = "an empty passphrase is not allowed: anyone could open the repository";
@@ -95,6 +103,10 @@ pub struct Repository {
     /// Where sealed tree blobs are kept between commands (the local cache), if
     /// anywhere (docs/design.md#local-cache).
     tree_cache: std::sync::OnceLock<Arc<dyn RangeCache>>,
+    /// Listings fetched ahead for their next reader (docs/design.md#round-trips).
+    prefetched: Mutex<listing::Prefetched>,
+    /// Where tree blobs lie, for reading them pack-wide into the cache.
+    tree_places: tree_runs::TreePlaces,
 }
 
 /// Which snapshots a name like `latest` may pick.
@@ -299,22 +311,29 @@ impl Repository {
             writers: RwLock::new(None),
             bad_copies: Mutex::new(Vec::new()),
             tree_cache: std::sync::OnceLock::new(),
+            prefetched: Mutex::new(listing::Prefetched::default()),
+            tree_places: tree_runs::TreePlaces::default(),
         }
     }
 
     /// Opens the repository with `passphrase`, trying every key file. The index is
     /// not loaded; call [`Repository::load_index`].
     pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
-        if !Self::exists(backend.as_ref())? {
-            Self::check_new_location(backend.as_ref())?;
-            return Err(Error::RepoNotFound { location: backend.location() });
-        }
-        let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
-        let sealed = read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?;
-        if envelope::epoch(&sealed).is_some_and(|e| e != 0) {
+        let probe = Self::probe(backend.as_ref());
+        Self::open_probed(backend, probe, passphrase)
+    }
+
+    /// The repository whose `config` is `sealed`, opened with `keys`.
+    fn from_sealed_config(
+        backend: Arc<dyn Backend>,
+        keys: MasterKeys,
+        key_id: Id,
+        sealed: &[u8],
+    ) -> Result<Repository> {
+        if envelope::epoch(sealed).is_some_and(|e| e != 0) {
             return Err(Error::corrupt("config", "sealed under a data key epoch other than 0"));
         }
-        let plain = envelope::open(&keys.data, SealedKind::Config, &sealed).map_err(|e| Error::corrupt("config", e))?;
+        let plain = envelope::open(&keys.data, SealedKind::Config, sealed).map_err(|e| Error::corrupt("config", e))?;
         let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
         Ok(Self::assemble(backend, keys, config, key_id))
     }
@@ -361,44 +380,36 @@ impl Repository {
 
     /// The master keys from the first key file that `passphrase` opens, and its id.
     fn unlock(backend: &dyn Backend, passphrase: &[u8]) -> Result<(MasterKeys, Id)> {
-        let mut key_names = backend.list(ObjectKind::Key.prefix())?;
+        Self::unlock_listed(backend, backend.list(ObjectKind::Key.prefix())?, passphrase)
+    }
+
+    /// [`Repository::unlock`] with the key files listed already: they are read
+    /// together (one round trip), then tried in order of their names.
+    fn unlock_listed(
+        backend: &dyn Backend,
+        mut key_names: Vec<coffer_backend::ObjectInfo>,
+        passphrase: &[u8],
+    ) -> Result<(MasterKeys, Id)> {
+        key_names.retain(|info| ObjectKind::Key.id_from_path(&info.name).is_some());
         if key_names.is_empty() {
             return Err(Error::NoKey);
         }
         key_names.sort_by(|a, b| a.name.cmp(&b.name));
+        // At most a few key files are read ahead: a repository with very many
+        // is read in batches, stopping at the first that opens.
         let mut damaged = Vec::new();
         let mut tried = 0;
         let mut found = None;
-        for info in &key_names {
-            let Some(id) = ObjectKind::Key.id_from_path(&info.name) else {
-                continue;
-            };
-            let bytes = match read_bounded(backend, ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)) {
-                Ok(b) => b,
-                Err(e @ Error::Corrupt { .. }) => {
-                    damaged.push(e);
-                    continue;
+        'batches: for batch in key_names.chunks(KEY_FILES_AHEAD) {
+            let read = coffer_backend::fan_out(batch.len(), batch, |info| {
+                let id = ObjectKind::Key.id_from_path(&info.name).expect("kept above");
+                (id, read_bounded(backend, ObjectKind::Key, &info.name, &ObjectKind::Key.describe(&id)))
+            });
+            for (id, bytes) in read {
+                if let Some(r) = Self::try_key_file(id, bytes, passphrase, &mut damaged, &mut tried)? {
+                    found = Some(r);
+                    break 'batches;
                 }
-                Err(e) => return Err(e),
-            };
-            if Id::hash_of(&bytes) != id {
-                damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
-                continue;
-            }
-            let kf = match KeyFile::decode(&bytes) {
-                Ok(k) => k,
-                Err(e) => {
-                    damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e));
-                    continue;
-                }
-            };
-            match kf.open(passphrase) {
-                Ok(Some(keys)) => {
-                    found = Some((keys, id));
-                    break;
-                }
-                Ok(None) => tried += 1,
-                Err(e) => damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e)),
             }
         }
         found.ok_or_else(|| {
@@ -406,11 +417,48 @@ impl Repository {
         })
     }
 
+    /// Tries the key file `id` read as `bytes`: its keys if `passphrase` opens it;
+    /// `None` (counted in `damaged` or `tried`) if not.
+    fn try_key_file(
+        id: Id,
+        bytes: Result<Vec<u8>>,
+        passphrase: &[u8],
+        damaged: &mut Vec<Error>,
+        tried: &mut usize,
+    ) -> Result<Option<(MasterKeys, Id)>> {
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(e @ Error::Corrupt { .. }) => {
+                damaged.push(e);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if Id::hash_of(&bytes) != id {
+            damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), "content does not match its name"));
+            return Ok(None);
+        }
+        let kf = match KeyFile::decode(&bytes) {
+            Ok(k) => k,
+            Err(e) => {
+                damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e));
+                return Ok(None);
+            }
+        };
+        match kf.open(passphrase) {
+            Ok(Some(keys)) => return Ok(Some((keys, id))),
+            Ok(None) => *tried += 1,
+            Err(e) => damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e)),
+        }
+        Ok(None)
+    }
+
     /// The same open repository over another backend (one that holds the same
     /// objects, such as a replicated backend over this one and its peers), with
     /// the keys already unlocked. The index is not carried over.
     pub fn with_backend(self, backend: Arc<dyn Backend>) -> Repository {
-        Self::assemble(backend, self.keys, self.config, self.key_id)
+        let prefetched = self.prefetched;
+        Repository { prefetched, ..Self::assemble(backend, self.keys, self.config, self.key_id) }
     }
 
     /// The storage backend.
@@ -536,8 +584,18 @@ impl Repository {
 
     /// Lists the ids of all objects of `kind` (not `Config`).
     pub fn list_ids(&self, kind: ObjectKind) -> Result<Vec<Id>> {
+        self.drop_prefetched(kind);
         let mut ids: Vec<Id> =
             self.backend.list(kind.prefix())?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// [`Repository::list_ids`] from the listing fetched ahead
+    /// ([`Repository::prefetch_listings`]) if there is a fresh one: for the
+    /// readers the listings were fetched for.
+    pub(crate) fn list_ids_ahead(&self, kind: ObjectKind) -> Result<Vec<Id>> {
+        let mut ids: Vec<Id> = self.list_objects(kind)?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
         ids.sort();
         Ok(ids)
     }
@@ -588,7 +646,9 @@ impl Repository {
     /// for the caller to report with [`INDEX_FILE_SKIPPED`]. Only a failure to
     /// list the storage fails the call.
     pub fn load_index(&self) -> Result<DamagedIndexFiles> {
-        let listed = self.backend.list(ObjectKind::Index.prefix())?;
+        // The index files and the packs are listed at once.
+        self.prefetch_listings(&[ObjectKind::Index, ObjectKind::Pack]);
+        let listed = self.list_objects(ObjectKind::Index)?;
         // Each blob takes at least an entry's bytes in its index file: an upper
         // bound on the records, so the record array is allocated once.
         let expected = listed.iter().map(|o| o.size as usize / pack::ENTRY_LEN).sum();
@@ -610,13 +670,12 @@ impl Repository {
             seen.extend(&new);
             damaged.extend(self.load_index_files_expecting(&new, 0, false)?);
         }
-        let stored: std::collections::HashSet<Id> = self
-            .backend
-            .list(ObjectKind::Pack.prefix())?
-            .iter()
-            .filter_map(|o| ObjectKind::Pack.id_from_path(&o.name))
-            .collect();
+        let packs = self.list_objects(ObjectKind::Pack)?;
+        let stored: std::collections::HashSet<Id> =
+            packs.iter().filter_map(|o| ObjectKind::Pack.id_from_path(&o.name)).collect();
         self.index_mut().set_stored_packs(&stored);
+        // A backup adopts orphan packs next: from this listing.
+        self.keep_loaded_packs(packs);
         Ok(damaged)
     }
 
@@ -675,8 +734,7 @@ impl Repository {
         let orphans: Vec<(Id, u64)> = {
             let idx = self.index();
             let known: std::collections::HashSet<Id> = idx.packs().iter().map(|p| p.id).collect();
-            self.backend
-                .list(ObjectKind::Pack.prefix())?
+            self.loaded_packs()?
                 .into_iter()
                 .filter_map(|o| Some((ObjectKind::Pack.id_from_path(&o.name)?, o.size)))
                 .filter(|(id, _)| !known.contains(id) && !exclude.contains(id))
@@ -769,7 +827,8 @@ impl Repository {
                 Err(_) => cache.drop_range(&name, entry.offset, len),
             }
         }
-        let sealed = self.read_pack_range(pack_info, entry.offset, len)?;
+        // Its neighbours in the pack come along (a tree pack's trees, pack-wide).
+        let sealed = self.read_tree_run(cache.as_ref(), pack_info, entry)?;
         let data = self.decode_blob(pack_info, entry, &sealed)?;
         cache.put_range(&name, entry.offset, &sealed);
         Ok(data)

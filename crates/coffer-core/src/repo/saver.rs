@@ -3,7 +3,9 @@
 //! threads take open packs from a pool of at most one per worker thread, sealing
 //! blobs into them one at a time. An open pack is written to a spool file as it
 //! fills (it holds only a small write buffer in memory), so memory does not
-//! depend on the pack size.
+//! depend on the pack size. Tree blobs go to packs of their own (at most one
+//! open at a time), so that a reader fetches a snapshot's trees pack-wide in a
+//! few requests (docs/design.md#packs).
 //!
 //! Write order (docs/design.md#write-order): a pack is uploaded before any index
 //! file lists it, and [`BlobSaver::finish`] returns only after every pack and
@@ -35,20 +37,33 @@ pub struct SaverStats {
     pub packs: u64,
 }
 
-/// The open packs: each is either in `free` or held by one thread while it adds a blob.
-#[derive(Default)]
+/// The open packs of one stream (data or trees): each is either in `free` or
+/// held by one thread while it adds a blob.
 struct PackPool {
-    free: Vec<PackBuilder<Spool>>,
-    open: usize,
+    free: Mutex<Vec<PackBuilder<Spool>>>,
+    open: Mutex<usize>,
+    returned: Condvar,
+    max_open: usize,
 }
+
+impl PackPool {
+    fn new(max_open: usize) -> Self {
+        PackPool { free: Mutex::new(Vec::new()), open: Mutex::new(0), returned: Condvar::new(), max_open }
+    }
+}
+
+/// Open tree packs at most: tree blobs are small and sealed in microseconds, so
+/// one pack serves every worker, and trees fill as few packs as they can.
+const TREE_PACKS_OPEN: usize = 1;
 
 /// Saves blobs into packs. See the module documentation.
 pub struct BlobSaver<'r> {
     repo: &'r Repository,
     dry_run: bool,
-    packs: Mutex<PackPool>,
-    returned: Condvar,
-    max_open: usize,
+    /// Data blobs' packs.
+    packs: PackPool,
+    /// Tree blobs' packs.
+    tree_packs: PackPool,
     pending: Mutex<HashSet<Id>>,
     unindexed: Mutex<Vec<PackRecord>>,
     uploader: Option<Uploader>,
@@ -78,9 +93,8 @@ impl<'r> BlobSaver<'r> {
         BlobSaver {
             repo,
             dry_run: false,
-            packs: Mutex::new(PackPool::default()),
-            returned: Condvar::new(),
-            max_open: rayon::current_num_threads().max(1),
+            packs: PackPool::new(rayon::current_num_threads().max(1)),
+            tree_packs: PackPool::new(TREE_PACKS_OPEN),
             pending: Mutex::new(HashSet::new()),
             unindexed: Mutex::new(Vec::new()),
             uploader: None,
@@ -138,19 +152,20 @@ impl<'r> BlobSaver<'r> {
             return Ok(true);
         }
         // The pack is taken once the blob is compressed, so that it is held only
-        // while the blob is sealed into it.
+        // while the blob is sealed into it; trees and data go to packs apart.
+        let pool = self.pool(blob_type);
         let (builder, added) =
             crate::compress::with_compressed(data, self.repo.config().compression_level, |compressed| {
                 let (compression, payload) = match compressed {
                     Some(c) => (COMPRESSION_ZSTD, c),
                     None => (COMPRESSION_NONE, data),
                 };
-                let mut builder = self.take_pack()?;
+                let mut builder = self.take_pack(pool)?;
                 let added = builder.add(blob_type, id, compression, payload, raw_length);
                 Ok::<_, Error>((builder, added))
             })?;
         if let Err(e) = added {
-            self.close_slot();
+            close_slot(pool);
             return Err(spool_error(&self.repo.spool_dir(), e));
         }
         let pack_size = u64::from(self.repo.config().pack_size);
@@ -159,39 +174,42 @@ impl<'r> BlobSaver<'r> {
         // A pack is closed at its size, or at the number of blobs that keeps its
         // header and index record bounded (many tiny blobs).
         if builder.len() >= pack_size || builder.count() >= crate::format::limits::PACK_BLOBS {
-            self.close_slot();
+            close_slot(pool);
             self.upload(builder)?;
         } else {
-            self.packs.lock().expect("poisoned").free.push(builder);
-            self.returned.notify_one();
+            pool.free.lock().expect("poisoned").push(builder);
+            // Under the count's lock, so that a waiter cannot miss it.
+            let _open = pool.open.lock().expect("poisoned");
+            pool.returned.notify_one();
         }
         Ok(true)
+    }
+
+    /// The packs blobs of `blob_type` go to.
+    fn pool(&self, blob_type: BlobType) -> &PackPool {
+        match blob_type {
+            BlobType::Data => &self.packs,
+            BlobType::Tree => &self.tree_packs,
+        }
     }
 
     /// Takes an open pack: a free one, a new one while fewer than `max_open` are
     /// open, or else waits for one to be returned. Holders never block while they
     /// hold a pack (adding a blob only seals it and writes it to the spool file),
     /// so the wait is short.
-    fn take_pack(&self) -> Result<PackBuilder<Spool>> {
-        let mut pool = self.packs.lock().expect("poisoned");
+    fn take_pack(&self, pool: &PackPool) -> Result<PackBuilder<Spool>> {
+        let mut open = pool.open.lock().expect("poisoned");
         loop {
-            if let Some(b) = pool.free.pop() {
+            if let Some(b) = pool.free.lock().expect("poisoned").pop() {
                 return Ok(b);
             }
-            if pool.open < self.max_open {
-                pool.open += 1;
-                drop(pool);
-                return self.repo.new_pack().inspect_err(|_| self.close_slot());
+            if *open < pool.max_open {
+                *open += 1;
+                drop(open);
+                return self.repo.new_pack().inspect_err(|_| close_slot(pool));
             }
-            pool = self.returned.wait(pool).expect("poisoned");
+            open = pool.returned.wait(open).expect("poisoned");
         }
-    }
-
-    /// A pack taken with [`BlobSaver::take_pack`] will not be returned: another may
-    /// be opened.
-    fn close_slot(&self) {
-        self.packs.lock().expect("poisoned").open -= 1;
-        self.returned.notify_one();
     }
 
     fn upload(&self, pack: PackBuilder<Spool>) -> Result<()> {
@@ -257,7 +275,8 @@ impl<'r> BlobSaver<'r> {
     /// Uploads every partly filled pack, waits for all uploads, writes the
     /// remaining index records, and returns what was added.
     pub fn finish(self) -> Result<SaverStats> {
-        let builders = std::mem::take(&mut self.packs.lock().expect("poisoned").free);
+        let mut builders = std::mem::take(&mut *self.packs.free.lock().expect("poisoned"));
+        builders.append(&mut self.tree_packs.free.lock().expect("poisoned"));
         for b in builders {
             if !b.is_empty() {
                 self.upload(b)?;
@@ -280,6 +299,13 @@ impl<'r> BlobSaver<'r> {
             packs: self.packs_done.load(Ordering::Relaxed),
         }
     }
+}
+
+/// A pack taken with [`BlobSaver::take_pack`] from `pool` will not be returned:
+/// another may be opened.
+fn close_slot(pool: &PackPool) {
+    *pool.open.lock().expect("poisoned") -= 1;
+    pool.returned.notify_one();
 }
 
 #[cfg(test)]

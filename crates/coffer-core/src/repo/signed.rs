@@ -3,8 +3,6 @@
 
 use std::collections::HashMap;
 
-use rayon::prelude::*;
-
 use super::Repository;
 use crate::crypto::sign::{PublicKey, SigningKey};
 use crate::error::{Error, Result};
@@ -131,23 +129,21 @@ impl Repository {
 
     /// Loads every tombstone; damaged ones are returned apart.
     pub fn tombstones(&self) -> Result<Loaded<Tombstone>> {
-        let ids = self.list_ids(ObjectKind::Tombstone)?;
-        let loaded: Vec<(Id, Result<Tombstone>)> = ids.par_iter().map(|id| (*id, self.load_tombstone(id))).collect();
+        let ids = self.list_ids_ahead(ObjectKind::Tombstone)?;
+        let loaded: Vec<(Id, Result<Tombstone>)> = self.fetch_many(&ids, |id| (*id, self.load_tombstone(id)));
         split_damaged(loaded)
     }
 
     /// Loads every writer record; damaged ones are returned apart.
     pub fn writer_records(&self) -> Result<Loaded<WriterRecord>> {
-        let ids = self.list_ids(ObjectKind::Writer)?;
-        let loaded: Vec<(Id, Result<WriterRecord>)> = ids
-            .par_iter()
-            .map(|id| {
-                let r = self.load_sealed(ObjectKind::Writer, SealedKind::Writer, id).and_then(|p| {
-                    WriterRecord::decode(&p).map_err(|e| Error::corrupt(ObjectKind::Writer.describe(id), e))
-                });
-                (*id, r)
-            })
-            .collect();
+        let ids = self.list_ids_ahead(ObjectKind::Writer)?;
+        // Fetched on the backend's I/O concurrency, not the CPU pool.
+        let loaded: Vec<(Id, Result<WriterRecord>)> = self.fetch_many(&ids, |id| {
+            let r = self
+                .load_sealed(ObjectKind::Writer, SealedKind::Writer, id)
+                .and_then(|p| WriterRecord::decode(&p).map_err(|e| Error::corrupt(ObjectKind::Writer.describe(id), e)));
+            (*id, r)
+        });
         split_damaged(loaded)
     }
 

@@ -92,11 +92,18 @@ impl CheckReport {
 /// Checks `repo`. Opens its own view of the index, so `repo` need not have it loaded.
 pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) -> Result<CheckReport> {
     let mut r = CheckReport::default();
+    // Every listing the check reads, at once (docs/design.md#round-trips).
+    repo.prefetch_listings(&[
+        ObjectKind::Key,
+        ObjectKind::Index,
+        ObjectKind::Pack,
+        ObjectKind::Snapshot,
+        ObjectKind::Tombstone,
+    ]);
     check_keys(repo, &mut r)?;
     check_index(repo, &mut r)?;
     let packs: HashMap<Id, u64> = repo
-        .backend()
-        .list(ObjectKind::Pack.prefix())?
+        .list_objects(ObjectKind::Pack)?
         .into_iter()
         .filter_map(|o| Some((ObjectKind::Pack.id_from_path(&o.name)?, o.size)))
         .collect();
@@ -176,8 +183,9 @@ fn finding(r: &mut CheckReport, e: Error) -> Result<()> {
 }
 
 fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
-    for id in repo.list_ids(ObjectKind::Key)? {
-        match repo.read_object(ObjectKind::Key, &id) {
+    let ids = repo.list_ids_ahead(ObjectKind::Key)?;
+    for (id, read) in repo.fetch_many(&ids, |id| (*id, repo.read_object(ObjectKind::Key, id))) {
+        match read {
             Ok(bytes) => {
                 if let Err(e) = KeyFile::decode(&bytes) {
                     r.errors.push(format!("{}: {e}", ObjectKind::Key.describe(&id)));
@@ -190,7 +198,7 @@ fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 }
 
 fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
-    let ids = repo.list_ids(ObjectKind::Index)?;
+    let ids = repo.list_ids_ahead(ObjectKind::Index)?;
     let loaded: Vec<_> = repo.fetch_many(&ids, |id| repo.load_index_file(id));
     let mut good = Vec::new();
     for (id, res) in ids.iter().zip(loaded) {
@@ -223,8 +231,9 @@ fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut Check
 /// `r` and returns, by snapshot, whether its Merkle root matches its files.
 fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
     let mut walker = snapshots::Walker::new(repo, snapshots::LISTING_BUDGET);
-    for sid in repo.list_ids(ObjectKind::Snapshot)? {
-        match repo.load_snapshot(&sid) {
+    let ids = repo.list_ids_ahead(ObjectKind::Snapshot)?;
+    for (sid, loaded) in repo.fetch_many(&ids, |id| (*id, repo.load_snapshot(id))) {
+        match loaded {
             Ok(snap) => walker.snapshot(sid, &snap, r),
             Err(e) => finding(r, e)?,
         }

@@ -21,6 +21,10 @@ pub(super) struct Usage {
     pub(super) used_blobs: u64,
     pub(super) unused_blobs: u64,
     pub(super) used_bytes: u64,
+    /// Bytes of the blobs no live snapshot uses. The pack's header and trailer
+    /// are not counted: a small pack (a few trees) would otherwise always look
+    /// worth repacking, and its repacked copy again.
+    pub(super) unused_bytes: u64,
     /// Every index file that lists the pack (several writers may have).
     pub(super) index_files: Vec<Id>,
 }
@@ -70,6 +74,7 @@ pub(super) fn plan(repo: &Repository, index_files: &[Id], marks: &Marks, max_unu
                         u.used_bytes += e.length as u64;
                     } else {
                         u.unused_blobs += 1;
+                        u.unused_bytes += e.length as u64;
                     }
                 }
             }
@@ -79,8 +84,8 @@ pub(super) fn plan(repo: &Repository, index_files: &[Id], marks: &Marks, max_unu
 }
 
 /// The decision from the counts alone: a stored pack with no used blob, or that
-/// no index file lists, is deleted; one whose unused bytes exceed `max_unused`
-/// percent of its size is repacked. A pack listed but not stored is left to `check`.
+/// no index file lists, is deleted; one whose unused blobs' bytes exceed
+/// `max_unused` percent of its size is repacked. A pack listed but not stored is left to `check`.
 pub(super) fn decide(stored: HashMap<Id, u64>, usage: HashMap<Id, Usage>, max_unused: f64) -> Plan {
     let mut delete: HashSet<Id> = HashSet::new();
     let mut repack: Vec<Id> = Vec::new();
@@ -90,7 +95,7 @@ pub(super) fn decide(stored: HashMap<Id, u64>, usage: HashMap<Id, Usage>, max_un
         }
         if u.used_blobs == 0 {
             delete.insert(*pid);
-        } else if u.size > 0 && (u.size - u.used_bytes.min(u.size)) as f64 * 100.0 / u.size as f64 > max_unused {
+        } else if u.size > 0 && u.unused_bytes.min(u.size) as f64 * 100.0 / u.size as f64 > max_unused {
             repack.push(*pid);
         }
     }

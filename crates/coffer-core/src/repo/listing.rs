@@ -1,0 +1,246 @@
+//! Fewer round trips to the storage: the first round of an open (the config,
+//! the key files' listing and the listings every command reads next, fetched
+//! together), and listings fetched ahead, concurrently, on the backend's I/O
+//! concurrency, each served once to the next reader of its prefix
+//! (docs/design.md#round-trips).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coffer_backend::{Backend, BackendError, ErrorKind, ObjectInfo, fan_out};
+
+use super::{Repository, read_bounded};
+use crate::error::{Error, Result};
+use crate::format::ObjectKind;
+
+/// A listing fetched ahead is served only this soon after it was taken: one that
+/// waited longer (its reader came late) is dropped and the prefix listed again.
+const FRESH_FOR: Duration = Duration::from_secs(30);
+
+/// The listings [`Repository::probe`] fetches beside the config: the key files
+/// (to unlock), the layout (a repository over several backends) and the writers
+/// (every snapshot's signature is checked against them).
+const PROBED: [ObjectKind; 3] = [ObjectKind::Key, ObjectKind::Layout, ObjectKind::Writer];
+
+/// Listings fetched ahead, by prefix, with when each was taken; and the packs'
+/// listing the index load took, kept for the adoption of orphan packs alone.
+#[derive(Default)]
+pub(crate) struct Prefetched {
+    by_prefix: HashMap<&'static str, (Instant, Vec<ObjectInfo>)>,
+    packs_loaded: Option<(Instant, Vec<ObjectInfo>)>,
+}
+
+impl Prefetched {
+    fn put(&mut self, prefix: &'static str, listing: Vec<ObjectInfo>) {
+        self.by_prefix.insert(prefix, (Instant::now(), listing));
+    }
+
+    fn take(&mut self, prefix: &str) -> Option<Vec<ObjectInfo>> {
+        self.by_prefix.remove(prefix).filter(|(at, _)| at.elapsed() < FRESH_FOR).map(|(_, l)| l)
+    }
+
+    fn has(&self, prefix: &str) -> bool {
+        self.by_prefix.get(prefix).is_some_and(|(at, _)| at.elapsed() < FRESH_FOR)
+    }
+}
+
+/// What one round of concurrent requests learns of a location before its
+/// repository is opened: the bytes of `config` and the listings a command reads
+/// first. [`Repository::open_probed`] opens the repository from it.
+pub struct Probe {
+    config: std::result::Result<Vec<u8>, BackendError>,
+    keys: std::result::Result<Vec<ObjectInfo>, BackendError>,
+    others: Vec<(&'static str, Vec<ObjectInfo>)>,
+}
+
+impl Probe {
+    /// Whether `config` is there (a repository exists). A read that failed for
+    /// another reason than absence counts as present: opening reports it.
+    pub fn exists(&self) -> bool {
+        !matches!(&self.config, Err(e) if e.kind == ErrorKind::NotFound)
+    }
+
+    /// The bytes of `config`, if they were read.
+    pub fn config(&self) -> Option<&[u8]> {
+        self.config.as_deref().ok()
+    }
+}
+
+impl Repository {
+    /// Reads `config` and lists the key files, the layout and the writers, all at
+    /// once (one round trip on a remote storage). A listing that fails is left to
+    /// its reader, which lists again and reports the error.
+    pub fn probe(backend: &dyn Backend) -> Probe {
+        #[derive(Clone, Copy)]
+        enum Req {
+            Config,
+            List(ObjectKind),
+        }
+        enum Got {
+            Config(std::result::Result<Vec<u8>, BackendError>),
+            List(&'static str, std::result::Result<Vec<ObjectInfo>, BackendError>),
+        }
+        let reqs: Vec<Req> = std::iter::once(Req::Config).chain(PROBED.map(Req::List)).collect();
+        let got = fan_out(backend.connections().max(reqs.len()), &reqs, |r| match *r {
+            Req::Config => Got::Config(backend.read_max("config", ObjectKind::Config.max_len())),
+            Req::List(k) => Got::List(k.prefix(), backend.list(k.prefix())),
+        });
+        let mut probe = Probe {
+            config: Err(BackendError::new(ErrorKind::NotFound, "config", "not read")),
+            keys: Ok(Vec::new()),
+            others: Vec::new(),
+        };
+        for g in got {
+            match g {
+                Got::Config(c) => probe.config = c,
+                Got::List(p, l) if p == ObjectKind::Key.prefix() => probe.keys = l,
+                Got::List(p, Ok(l)) => probe.others.push((p, l)),
+                Got::List(_, Err(_)) => {}
+            }
+        }
+        probe
+    }
+
+    /// Opens the repository that `probe` found at `backend` with `passphrase`:
+    /// the key files it listed are read together (the second and last round
+    /// trip of an open), then tried in order. The listings the probe took are
+    /// served to their first readers.
+    pub fn open_probed(backend: Arc<dyn Backend>, probe: Probe, passphrase: &[u8]) -> Result<Repository> {
+        if !probe.exists() {
+            Self::check_new_location(backend.as_ref())?;
+            return Err(Error::RepoNotFound { location: backend.location() });
+        }
+        let sealed = match probe.config {
+            Ok(bytes) => bytes,
+            // Too large, or a failed read: read again for the error it gives.
+            Err(_) => read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?,
+        };
+        let keys = probe.keys.map_err(Error::Backend)?;
+        let (keys, key_id) = Self::unlock_listed(backend.as_ref(), keys, passphrase)?;
+        let repo = Self::from_sealed_config(backend, keys, key_id, &sealed)?;
+        {
+            let mut pre = repo.prefetched.lock().expect("poisoned");
+            for (prefix, listing) in probe.others {
+                pre.put(prefix, listing);
+            }
+        }
+        Ok(repo)
+    }
+
+    /// Lists the prefixes of `kinds` at once, on the backend's I/O concurrency,
+    /// for their next readers ([`Repository::list_ids`] and the index load); a
+    /// kind already fetched ahead and still fresh is not listed again. A failed
+    /// listing is left to its reader.
+    pub fn prefetch_listings(&self, kinds: &[ObjectKind]) {
+        let todo: Vec<&'static str> = {
+            let pre = self.prefetched.lock().expect("poisoned");
+            kinds.iter().map(|k| k.prefix()).filter(|p| !pre.has(p)).collect()
+        };
+        let got = fan_out(self.backend.connections().max(todo.len()), &todo, |p| (*p, self.backend.list(p)));
+        let mut pre = self.prefetched.lock().expect("poisoned");
+        for (prefix, listing) in got {
+            if let Ok(l) = listing {
+                pre.put(prefix, l);
+            }
+        }
+    }
+
+    /// The objects below `kind`'s prefix: the listing fetched ahead, if fresh
+    /// (each is served once), else a new listing.
+    pub(crate) fn list_objects(&self, kind: ObjectKind) -> Result<Vec<ObjectInfo>> {
+        if let Some(l) = self.prefetched.lock().expect("poisoned").take(kind.prefix()) {
+            return Ok(l);
+        }
+        Ok(self.backend.list(kind.prefix())?)
+    }
+
+    /// Forgets the listing of `kind` fetched ahead (a newer one is being taken).
+    pub(crate) fn drop_prefetched(&self, kind: ObjectKind) {
+        self.prefetched.lock().expect("poisoned").by_prefix.remove(kind.prefix());
+    }
+
+    /// Keeps the packs' `listing` that the index load took, for the adoption of
+    /// orphan packs that follows it in a backup ([`Repository::loaded_packs`]).
+    pub(crate) fn keep_loaded_packs(&self, listing: Vec<ObjectInfo>) {
+        self.prefetched.lock().expect("poisoned").packs_loaded = Some((Instant::now(), listing));
+    }
+
+    /// The packs' listing the index load took, if fresh (served once), else a new
+    /// listing: `data/` is listed once per backup.
+    pub(crate) fn loaded_packs(&self) -> Result<Vec<ObjectInfo>> {
+        let kept = self.prefetched.lock().expect("poisoned").packs_loaded.take();
+        match kept.filter(|(at, _)| at.elapsed() < FRESH_FOR) {
+            Some((_, l)) => Ok(l),
+            None => Ok(self.backend.list(ObjectKind::Pack.prefix())?),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use coffer_backend::{Backend, CountingBackend, MemBackend};
+
+    use crate::format::ObjectKind;
+    use crate::repo::{InitOptions, Repository};
+    use crate::testing::FAST_KDF;
+
+    fn init() -> Arc<MemBackend> {
+        let be = Arc::new(MemBackend::new());
+        let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
+        Repository::init(be.clone(), b"pw", &opts).unwrap();
+        be
+    }
+
+    #[test]
+    fn an_open_is_one_get_of_config_one_get_per_key_file_and_three_listings() {
+        let mem = init();
+        let counting = Arc::new(CountingBackend::new(mem.clone()));
+        let probe = Repository::probe(counting.as_ref());
+        assert!(probe.exists() && probe.config().is_some());
+        let repo = Repository::open_probed(counting.clone(), probe, b"pw").unwrap();
+        let c = counting.counts();
+        assert_eq!((c.get, c.head, c.list), (2, 0, 3), "{c:?}");
+        // The writers' listing is served from the probe, once.
+        repo.list_ids_ahead(ObjectKind::Writer).unwrap();
+        assert_eq!(counting.counts().list, 3);
+        repo.list_ids_ahead(ObjectKind::Writer).unwrap();
+        assert_eq!(counting.counts().list, 4);
+    }
+
+    #[test]
+    fn a_location_without_config_is_no_repository() {
+        let be: Arc<dyn Backend> = Arc::new(MemBackend::new());
+        let probe = Repository::probe(be.as_ref());
+        assert!(!probe.exists());
+        assert!(matches!(Repository::open_probed(be, probe, b"pw"), Err(crate::error::Error::RepoNotFound { .. })));
+    }
+
+    #[test]
+    fn listings_fetched_ahead_are_served_once_and_then_listed_afresh() {
+        let mem = init();
+        let counting = Arc::new(CountingBackend::new(mem.clone()));
+        let repo = Repository::open(counting.clone(), b"pw").unwrap();
+        let before = counting.counts().list;
+        repo.prefetch_listings(&[ObjectKind::Snapshot, ObjectKind::Tombstone]);
+        assert_eq!(counting.counts().list, before + 2);
+        // Fetched already: not listed again.
+        repo.prefetch_listings(&[ObjectKind::Snapshot]);
+        assert_eq!(counting.counts().list, before + 2);
+        repo.list_ids_ahead(ObjectKind::Snapshot).unwrap();
+        repo.list_ids_ahead(ObjectKind::Tombstone).unwrap();
+        assert_eq!(counting.counts().list, before + 2);
+        // A new object is seen by the next listing.
+        mem.write(&ObjectKind::Snapshot.path(&crate::id::Id([7; 32])), b"x".to_vec()).unwrap();
+        assert_eq!(repo.list_ids_ahead(ObjectKind::Snapshot).unwrap().len(), 1);
+        assert_eq!(counting.counts().list, before + 3);
+        // A plain listing never takes one fetched ahead, and drops it.
+        repo.prefetch_listings(&[ObjectKind::Snapshot]);
+        mem.write(&ObjectKind::Snapshot.path(&crate::id::Id([8; 32])), b"y".to_vec()).unwrap();
+        assert_eq!(repo.list_ids(ObjectKind::Snapshot).unwrap().len(), 2);
+        assert_eq!(repo.list_ids_ahead(ObjectKind::Snapshot).unwrap().len(), 2);
+        assert_eq!(counting.counts().list, before + 6);
+    }
+}

@@ -1,0 +1,165 @@
+//! Round trips to a slow storage (docs/design.md#round-trips): an open is two
+//! rounds, and an unchanged backup against a warm cache sends a bounded number of
+//! requests in a bounded number of rounds, and reads no pack.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coffer_backend::{
+    BackendResult, Cache, CacheSlot, CachingBackend, CountingBackend, Counts, DEFAULT_CACHE_SIZE, MemBackend,
+    ObjectInfo,
+};
+
+use super::*;
+use crate::crypto::sign::SigningKey;
+use crate::ops::backup::{BackupOptions, backup};
+use crate::progress::NoProgress;
+use crate::testing::{FAST_KDF, PASSPHRASE, noise};
+
+/// Added to every request, so that requests sent together overlap.
+const LATENCY: Duration = Duration::from_millis(40);
+
+/// A storage that answers after [`LATENCY`] and records the names it was asked
+/// to read.
+struct Slow {
+    inner: MemBackend,
+    reads: Mutex<Vec<String>>,
+}
+
+impl Slow {
+    fn wait(&self) {
+        std::thread::sleep(LATENCY);
+    }
+
+    fn read(&self, name: &str) {
+        self.wait();
+        self.reads.lock().unwrap().push(name.to_string());
+    }
+}
+
+impl Backend for Slow {
+    fn location(&self) -> String {
+        "slow".into()
+    }
+    fn connections(&self) -> usize {
+        32
+    }
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        self.read(name);
+        self.inner.read_max(name, max)
+    }
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        self.read(name);
+        self.inner.read_range(name, offset, len)
+    }
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        self.wait();
+        self.inner.write(name, data)
+    }
+    fn stat(&self, name: &str) -> BackendResult<u64> {
+        self.wait();
+        self.inner.stat(name)
+    }
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        self.wait();
+        self.inner.list(prefix)
+    }
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        self.wait();
+        self.inner.delete(name)
+    }
+}
+
+/// The storage stack of the command line over `slow`: counter, then the cache.
+fn stack(slow: &Arc<Slow>, cache: Option<&Arc<Cache>>) -> (Arc<dyn Backend>, coffer_backend::CountsHandle) {
+    let counting = CountingBackend::new(slow.clone());
+    let handle = counting.handle();
+    let slot = CacheSlot::new();
+    if let Some(c) = cache {
+        slot.attach(c.clone());
+    }
+    (Arc::new(CachingBackend::new(counting, slot)), handle)
+}
+
+fn new_repo() -> Arc<Slow> {
+    let slow = Arc::new(Slow { inner: MemBackend::new(), reads: Mutex::new(Vec::new()) });
+    let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
+    Repository::init(slow.clone(), PASSPHRASE, &opts).unwrap();
+    slow
+}
+
+fn requests(c: &Counts) -> u64 {
+    c.put + c.get + c.head + c.list + c.delete
+}
+
+#[test]
+fn an_open_is_two_rounds_and_no_head() {
+    let slow = new_repo();
+    let (be, counts) = stack(&slow, None);
+    let repo = Repository::open(be, PASSPHRASE).unwrap();
+    let c = counts.get();
+    assert_eq!((c.rounds, c.head), (2, 0), "{c:?}");
+    // The writers were listed in the first round: their reader sends nothing.
+    repo.writer_records().unwrap();
+    assert_eq!(counts.get().list, c.list);
+}
+
+/// A small tree of a few directories.
+fn source(dir: &Path) {
+    for d in 0..4 {
+        let sub = dir.join(format!("d{d}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..3 {
+            std::fs::write(sub.join(format!("f{f}")), noise(3000 + f * 100, (d * 10 + f) as u64)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
+    let slow = new_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    source(&src);
+    // The cache apart from the source's directory, whose times it would change.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(Cache::open(&cache_dir.path().join("cache"), DEFAULT_CACHE_SIZE).unwrap());
+    let key = SigningKey::generate();
+    let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
+    let run = |first: bool| {
+        let (be, counts) = stack(&slow, Some(&cache));
+        let repo = Repository::open(be, PASSPHRASE).unwrap();
+        repo.set_tree_cache(cache.clone());
+        if first {
+            repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+        }
+        slow.reads.lock().unwrap().clear();
+        let before = counts.get();
+        let r = backup(&repo, &opts, &key, &NoProgress).unwrap();
+        let c = counts.get();
+        let during = Counts {
+            put: c.put - before.put,
+            get: c.get - before.get,
+            head: c.head - before.head,
+            list: c.list - before.list,
+            delete: c.delete - before.delete,
+            bytes_up: 0,
+            bytes_down: 0,
+            rounds: c.rounds - before.rounds,
+        };
+        (r, during, std::mem::take(&mut *slow.reads.lock().unwrap()))
+    };
+    let (first, ..) = run(true);
+    let (second, c, reads) = run(false);
+    assert_eq!(second.snapshot.parent, first.id, "the first backup is the parent");
+    assert_eq!(second.snapshot.tree, first.snapshot.tree);
+    assert!(reads.iter().all(|n| !n.starts_with("data/")), "no pack read: {reads:?}");
+    // A session marker, one round of five listings, the notices and history again
+    // before the commit (with the marker looked for), the snapshot and the
+    // marker's removal.
+    assert_eq!((c.head, c.delete), (1, 1), "{c:?}");
+    assert!(c.list <= 8, "{c:?}");
+    assert!(requests(&c) <= 12, "{c:?}");
+    assert!(c.rounds <= 5, "marker; listings; listings before the commit; snapshot; marker removed: {c:?}");
+}

@@ -61,6 +61,13 @@ pub struct CofferS3 {
     usage: Mutex<HashMap<String, u64>>,
 }
 
+/// A complete upload in a spool file.
+struct Spooled {
+    file: std::fs::File,
+    len: u64,
+    hash: blake3::Hash,
+}
+
 /// Who is asking: the key id and its level and quota.
 struct Caller {
     id: String,
@@ -204,16 +211,8 @@ impl CofferS3 {
 
     /// Verifies a complete upload of `len` bytes in `file` and stores it under
     /// `name`, following the rules for existing names.
-    async fn store(
-        &self,
-        c: &Caller,
-        name: String,
-        kind: ObjectKind,
-        mut file: std::fs::File,
-        len: u64,
-        hash: blake3::Hash,
-        if_none_match: bool,
-    ) -> S3Result<()> {
+    async fn store(&self, c: &Caller, name: String, kind: ObjectKind, up: Spooled, if_none_match: bool) -> S3Result<()> {
+        let Spooled { mut file, len, hash } = up;
         verify::check_hash(&name, names::content_id(kind, &name), &hash).map_err(refused)?;
         // Sealed objects are small (64 MiB at most): check their structure in memory.
         let body = if kind != ObjectKind::Pack {
@@ -306,7 +305,7 @@ impl S3 for CofferS3 {
         }
         let hash = hasher.finalize();
         let if_none_match = input.if_none_match.is_some();
-        self.store(&c, name, kind, file, len, hash, if_none_match).await?;
+        self.store(&c, name, kind, Spooled { file, len, hash }, if_none_match).await?;
         Ok(S3Response::new(PutObjectOutput { e_tag: Some(etag_of(&hash)), ..Default::default() }))
     }
 
@@ -424,7 +423,8 @@ impl S3 for CofferS3 {
         })
         .await?;
         self.check_size(&c, upload.kind, &input.key, len)?;
-        self.store(&c, input.key.clone(), upload.kind, file, len, hash, input.if_none_match.is_some()).await?;
+        let up = Spooled { file, len, hash };
+        self.store(&c, input.key.clone(), upload.kind, up, input.if_none_match.is_some()).await?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),

@@ -1,6 +1,7 @@
 //! The trash: where deletions made through the server go. An object deleted
 //! by a `prune` or `admin` key is copied to `trash/<seconds since the epoch>/<name>`
-//! in the same storage, then deleted; `trash/` is outside the namespace clients
+//! (the name's slashes written as `+`, so that every entry is two levels
+//! below `trash/`, as far as a local listing looks) in the same storage, then deleted; `trash/` is outside the namespace clients
 //! see (no request may name or list it). Entries older than the trash period
 //! are purged by the running server and by `coffer serve trash purge`;
 //! `coffer serve trash restore` puts entries back. See docs/design.md#server.
@@ -30,7 +31,7 @@ pub struct Entry {
 impl Entry {
     /// Where the entry is stored.
     pub fn stored_name(&self) -> String {
-        format!("{PREFIX}{}/{}", self.deleted, self.name)
+        format!("{PREFIX}{}/{}", self.deleted, self.name.replace('/', "+"))
     }
 }
 
@@ -78,7 +79,7 @@ pub fn list(be: &dyn Backend) -> BackendResult<Vec<Entry>> {
         .filter_map(|o| {
             let rest = o.name.strip_prefix(PREFIX)?;
             let (stamp, name) = rest.split_once('/')?;
-            Some(Entry { name: name.to_string(), deleted: stamp.parse().ok()?, size: o.size })
+            Some(Entry { name: name.replace('+', "/"), deleted: stamp.parse().ok()?, size: o.size })
         })
         .collect();
     out.sort_by(|a, b| (a.deleted, &a.name).cmp(&(b.deleted, &b.name)));
@@ -120,6 +121,11 @@ mod tests {
         let be = MemBackend::new();
         let spool = tempfile::tempdir().unwrap();
         be.write("index/aa", vec![7; 100]).unwrap();
+        be.write("data/aa/aa", vec![8; 10]).unwrap();
+        move_to_trash(&be, "data/aa/aa", 999, spool.path()).unwrap();
+        assert_eq!(be.list(PREFIX).unwrap()[0].name, "trash/999/data+aa+aa");
+        assert_eq!(list(&be).unwrap()[0].name, "data/aa/aa");
+        assert_eq!(purge(&be, 1000).unwrap(), 1);
         move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert!(be.stat("index/aa").is_err());
         let l = list(&be).unwrap();

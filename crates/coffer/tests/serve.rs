@@ -26,6 +26,8 @@ struct Server {
     state: PathBuf,
     cert: PathBuf,
     https: bool,
+    /// The server's stdout, kept open (it prints its address there).
+    _out: BufReader<std::process::ChildStdout>,
 }
 
 impl Drop for Server {
@@ -54,22 +56,19 @@ fn start(env: &Env, extra: &[&str]) -> Server {
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(env.path("serve.log")).unwrap())
         .spawn()
         .expect("start coffer serve");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
     let url = line
         .split_whitespace()
         .find(|w| w.starts_with("https://") || w.starts_with("http://"))
-        .unwrap_or_else(|| {
-            let mut err = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("no address in {line:?}; stderr: {err}")
-        });
+        .unwrap_or_else(|| panic!("no address in {line:?}: {}", std::fs::read_to_string(env.path("serve.log")).unwrap_or_default()));
     let https = url.starts_with("https://");
     let addr = url.split("://").nth(1).unwrap().to_string();
-    Server { child, addr, state: state.clone(), cert: state.join("cert.pem"), https }
+    Server { child, addr, state: state.clone(), cert: state.join("cert.pem"), https, _out: out }
 }
 
 /// Adds an access key; returns (id, secret).
@@ -322,7 +321,7 @@ fn a_malicious_client_changes_nothing() {
     assert!(resp.contains("EntityTooLarge") && resp.contains("limit"), "{resp}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     // A path with `..`.
-    let (status, resp) = raw_request(&http, &append, "PUT", &format!("/coffer/snapshots/../config"), 5, b"hello");
+    let (status, resp) = raw_request(&http, &append, "PUT", "/coffer/snapshots/../config", 5, b"hello");
     assert!((400..500).contains(&status), "{resp}");
     // A malformed request.
     let mut s = std::net::TcpStream::connect(&http.addr).unwrap();
@@ -443,4 +442,64 @@ fn append_nodata_cannot_read_packs() {
     std::fs::write(src.join("b"), random_bytes(1000, 2)).unwrap();
     let out = client(&env, &srv, &nodata).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap();
     eprintln!("second append-nodata backup: {:?}\n{}", out.status.code(), text(&out.stderr));
+}
+
+#[test]
+fn server_killed_mid_upload_leaves_no_partial_object() {
+    let env = Env::new();
+    let mut srv = start(&env, &[]);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("small"), random_bytes(1000, 9)).unwrap();
+    first_backup(&env, &srv, &append, &src);
+    std::fs::write(src.join("big"), random_bytes(40 << 20, 3)).unwrap();
+    let mut backup = client(&env, &srv, &append)
+        .args(["-q", "backup", src.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the server once the backup has stored a pack.
+    let packs = || files_under(&env.repo().join("data")).len();
+    let before = packs();
+    let t = std::time::Instant::now();
+    while packs() == before && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    let status = backup.wait().unwrap();
+    assert!(!status.success(), "the backup cannot finish without its server");
+    // Every stored object is whole: each content-named file hashes to its name.
+    for p in files_under(&env.repo()) {
+        let rel = p.strip_prefix(env.repo()).unwrap().to_str().unwrap().to_string();
+        if rel.starts_with("tmp/") || rel == "config" || rel.starts_with("sessions/") {
+            continue;
+        }
+        let name = p.file_name().unwrap().to_str().unwrap();
+        assert_eq!(blake3_hex(&std::fs::read(&p).unwrap()), name, "{rel} is partial");
+    }
+    // Restarted on the same address, the backup runs again and the repository checks clean.
+    let port = srv.addr.clone();
+    drop(srv);
+    let srv = start_at(&env, &port);
+    assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    assert_success(&client(&env, &srv, &append).args(["-q", "check", "--read-data"]).output().unwrap());
+}
+
+/// A server on a given address (a restart).
+fn start_at(env: &Env, addr: &str) -> Server {
+    let state = env.path("serve-state");
+    let mut child = serve_cmd(env, &state)
+        .args(["--listen", addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start coffer serve");
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains(addr), "{line}");
+    Server { child, addr: addr.to_string(), state: state.clone(), cert: state.join("cert.pem"), https: true, _out: out }
 }

@@ -90,7 +90,10 @@ impl Location {
             "coffer" => {
                 let (endpoint, name) = split_url(s, rest)?;
                 if name.contains('/') {
-                    return Err(bad(s, "a coffer server location names at most one repository: coffer:https://HOST[:PORT][/NAME]"));
+                    return Err(bad(
+                        s,
+                        "a coffer server location names at most one repository: coffer:https://HOST[:PORT][/NAME]",
+                    ));
                 }
                 let name = if name.is_empty() { "coffer".to_string() } else { check_name(s, "repository", &name)? };
                 Ok(Location::Server { endpoint, name })

@@ -123,8 +123,8 @@ impl Server {
         state::ensure_dir(&opts.state_dir)?;
         let spool = opts.state_dir.join("spool");
         state::ensure_dir(&spool)?;
-        let listener =
-            std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
+        let listener = std::net::TcpListener::bind(opts.listen)
+            .map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         listener.set_nonblocking(true).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         Ok(Server { listener, opts, backend })
     }

@@ -28,6 +28,10 @@ const PREFIXED: [ObjectKind; 8] = [
     ObjectKind::Layout,
 ];
 
+/// Every directory of the layout, for listing the whole bucket.
+pub const DIRECTORIES: [&str; 9] =
+    ["keys/", "data/", "index/", "snapshots/", "tombstones/", "writers/", "sessions/", "prune/", "layout/"];
+
 fn is_id(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

@@ -127,9 +127,9 @@ impl CofferS3 {
             return Err(s3_error!(AccessDenied, "anonymous requests are refused: sign with an access key"));
         };
         let keys = self.keys.get().map_err(|e| s3_error!(InternalError, "{e}"))?;
-        let key = keys
-            .by_id(&cred.access_key)
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId, "access key {} is not known to this server", cred.access_key))?;
+        let key = keys.by_id(&cred.access_key).ok_or_else(|| {
+            s3_error!(InvalidAccessKeyId, "access key {} is not known to this server", cred.access_key)
+        })?;
         Ok(Caller { id: key.id.clone(), name: key.name.clone(), level: key.level, quota: key.quota })
     }
 
@@ -201,7 +201,10 @@ impl CofferS3 {
             let piece: Bytes = piece.map_err(|e| s3_error!(IncompleteBody, "{name}: the body broke off: {e}"))?;
             n += piece.len() as u64;
             if n > limit {
-                return Err(s3_error!(EntityTooLarge, "{name}: the body is longer than announced or allowed ({limit} bytes)"));
+                return Err(s3_error!(
+                    EntityTooLarge,
+                    "{name}: the body is longer than announced or allowed ({limit} bytes)"
+                ));
             }
             hasher.update(&piece);
             file.write_all(&piece).map_err(spool_err)?;
@@ -211,7 +214,14 @@ impl CofferS3 {
 
     /// Verifies a complete upload of `len` bytes in `file` and stores it under
     /// `name`, following the rules for existing names.
-    async fn store(&self, c: &Caller, name: String, kind: ObjectKind, up: Spooled, if_none_match: bool) -> S3Result<()> {
+    async fn store(
+        &self,
+        c: &Caller,
+        name: String,
+        kind: ObjectKind,
+        up: Spooled,
+        if_none_match: bool,
+    ) -> S3Result<()> {
         let Spooled { mut file, len, hash } = up;
         verify::check_hash(&name, names::content_id(kind, &name), &hash).map_err(refused)?;
         // Sealed objects are small (64 MiB at most): check their structure in memory.
@@ -457,7 +467,8 @@ impl S3 for CofferS3 {
         let size = blocking(move || be.stat(&n).map_err(backend_error)).await?;
         let (start, end) = match &input.range {
             Some(r) => {
-                let r = r.check(size).map_err(|_| s3_error!(InvalidRange, "{name}: the range is outside the object"))?;
+                let r =
+                    r.check(size).map_err(|_| s3_error!(InvalidRange, "{name}: the range is outside the object"))?;
                 (r.start, r.end)
             }
             None => (0, size),
@@ -533,10 +544,7 @@ impl S3 for CofferS3 {
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
-    async fn list_objects_v2(
-        &self,
-        req: S3Request<ListObjectsV2Input>,
-    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
         let _c = self.caller(&req)?;
         let input = req.input;
         self.bucket(&input.bucket)?;
@@ -549,7 +557,23 @@ impl S3 for CofferS3 {
             None => String::new(),
         };
         let be = self.backend.clone();
-        let mut all = blocking(move || be.list(&dir).map_err(backend_error)).await?;
+        let mut all = blocking(move || {
+            if !dir.is_empty() {
+                return be.list(&dir).map_err(backend_error);
+            }
+            // The whole bucket: every directory of the layout, and `config`.
+            let mut all = Vec::new();
+            for d in names::DIRECTORIES {
+                all.extend(be.list(d).map_err(backend_error)?);
+            }
+            match be.stat("config") {
+                Ok(size) => all.push(coffer_backend::ObjectInfo { name: "config".into(), size }),
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => return Err(backend_error(e)),
+            }
+            Ok(all)
+        })
+        .await?;
         all.retain(|o| o.name.starts_with(&prefix) && names::classify(&o.name).is_ok());
         all.sort_by(|a, b| a.name.cmp(&b.name));
         let after = input.continuation_token.clone().or(input.start_after.clone()).unwrap_or_default();

@@ -62,10 +62,8 @@ pub fn read_json<T: DeserializeOwned + Default>(path: &Path) -> Result<T, Server
 
 /// Writes a JSON file atomically with mode 0600.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ServerError> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| ServerError::Corrupt {
-        path: path.to_path_buf(),
-        reason: format!("cannot encode: {e}"),
-    })?;
+    let mut bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| ServerError::Corrupt { path: path.to_path_buf(), reason: format!("cannot encode: {e}") })?;
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
@@ -84,7 +82,8 @@ impl<T: DeserializeOwned + Default> Watched<T> {
 
     /// The current content.
     pub fn get(&self) -> Result<Arc<T>, ServerError> {
-        let stamp = std::fs::metadata(&self.path).ok().map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        let stamp =
+            std::fs::metadata(&self.path).ok().map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
         let mut c = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         if c.0 != stamp || stamp.is_none() {
             c.1 = Arc::new(read_json(&self.path)?);

@@ -44,7 +44,8 @@ pub fn now() -> u64 {
 /// large as a pack, so they are never held in memory whole).
 pub fn copy(be: &dyn Backend, from: &str, to: &str, spool: &std::path::Path) -> BackendResult<u64> {
     let size = be.stat(from)?;
-    let io = |e: std::io::Error| BackendError::new(coffer_backend::ErrorKind::Permanent, to, format!("spool file: {e}"));
+    let io =
+        |e: std::io::Error| BackendError::new(coffer_backend::ErrorKind::Permanent, to, format!("spool file: {e}"));
     let mut file = tempfile::tempfile_in(spool).map_err(io)?;
     let mut offset = 0;
     while offset < size {
@@ -100,11 +101,11 @@ pub fn restore(be: &dyn Backend, entry: &Entry, spool: &std::path::Path) -> Back
     Ok(true)
 }
 
-/// Deletes the entries deleted before `before` (seconds since the epoch);
+/// Deletes the entries deleted at or before `before` (seconds since the epoch);
 /// returns how many.
 pub fn purge(be: &dyn Backend, before: u64) -> BackendResult<usize> {
     let mut n = 0;
-    for e in list(be)?.into_iter().filter(|e| e.deleted < before) {
+    for e in list(be)?.into_iter().filter(|e| e.deleted <= before) {
         be.delete(&e.stored_name())?;
         n += 1;
     }
@@ -135,6 +136,8 @@ mod tests {
         assert!(list(&be).unwrap().is_empty());
         move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert_eq!(purge(&be, 999).unwrap(), 0);
+        assert_eq!(purge(&be, 1000).unwrap(), 1);
+        move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert_eq!(purge(&be, 1001).unwrap(), 1);
         assert!(list(&be).unwrap().is_empty());
         // Moving what is not there is no error.

@@ -85,7 +85,11 @@ pub fn check_structure(name: &str, kind: ObjectKind, body: &[u8], allow: &AllowL
         body
     };
     if sealed.len() < envelope::OVERHEAD {
-        return refuse(format!("{} bytes is shorter than a sealed object ({} bytes)", sealed.len(), envelope::OVERHEAD));
+        return refuse(format!(
+            "{} bytes is shorter than a sealed object ({} bytes)",
+            sealed.len(),
+            envelope::OVERHEAD
+        ));
     }
     if &sealed[..6] != envelope::MAGIC || sealed[6] != envelope::VERSION {
         return refuse("does not start with coffer's version 2 envelope header".into());
@@ -126,7 +130,9 @@ mod tests {
         // Unknown writer, unsigned, forged, wrong kind, garbage.
         let e = check_structure("s", ObjectKind::Snapshot, &good, &AllowList::default()).unwrap_err();
         assert!(e.reason.contains(&k.public().to_hex()), "{e}");
-        assert!(check_structure("s", ObjectKind::Snapshot, &sealed(3), &allow(&k)).unwrap_err().reason.contains("unsigned"));
+        assert!(
+            check_structure("s", ObjectKind::Snapshot, &sealed(3), &allow(&k)).unwrap_err().reason.contains("unsigned")
+        );
         let mut forged = good.clone();
         forged[20] ^= 1;
         assert!(check_structure("s", ObjectKind::Snapshot, &forged, &allow(&k)).unwrap_err().reason.contains("verify"));

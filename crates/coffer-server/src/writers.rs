@@ -50,7 +50,9 @@ pub fn allow(dir: &Path, hex: &str, note: &str) -> Result<bool, ServerError> {
         ServerError::Invalid(format!("{hex:?} is not a public key: give the 64 hex digits `coffer writers` prints"))
     })?;
     if key.is_weak() {
-        return Err(ServerError::Invalid(format!("{hex} is a weak key (small order or non-canonical) and verifies nothing")));
+        return Err(ServerError::Invalid(format!(
+            "{hex} is a weak key (small order or non-canonical) and verifies nothing"
+        )));
     }
     let mut list: AllowList = state::read_json(&path(dir))?;
     if list.contains(&key) {

@@ -194,7 +194,10 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
     let addr = server.local_addr();
     let scheme = if identity.is_some() { "https" } else { "http" };
     if keys::list(&dir)?.is_empty() {
-        eprintln!("warning: no access keys yet: add one with `coffer serve --state-dir {} key add NAME --level append`", dir.display());
+        eprintln!(
+            "warning: no access keys yet: add one with `coffer serve --state-dir {} key add NAME --level append`",
+            dir.display()
+        );
     }
     if global.json {
         output::json(&json!({
@@ -204,7 +207,10 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
             "sha256": identity.as_ref().map(|i| i.fingerprint.clone()),
         }));
     } else {
-        println!("coffer serve: listening on {scheme}://{addr} (clients: --repo coffer:{scheme}://{addr}/{})", args.name);
+        println!(
+            "coffer serve: listening on {scheme}://{addr} (clients: --repo coffer:{scheme}://{addr}/{})",
+            args.name
+        );
         println!("storage: {loc}");
         if let Some(i) = &identity {
             let new = if i.generated { " (generated now)" } else { "" };
@@ -224,7 +230,9 @@ fn key(global: &GlobalArgs, dir: &std::path::Path, cmd: &KeyCommand) -> Result<u
         KeyCommand::Add { name, level, quota } => {
             let k = keys::add(dir, name, *level, *quota)?;
             if global.json {
-                output::json(&json!({"type": "access_key", "name": k.name, "id": k.id, "secret": k.secret, "level": k.level.name(), "quota": k.quota}));
+                output::json(
+                    &json!({"type": "access_key", "name": k.name, "id": k.id, "secret": k.secret, "level": k.level.name(), "quota": k.quota}),
+                );
             } else {
                 println!("access key {:?} added, level {}; the secret is shown only now:", k.name, k.level.name());
                 println!("COFFER_SERVER_KEY_ID={}", k.id);
@@ -305,7 +313,14 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
                 output::json(&serde_json::Value::Array(list));
             } else {
                 for e in &all {
-                    println!("{} {:>12}  {}", output::time(&jiff::Timestamp::from_second(e.deleted as i64).map(|t| t.to_string()).unwrap_or_default()), e.size, e.name);
+                    println!(
+                        "{} {:>12}  {}",
+                        output::time(
+                            &jiff::Timestamp::from_second(e.deleted as i64).map(|t| t.to_string()).unwrap_or_default()
+                        ),
+                        e.size,
+                        e.name
+                    );
                 }
             }
         }
@@ -326,7 +341,10 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
                 }
             }
             if !found {
-                bail!("{} is not in the trash: `coffer serve trash list` shows what is", name.as_deref().unwrap_or("nothing"));
+                bail!(
+                    "{} is not in the trash: `coffer serve trash list` shows what is",
+                    name.as_deref().unwrap_or("nothing")
+                );
             }
             if !global.quiet {
                 println!("{restored} object(s) restored");

@@ -587,15 +587,15 @@ impl S3 for CofferS3 {
                 truncated = true;
                 break;
             }
-            if let Some(d) = input.delimiter.as_deref().filter(|d| !d.is_empty()) {
-                if let Some(i) = o.name[prefix.len()..].find(d) {
-                    let p = o.name[..prefix.len() + i + d.len()].to_string();
-                    if prefixes.last() != Some(&p) {
-                        prefixes.push(p);
-                    }
-                    last = Some(o.name.clone());
-                    continue;
+            if let Some(d) = input.delimiter.as_deref().filter(|d| !d.is_empty())
+                && let Some(i) = o.name[prefix.len()..].find(d)
+            {
+                let p = o.name[..prefix.len() + i + d.len()].to_string();
+                if prefixes.last() != Some(&p) {
+                    prefixes.push(p);
                 }
+                last = Some(o.name.clone());
+                continue;
             }
             last = Some(o.name.clone());
             contents.push(Object {

@@ -68,10 +68,13 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ServerErro
     write_atomic(path, &bytes)
 }
 
+/// A file's modification time and size, to notice changes.
+type Stamp = Option<(SystemTime, u64)>;
+
 /// A JSON file kept in memory and re-read when it changes on disk.
 pub struct Watched<T> {
     path: PathBuf,
-    cached: Mutex<(Option<(SystemTime, u64)>, Arc<T>)>,
+    cached: Mutex<(Stamp, Arc<T>)>,
 }
 
 impl<T: DeserializeOwned + Default> Watched<T> {

@@ -127,6 +127,7 @@ mod tests {
         assert_eq!(be.list(PREFIX).unwrap()[0].name, "trash/999/data+aa+aa");
         assert_eq!(list(&be).unwrap()[0].name, "data/aa/aa");
         assert_eq!(purge(&be, 1000).unwrap(), 1);
+        be.write("index/aa", vec![7; 100]).unwrap();
         move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert!(be.stat("index/aa").is_err());
         let l = list(&be).unwrap();
@@ -137,6 +138,7 @@ mod tests {
         move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert_eq!(purge(&be, 999).unwrap(), 0);
         assert_eq!(purge(&be, 1000).unwrap(), 1);
+        be.write("index/aa", vec![7; 100]).unwrap();
         move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert_eq!(purge(&be, 1001).unwrap(), 1);
         assert!(list(&be).unwrap().is_empty());

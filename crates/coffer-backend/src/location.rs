@@ -29,6 +29,10 @@ pub enum Location {
     B2 { bucket: String, prefix: String },
     /// An OpenStack Swift container.
     Swift { container: String, prefix: String },
+    /// A `coffer serve` server: its S3 endpoint (`https://host:port`) and the
+    /// repository's name there (the bucket), `coffer` unless given
+    /// (docs/design.md#server).
+    Server { endpoint: String, name: String },
 }
 
 /// The forms `--repo` accepts, for error messages and help.
@@ -36,7 +40,8 @@ pub const ACCEPTED_FORMS: &str = "a local directory (/path, ./path or local:PATH
      s3:https://HOST[:PORT]/BUCKET[/PREFIX], s3:http://HOST[:PORT]/BUCKET[/PREFIX], \
      s3:HOST[:PORT]/BUCKET[/PREFIX] (https), s3://BUCKET[/PREFIX] (AWS, region from AWS_REGION), \
      sftp:[USER@]HOST:/PATH, sftp://[USER@]HOST[:PORT]/PATH, webdav:https://HOST[:PORT]/PATH, \
-     azure:CONTAINER[:/PREFIX], gs:BUCKET[:/PREFIX], b2:BUCKET[:/PREFIX], swift:CONTAINER[:/PREFIX]";
+     azure:CONTAINER[:/PREFIX], gs:BUCKET[:/PREFIX], b2:BUCKET[:/PREFIX], swift:CONTAINER[:/PREFIX], \
+     coffer:https://HOST[:PORT][/NAME] (a coffer server)";
 
 /// A location string that is not one coffer can use.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +87,17 @@ impl Location {
             "gs" => bucket_form(s, rest).map(|(bucket, prefix)| Location::Gcs { bucket, prefix }),
             "b2" => bucket_form(s, rest).map(|(bucket, prefix)| Location::B2 { bucket, prefix }),
             "swift" => bucket_form(s, rest).map(|(container, prefix)| Location::Swift { container, prefix }),
+            "coffer" => {
+                let (endpoint, name) = split_url(s, rest)?;
+                if name.contains('/') {
+                    return Err(bad(
+                        s,
+                        "a coffer server location names at most one repository: coffer:https://HOST[:PORT][/NAME]",
+                    ));
+                }
+                let name = if name.is_empty() { "coffer".to_string() } else { check_name(s, "repository", &name)? };
+                Ok(Location::Server { endpoint, name })
+            }
             other => Err(bad(
                 s,
                 format!(
@@ -125,6 +141,7 @@ impl fmt::Display for Location {
             Location::Gcs { bucket, prefix } => write!(f, "gs:{bucket}:/{prefix}"),
             Location::B2 { bucket, prefix } => write!(f, "b2:{bucket}:/{prefix}"),
             Location::Swift { container, prefix } => write!(f, "swift:{container}:/{prefix}"),
+            Location::Server { endpoint, name } => write!(f, "coffer:{endpoint}/{name}"),
         }
     }
 }
@@ -368,6 +385,19 @@ mod tests {
             let e = Location::parse(s).unwrap_err().to_string();
             assert!(e.contains(&format!("{s:?}")), "{e}");
             assert!(e.contains("accepted forms") && e.contains("s3:https://"), "{e}");
+        }
+    }
+
+    #[test]
+    fn server_forms() {
+        let srv = |e: &str, n: &str| Location::Server { endpoint: e.into(), name: n.into() };
+        assert_eq!(Location::parse("coffer:https://h:8443").unwrap(), srv("https://h:8443", "coffer"));
+        assert_eq!(Location::parse("coffer:https://h:8443/").unwrap(), srv("https://h:8443", "coffer"));
+        assert_eq!(Location::parse("coffer:https://h/home").unwrap(), srv("https://h", "home"));
+        assert_eq!(Location::parse("coffer:http://127.0.0.1:1/x").unwrap(), srv("http://127.0.0.1:1", "x"));
+        assert_eq!(Location::parse("coffer:https://h:1/x").unwrap().to_string(), "coffer:https://h:1/x");
+        for bad in ["coffer:h:1", "coffer:https://h/a/b", "coffer:https://u:p@h/x", "coffer:ftp://h"] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
         }
     }
 }

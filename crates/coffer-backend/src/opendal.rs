@@ -55,6 +55,9 @@ pub const CREDENTIAL_VARIABLES: &[&str] = &[
     "COFFER_WEBDAV_USERNAME",
     "COFFER_WEBDAV_PASSWORD",
     "COFFER_SFTP_KEY",
+    "COFFER_SERVER_KEY_ID",
+    "COFFER_SERVER_SECRET",
+    "COFFER_SERVER_ALLOW_HTTP",
 ];
 
 /// How to reach a remote location, as the binary gathered it.
@@ -335,6 +338,26 @@ impl OpendalBackend {
                     .application_key_id(need("B2_ACCOUNT_ID", "the B2 application key id")?)
                     .application_key(need("B2_ACCOUNT_KEY", "the B2 application key")?)
                     .root(&format!("/{prefix}"));
+                Operator::new(b).map_err(|e| err(&loc, e))?
+            }
+            Location::Server { endpoint, name } => {
+                if endpoint.starts_with("http://") && var("COFFER_SERVER_ALLOW_HTTP") != Some("1") {
+                    return Err(config_err(
+                        &loc,
+                        "coffer:http:// sends credentials and data unencrypted: use https, or set \
+                         COFFER_SERVER_ALLOW_HTTP=1 when a trusted network or proxy carries it",
+                    ));
+                }
+                // The server checks SigV4 with the key's secret; the region is not checked.
+                let b = opendal::services::S3::default()
+                    .endpoint(endpoint)
+                    .bucket(name)
+                    .root("/")
+                    .region("us-east-1")
+                    .disable_ec2_metadata()
+                    .disable_config_load()
+                    .access_key_id(need("COFFER_SERVER_KEY_ID", "the access key id `coffer serve key add` printed")?)
+                    .secret_access_key(need("COFFER_SERVER_SECRET", "the secret `coffer serve key add` printed")?);
                 Operator::new(b).map_err(|e| err(&loc, e))?
             }
             Location::Swift { container, prefix } => {

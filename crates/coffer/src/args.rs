@@ -193,6 +193,10 @@ pub enum Command {
     Find(FindArgs),
     /// List the local caches of repositories (size, last use), or remove old ones.
     Cache(CacheArgs),
+    /// Serve the repository at --repo to coffer clients (coffer:https://HOST:PORT), with
+    /// access keys per client (append, append-nodata, read, prune, admin) and checked uploads.
+    #[command(after_help = EXIT_CODES)]
+    Serve(crate::cmd::serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]

@@ -202,6 +202,7 @@ fn main() -> ExitCode {
         Command::Cache(a) => cmd::cache::run(&cli.global, a),
         Command::Backend(a) => cmd::backend::run(&cli.global, a),
         Command::Rebalance => cmd::backend::rebalance(&cli.global),
+        Command::Serve(a) => cmd::serve::run(&cli.global, a),
     };
     replicas::report_short(&cli.global);
     if cli.global.verbose > 0 {

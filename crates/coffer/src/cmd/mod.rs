@@ -23,6 +23,7 @@ pub mod prove;
 pub mod prune;
 pub mod repair;
 pub mod restore;
+pub mod serve;
 pub mod snapshots;
 pub mod stats;
 pub mod tag;

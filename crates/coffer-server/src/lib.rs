@@ -1,0 +1,214 @@
+//! coffer-server: a repository server that holds no data keys.
+//!
+//! # Brief overview
+//!
+//! `coffer serve` puts this crate in front of any coffer storage (a local
+//! directory, S3, several backends). Clients reach it with coffer's own S3
+//! backend (`--repo coffer:https://HOST:PORT`), so the data plane is plain S3
+//! (served by the `s3s` crate over hyper and rustls), and generic S3 tools can
+//! read what it stores. What the server adds over a bucket:
+//!
+//! - **access levels per key** ([`keys::Level`]): `append` clients add objects
+//!   and cannot delete or replace anything but their own session markers;
+//!   `append-nodata` cannot read packs either; `read` only reads; `prune`
+//!   deletes into a [`trash`] kept for a number of days; `admin` does anything;
+//! - **verified uploads** ([`verify`]): names are checked against the layout
+//!   ([`names`]) and the content hash, sizes against the design's limits before
+//!   the body is read, and snapshots and tombstones must be signed by a writer
+//!   on the server's allow-list ([`writers`]);
+//! - **TLS** with a generated self-signed certificate ([`tls`]).
+//!
+//! The crate never prints and never reads the environment: the binary passes
+//! every option. Specification: docs/design.md#server.
+
+#![deny(missing_docs)]
+
+pub mod keys;
+pub mod names;
+pub mod service;
+pub mod state;
+pub mod tls;
+pub mod trash;
+pub mod verify;
+pub mod writers;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use coffer_backend::Backend;
+use hyper_util::rt::{TokioIo, TokioTimer};
+
+pub use keys::Level;
+
+/// What can go wrong in the server's own files and setup.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A local file or directory could not be used.
+    #[error("{path}: {what}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// A state file does not parse.
+    #[error("{path}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Input that cannot be used (a key name, a public key).
+    #[error("{0}")]
+    Invalid(String),
+    /// The certificate or key.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The listening socket.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The system's error.
+        source: std::io::Error,
+    },
+}
+
+impl ServerError {
+    pub(crate) fn io(path: &Path, what: &'static str, source: std::io::Error) -> Self {
+        ServerError::Io { path: path.to_path_buf(), what, source }
+    }
+}
+
+/// The default bucket name clients use (`coffer:https://HOST:PORT` with no name).
+pub const DEFAULT_BUCKET: &str = "coffer";
+
+/// How a server runs; the binary fills it from its options.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// The address to listen on (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The state directory (keys, allow-list, certificate, spool files).
+    pub state_dir: PathBuf,
+    /// TLS; `None` serves plain HTTP (behind a TLS-terminating proxy).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The bucket name the repository is served under.
+    pub bucket: String,
+    /// The longest a connection may take to send a request's headers (and to
+    /// finish its TLS handshake).
+    pub header_timeout: Duration,
+    /// The longest wait for the next piece of a request body.
+    pub body_timeout: Duration,
+    /// Days deleted objects stay in the trash.
+    pub trash_days: u64,
+    /// Connections served at once; more wait in the kernel's backlog.
+    pub max_connections: usize,
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: std::net::TcpListener,
+    opts: ServeOptions,
+    backend: Arc<dyn Backend>,
+}
+
+impl Server {
+    /// Binds the listening socket and prepares the state directory.
+    pub fn bind(opts: ServeOptions, backend: Arc<dyn Backend>) -> Result<Server, ServerError> {
+        state::ensure_dir(&opts.state_dir)?;
+        let spool = opts.state_dir.join("spool");
+        state::ensure_dir(&spool)?;
+        let listener = std::net::TcpListener::bind(opts.listen)
+            .map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
+        listener.set_nonblocking(true).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
+        Ok(Server { listener, opts, backend })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.opts.listen)
+    }
+
+    /// Serves until the process ends. Runs its own Tokio runtime; the backend's
+    /// blocking calls run on its blocking pool.
+    pub fn run(self) -> Result<(), ServerError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("coffer-serve")
+            .build()
+            .map_err(|e| ServerError::io(&self.opts.state_dir, "cannot start the runtime", e))?;
+        rt.block_on(self.serve())
+    }
+
+    async fn serve(self) -> Result<(), ServerError> {
+        let Server { listener, opts, backend } = self;
+        let addr = opts.listen;
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
+        let s3 = service::CofferS3::new(
+            backend.clone(),
+            &opts.state_dir,
+            service::ServiceOptions {
+                bucket: opts.bucket.clone(),
+                spool: opts.state_dir.join("spool"),
+                body_timeout: opts.body_timeout,
+            },
+        );
+        let keys = s3.keys();
+        let mut builder = s3s::service::S3ServiceBuilder::new(s3);
+        builder.set_auth(service::KeyAuth(keys));
+        let svc = builder.build();
+        // Purge the trash at start and then hourly.
+        let be = backend.clone();
+        let days = opts.trash_days;
+        tokio::spawn(async move {
+            loop {
+                let be = be.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    trash::purge(be.as_ref(), trash::now().saturating_sub(days.saturating_mul(86_400)))
+                })
+                .await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
+        let acceptor = opts.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+        let slots = Arc::new(tokio::sync::Semaphore::new(opts.max_connections.max(1)));
+        loop {
+            let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+            let (tcp, _) = match listener.accept().await {
+                Ok(c) => c,
+                // Out of descriptors and the like: wait and go on serving.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let svc = svc.clone();
+            let acceptor = acceptor.clone();
+            let header_timeout = opts.header_timeout;
+            tokio::spawn(async move {
+                let _permit = permit;
+                let http = {
+                    let mut b = hyper::server::conn::http1::Builder::new();
+                    b.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+                    b
+                };
+                match acceptor {
+                    Some(a) => {
+                        let Ok(Ok(tls)) = tokio::time::timeout(header_timeout, a.accept(tcp)).await else { return };
+                        let _ = http.serve_connection(TokioIo::new(tls), svc).await;
+                    }
+                    None => {
+                        let _ = http.serve_connection(TokioIo::new(tcp), svc).await;
+                    }
+                }
+            });
+        }
+    }
+}

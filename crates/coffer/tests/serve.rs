@@ -1,0 +1,513 @@
+//! `coffer serve` (docs/design.md#server): a repository served over HTTPS to
+//! clients using `--repo coffer:https://HOST:PORT`, with access keys per level.
+//! The real binary runs as server (`--listen 127.0.0.1:0`, a temporary state
+//! directory, a generated certificate that clients trust with `--cacert`) and
+//! as client: a backup, restore and check round trip; refusals by level; and
+//! a malicious client (forged and unsigned snapshots, overwrites, deletes
+//! without the prune level, oversized and malformed requests, names outside the
+//! layout, a slowloris connection) that changes nothing stored.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use coffer_backend::{Backend, Location, OpendalBackend, RemoteOptions};
+use common::remote::make_tree;
+use common::*;
+
+/// A running `coffer serve`, killed on drop.
+struct Server {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    addr: String,
+    state: PathBuf,
+    cert: PathBuf,
+    https: bool,
+    /// The server's stdout, kept open (it prints its address there).
+    _out: BufReader<std::process::ChildStdout>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                eprintln!("the server had exited: {status}");
+            }
+            if let Some(log) = self.state.parent().map(|d| d.join("serve.log")) {
+                eprintln!("server log: {}", std::fs::read_to_string(log).unwrap_or_default());
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_cmd(env: &Env, state: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_coffer"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.path("home"))
+        .env("COFFER_REPOSITORY", env.repo())
+        .arg("serve")
+        .arg("--state-dir")
+        .arg(state);
+    c
+}
+
+/// Starts a server for `env`'s repository; reads the port from its first line.
+fn start(env: &Env, extra: &[&str]) -> Server {
+    let state = env.path("serve-state");
+    let mut child = serve_cmd(env, &state)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(env.path("serve.log")).unwrap())
+        .spawn()
+        .expect("start coffer serve");
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    let url =
+        line.split_whitespace().find(|w| w.starts_with("https://") || w.starts_with("http://")).unwrap_or_else(|| {
+            panic!("no address in {line:?}: {}", std::fs::read_to_string(env.path("serve.log")).unwrap_or_default())
+        });
+    let https = url.starts_with("https://");
+    let addr = url.split("://").nth(1).unwrap().to_string();
+    Server { child, addr, state: state.clone(), cert: state.join("cert.pem"), https, _out: out }
+}
+
+/// Adds an access key; returns (id, secret).
+fn add_key(env: &Env, srv: &Server, name: &str, level: &str) -> (String, String) {
+    let out = serve_cmd(env, &srv.state).args(["--json", "key", "add", name, "--level", level]).output().unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["id"].as_str().unwrap().to_string(), v["secret"].as_str().unwrap().to_string())
+}
+
+/// The client command for `env`'s repository through `srv` with `key`.
+fn client(env: &Env, srv: &Server, key: &(String, String)) -> Command {
+    let mut c = env.cmd();
+    let scheme = if srv.https { "https" } else { "http" };
+    c.env("COFFER_REPOSITORY", format!("coffer:{scheme}://{}", srv.addr))
+        .env("COFFER_SERVER_KEY_ID", &key.0)
+        .env("COFFER_SERVER_SECRET", &key.1)
+        .env("COFFER_CACERT", &srv.cert)
+        .env("COFFER_SERVER_ALLOW_HTTP", "1")
+        .env("COFFER_RETRY_BASE_MS", "5");
+    c
+}
+
+/// A raw S3 view of the server with `key` (coffer's own OpenDAL backend).
+fn raw(srv: &Server, key: &(String, String)) -> OpendalBackend {
+    let scheme = if srv.https { "https" } else { "http" };
+    let loc = Location::Server { endpoint: format!("{scheme}://{}", srv.addr), name: "coffer".into() };
+    let mut opts = RemoteOptions::default();
+    opts.vars.insert("COFFER_SERVER_KEY_ID".into(), key.0.clone());
+    opts.vars.insert("COFFER_SERVER_SECRET".into(), key.1.clone());
+    opts.vars.insert("COFFER_SERVER_ALLOW_HTTP".into(), "1".into());
+    opts.cacert = std::fs::read(&srv.cert).ok();
+    opts.timeout = Duration::from_secs(20);
+    OpendalBackend::open(&loc, &opts).expect("open the server as S3")
+}
+
+/// This client's writer key for `env`'s repository, as `coffer writers` prints it.
+fn own_writer(env: &Env) -> String {
+    let v = env.json(&["writers"]);
+    v.as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["this_client"] == true)
+        .and_then(|w| w["public_key"].as_str())
+        .expect("this client's writer")
+        .to_string()
+}
+
+/// Every file of the repository with its content, to show nothing changed.
+fn repo_state(env: &Env) -> Vec<(PathBuf, Vec<u8>)> {
+    files_under(&env.repo())
+        .into_iter()
+        .filter(|p| !p.starts_with(env.repo().join("tmp")))
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect()
+}
+
+/// Backs up through the server until the writer is allowed: the first attempt
+/// is refused naming the writer key, which the admin then allows.
+fn first_backup(env: &Env, srv: &Server, key: &(String, String), src: &Path) -> String {
+    let out = client(env, srv, key).args(["backup", src.to_str().unwrap()]).output().unwrap();
+    let err = assert_code(&out, 23);
+    let writer = own_writer(env);
+    assert!(err.contains("allow-list") && err.contains(&writer), "{err}");
+    let out = serve_cmd(env, &srv.state).args(["writer", "allow", &writer, "--note", "test"]).output().unwrap();
+    assert_success(&out);
+    let out = client(env, srv, key).args(["--json", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["snapshot_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn round_trip_through_the_server() {
+    let env = Env::new();
+    let srv = start(&env, &[]);
+    assert!(srv.https && srv.cert.exists());
+    let append = add_key(&env, &srv, "laptop", "append");
+    let read = add_key(&env, &srv, "restorer", "read");
+
+    let src = env.path("src");
+    make_tree(&src);
+    let id = first_backup(&env, &srv, &append, &src);
+    // A second backup through the server, after a change.
+    std::fs::write(src.join("f3"), random_bytes(70_000, 4242)).unwrap();
+    let out = client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+
+    // Restore and check with the read key.
+    let target = env.path("out");
+    let out =
+        client(&env, &srv, &read).args(["-q", "restore", &id, "--target", target.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    let out = client(&env, &srv, &read)
+        .args(["-q", "restore", "latest", "--target", env.path("out2").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    assert_same_tree(&src, &env.path("out2").join(src.strip_prefix("/").unwrap()));
+    let out = client(&env, &srv, &read).args(["-q", "check", "--read-data"]).output().unwrap();
+    assert_success(&out);
+    // The same repository read directly agrees.
+    assert_success(&env.run(&["-q", "check", "--read-data"]));
+    let snaps = env.json(&["snapshots"]);
+    assert_eq!(snaps.as_array().map(Vec::len), Some(2), "{snaps}");
+
+    // A read key cannot back up; the error names the level.
+    let before = repo_state(&env);
+    let out = client(&env, &srv, &read).args(["backup", src.to_str().unwrap()]).output().unwrap();
+    let err = assert_code(&out, 23);
+    assert!(err.contains("level is read"), "{err}");
+    assert_eq!(repo_state(&env).len(), before.len());
+
+    // An unknown key is refused.
+    let out = client(&env, &srv, &("CFNOPE".into(), "x".into())).args(["snapshots"]).output().unwrap();
+    assert_code(&out, 23);
+
+    // Keys are listed without secrets.
+    let out = serve_cmd(&env, &srv.state).args(["--json", "key", "list"]).output().unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert!(!text(&out.stdout).contains(&append.1));
+    assert_eq!(v[0]["level"], "append");
+}
+
+/// A request signed with SigV4 (unsigned payload), sent over plain TCP to a
+/// server started with `--insecure-http`, announcing `length` bytes and sending
+/// `body`; returns the status and the whole response as text.
+fn raw_request(
+    srv: &Server,
+    key: &(String, String),
+    method: &str,
+    path: &str,
+    length: u64,
+    body: &[u8],
+) -> (u16, String) {
+    use ring::{digest, hmac};
+    let now = jiff::Timestamp::now();
+    let date = now.strftime("%Y%m%dT%H%M%SZ").to_string();
+    let day = &date[..8];
+    let canonical = format!(
+        "{method}\n{path}\n\nhost:{}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{date}\n\n\
+         host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD",
+        srv.addr
+    );
+    let scope = format!("{day}/us-east-1/s3/aws4_request");
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
+        hex(digest::digest(&digest::SHA256, canonical.as_bytes()).as_ref())
+    );
+    let mac = |k: &[u8], m: &str| hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, k), m.as_bytes()).as_ref().to_vec();
+    let k = mac(format!("AWS4{}", key.1).as_bytes(), day);
+    let k = mac(&mac(&mac(&k, "us-east-1"), "s3"), "aws4_request");
+    let sig = hex(&mac(&k, &to_sign));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nx-amz-date: {date}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, \
+         Signature={sig}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n",
+        srv.addr, key.0
+    );
+    let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    let resp = text(&resp);
+    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, resp)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn blake3_hex(b: &[u8]) -> String {
+    blake3::hash(b).to_hex().to_string()
+}
+
+/// The first object stored under `prefix` in the local repository: (name, bytes).
+fn first_object(env: &Env, prefix: &str) -> (String, Vec<u8>) {
+    let p = files_under(&env.repo().join(prefix)).into_iter().next().expect("an object");
+    let name = p.strip_prefix(env.repo()).unwrap().to_str().unwrap().to_string();
+    (name, std::fs::read(&p).unwrap())
+}
+
+#[test]
+fn a_malicious_client_changes_nothing() {
+    let env = Env::new();
+    let srv = start(&env, &["--request-timeout", "2"]);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(300_000, 1)).unwrap();
+    first_backup(&env, &srv, &append, &src);
+    let before = repo_state(&env);
+    let be = raw(&srv, &append);
+    let refused = |name: &str, body: Vec<u8>, why: &str| {
+        let e = be.write(name, body).expect_err(name);
+        assert!(e.to_string().contains(why), "{name}: {e}");
+    };
+
+    let (snap_name, snap) = first_object(&env, "snapshots");
+    let (index_name, index) = first_object(&env, "index");
+    // An unsigned snapshot: the sealed part of a real one, alone.
+    let sealed = snap[..snap.len() - 133].to_vec();
+    refused(&format!("snapshots/{}", blake3_hex(&sealed)), sealed.clone(), "unsigned");
+    // A forged one: one bit of a real one flipped, named by its new hash.
+    let mut forged = snap.clone();
+    forged[40] ^= 1;
+    refused(&format!("snapshots/{}", blake3_hex(&forged)), forged, "does not verify");
+    // Signed by a writer the server does not know.
+    let stranger = coffer_core::crypto::sign::SigningKey::generate();
+    let other = coffer_core::format::signed::sign(sealed.clone(), &[0; 32], &stranger);
+    refused(&format!("snapshots/{}", blake3_hex(&other)), other, "allow-list");
+    // A real snapshot under another kind's prefix, and an index file as a snapshot.
+    refused(&format!("index/{}", blake3_hex(&snap)), snap.clone(), "kind byte");
+    refused(&format!("snapshots/{}", blake3_hex(&index)), index.clone(), "unsigned");
+    // A name that is not the hash of the body.
+    refused(&snap_name.replace(&snap_name[10..14], "0000"), snap.clone(), "BLAKE3");
+    // Overwriting: config with other bytes; an index file with other bytes.
+    let mut config = std::fs::read(env.repo().join("config")).unwrap();
+    *config.last_mut().unwrap() ^= 1;
+    refused("config", config, "level is append");
+    // Names outside the layout.
+    let id = blake3_hex(&index);
+    for name in [format!("tmp/{id}"), format!("trash/1/{id}"), format!("foo/{id}"), format!("data/zz/{id}")] {
+        refused(&name, index.clone(), "layout");
+    }
+    // An identical re-PUT succeeds and changes nothing.
+    be.write(&index_name, index.clone()).expect("identical re-PUT");
+    // Deleting without the prune level.
+    let e = be.delete(&snap_name).expect_err("delete");
+    assert!(e.to_string().contains("level is append") && e.to_string().contains("prune"), "{e}");
+    // Listing shows the layout only.
+    assert!(be.list("").unwrap().iter().all(|o| !o.name.starts_with("tmp/")));
+
+    // Raw requests on a plain-HTTP server over the same storage.
+    let http = start_second(&env, &["--insecure-http", "--request-timeout", "2"]);
+    // Oversized: refused from the announced length, before any body is read.
+    let t = std::time::Instant::now();
+    let (status, resp) = raw_request(&http, &append, "PUT", &format!("/coffer/snapshots/{id}"), 17 << 20, b"");
+    assert_eq!(status, 400, "{resp}");
+    assert!(resp.contains("EntityTooLarge") && resp.contains("limit"), "{resp}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // A path with `..`.
+    let (status, resp) = raw_request(&http, &append, "PUT", "/coffer/snapshots/../config", 5, b"hello");
+    assert!((400..500).contains(&status), "{resp}");
+    // A malformed request.
+    let mut s = std::net::TcpStream::connect(&http.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"PUT \x01\x02 NONSENSE\r\n\r\n").unwrap();
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    assert!(resp.is_empty() || text(&resp).starts_with("HTTP/1.1 4"), "{}", text(&resp));
+
+    // Slowloris: a connection that sends its headers a byte at a time holds no
+    // one up, and is closed once the request timeout passes.
+    let mut slow = std::net::TcpStream::connect(&srv.addr).unwrap();
+    slow.write_all(b"\x16").unwrap();
+    let mut idle = std::net::TcpStream::connect(&http.addr).unwrap();
+    idle.write_all(b"PUT /coffer/config HTTP/1.1\r\nHost: x\r\n").unwrap();
+    std::fs::write(src.join("b"), random_bytes(100_000, 2)).unwrap();
+    let out = client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = std::time::Instant::now();
+    let mut buf = [0u8; 512];
+    let n = idle.read(&mut buf).unwrap_or(0);
+    assert!(n == 0 || text(&buf[..n]).starts_with("HTTP/1.1 408"), "{}", text(&buf[..n]));
+    assert!(t.elapsed() < Duration::from_secs(9));
+    drop(slow);
+
+    // Nothing stored before was changed or removed.
+    let after = repo_state(&env);
+    for (path, bytes) in &before {
+        if path.starts_with(env.repo().join("sessions")) {
+            continue;
+        }
+        let now = after.iter().find(|(p, _)| p == path).unwrap_or_else(|| panic!("{} removed", path.display()));
+        assert!(now.1 == *bytes, "{} changed", path.display());
+    }
+    assert!(after.iter().all(|(p, _)| !p.starts_with(env.repo().join("trash"))));
+}
+
+/// A second server over the same repository and state directory.
+fn start_second(env: &Env, extra: &[&str]) -> Server {
+    start(env, extra)
+}
+
+#[test]
+fn prune_level_deletes_into_the_trash_and_append_cannot() {
+    let env = Env::new();
+    let srv = start(&env, &[]);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let pruner = add_key(&env, &srv, "pruner", "prune");
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(400_000, 1)).unwrap();
+    first_backup(&env, &srv, &append, &src);
+    std::fs::write(src.join("a"), random_bytes(400_000, 2)).unwrap();
+    assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    let snapshots_before = files_under(&env.repo().join("snapshots"));
+    assert_eq!(snapshots_before.len(), 2);
+
+    // An append key cannot forget: the deletion is refused, naming the level.
+    let out = client(&env, &srv, &append)
+        .env("COFFER_TEST_PRUNE_GRACE_MS", "10")
+        .args(["forget", "--keep-last", "1", "--prune"])
+        .output()
+        .unwrap();
+    let err = assert_code(&out, 23);
+    assert!(err.contains("level is append") && err.contains("prune or admin"), "{err}");
+    assert_eq!(files_under(&env.repo().join("snapshots")), snapshots_before);
+
+    // A prune key can: forget --prune through the server.
+    let out = client(&env, &srv, &pruner)
+        .env("COFFER_TEST_PRUNE_GRACE_MS", "10")
+        .args(["-q", "forget", "--keep-last", "1", "--prune"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    assert_eq!(files_under(&env.repo().join("snapshots")).len(), 1);
+    assert_success(&client(&env, &srv, &pruner).args(["-q", "check", "--read-data"]).output().unwrap());
+
+    // What it deleted is in the trash, invisible to clients, and restorable.
+    let out = serve_cmd(&env, &srv.state).args(["--json", "trash", "list"]).output().unwrap();
+    assert_success(&out);
+    let trash: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = trash.as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.starts_with("snapshots/")), "{trash}");
+    assert!(names.iter().any(|n| n.starts_with("data/")), "{trash}");
+    let be = raw(&srv, &pruner);
+    assert!(be.list("").unwrap().iter().all(|o| !o.name.starts_with("trash/")));
+    assert!(be.read("trash/x").is_err());
+    let snap = names.iter().find(|n| n.starts_with("snapshots/")).unwrap();
+    let out = serve_cmd(&env, &srv.state).args(["trash", "restore", snap]).output().unwrap();
+    assert_success(&out);
+    assert!(env.repo().join(snap).exists());
+    // Purging empties it.
+    let out = serve_cmd(&env, &srv.state).args(["trash", "purge", "--older-than", "0"]).output().unwrap();
+    assert_success(&out);
+    assert!(!env.repo().join("trash").exists() || files_under(&env.repo().join("trash")).is_empty());
+}
+
+#[test]
+fn append_nodata_cannot_read_packs() {
+    let env = Env::new();
+    let srv = start(&env, &[]);
+    let nodata = add_key(&env, &srv, "dropbox", "append-nodata");
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(300_000, 1)).unwrap();
+    // A first backup needs no pack read.
+    first_backup(&env, &srv, &nodata, &src);
+    // Restoring needs packs: refused, naming the level.
+    let out = client(&env, &srv, &nodata)
+        .args(["restore", "latest", "--target", env.path("out").to_str().unwrap()])
+        .output()
+        .unwrap();
+    // Restore reports the refused pack per file (its failure code, 20) and names the level.
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("level is append-nodata"), "{err}");
+    // A second backup of a changed tree needs its parent's trees: they come
+    // from the local cache the first backup filled, not from packs.
+    std::fs::write(src.join("b"), random_bytes(1000, 2)).unwrap();
+    let out = client(&env, &srv, &nodata).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+}
+
+#[test]
+fn server_killed_mid_upload_leaves_no_partial_object() {
+    let env = Env::new();
+    let mut srv = start(&env, &[]);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("small"), random_bytes(1000, 9)).unwrap();
+    first_backup(&env, &srv, &append, &src);
+    std::fs::write(src.join("big"), random_bytes(40 << 20, 3)).unwrap();
+    let mut backup = client(&env, &srv, &append)
+        .args(["-q", "backup", src.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the server once the backup has stored a pack.
+    let packs = || files_under(&env.repo().join("data")).len();
+    let before = packs();
+    let t = std::time::Instant::now();
+    while packs() == before && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    let status = backup.wait().unwrap();
+    assert!(!status.success(), "the backup cannot finish without its server");
+    // Every stored object is whole: each content-named file hashes to its name.
+    for p in files_under(&env.repo()) {
+        let rel = p.strip_prefix(env.repo()).unwrap().to_str().unwrap().to_string();
+        if rel.starts_with("tmp/") || rel == "config" || rel.starts_with("sessions/") {
+            continue;
+        }
+        let name = p.file_name().unwrap().to_str().unwrap();
+        assert_eq!(blake3_hex(&std::fs::read(&p).unwrap()), name, "{rel} is partial");
+    }
+    // Restarted on the same address, the backup runs again and the repository checks clean.
+    let port = srv.addr.clone();
+    drop(srv);
+    let srv = start_at(&env, &port);
+    assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    assert_success(&client(&env, &srv, &append).args(["-q", "check", "--read-data"]).output().unwrap());
+}
+
+/// A server on a given address (a restart).
+fn start_at(env: &Env, addr: &str) -> Server {
+    let state = env.path("serve-state");
+    let mut child = serve_cmd(env, &state)
+        .args(["--listen", addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start coffer serve");
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains(addr), "{line}");
+    Server { child, addr: addr.to_string(), state: state.clone(), cert: state.join("cert.pem"), https: true, _out: out }
+}

@@ -63,12 +63,22 @@ fn a_pack_the_storage_cannot_serve_is_a_storage_error_not_damage() {
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("small"), b"one small file: one pack holds its data and its tree").unwrap();
+    std::fs::write(src.join("small"), b"one small file: a data pack and a tree pack hold it").unwrap();
     assert_success(&env.run(&["-q", "backup", src.to_str().unwrap()]));
+    // One data pack and one tree pack.
     let packs = files_under(&env.repo().join("data"));
-    assert_eq!(packs.len(), 1, "{packs:?}");
-    let name = packs[0].strip_prefix(env.repo()).unwrap().to_str().unwrap().to_string();
-    // Every read of that one pack fails: the trees cannot be read, which says
+    assert_eq!(packs.len(), 2, "{packs:?}");
+    let names: Vec<String> =
+        packs.iter().map(|p| p.strip_prefix(env.repo()).unwrap().to_str().unwrap().to_string()).collect();
+    // The tree pack is the one whose loss stops `ls`.
+    let fails_ls = |n: &String| {
+        let out = run_faulty(&env, &format!("seed=3,transient=1,only={n}"), &["ls", "latest"]);
+        out.status.code() == Some(23)
+    };
+    let trees: Vec<&String> = names.iter().filter(|n| fails_ls(n)).collect();
+    assert_eq!(trees.len(), 1, "{names:?}");
+    let name = trees[0];
+    // Every read of that pack fails: the trees cannot be read, which says
     // nothing about whether they are intact.
     for args in [&["check"][..], &["check", "--read-data"], &["ls", "latest"]] {
         let out = run_faulty(&env, &format!("seed=3,transient=1,only={name}"), args);

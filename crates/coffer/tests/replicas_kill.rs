@@ -25,20 +25,20 @@ enum Kill {
 
 const KILLS: [Kill; 16] = [
     Kill::AfterRequests(4),
-    Kill::AfterMs(120),
     Kill::AfterRequests(12),
-    Kill::AfterMs(250),
+    Kill::AfterMs(60),
     Kill::AfterRequests(20),
     Kill::AfterRequests(30),
-    Kill::AfterMs(180),
+    Kill::AfterMs(120),
     Kill::AfterRequests(40),
     Kill::AfterRequests(55),
-    Kill::AfterMs(350),
+    Kill::AfterMs(180),
     Kill::AfterRequests(70),
     Kill::AfterRequests(90),
-    Kill::AfterMs(300),
+    Kill::AfterMs(250),
     Kill::AfterRequests(120),
     Kill::AfterRequests(160),
+    Kill::AfterMs(350),
     Kill::AfterRequests(220),
 ];
 

@@ -16,11 +16,10 @@ use crate::crypto::sign::{PublicKey, SigningKey};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::pack::{BlobType, PackEntry};
-use crate::format::snapshot::{CopiedFrom, SNAPSHOT_VERSION, Snapshot};
+use crate::format::snapshot::{SNAPSHOT_VERSION, Snapshot};
 use crate::format::tree::{self, ListingWriter, Node, NodeKind, SplitLimits};
 use crate::id::Id;
 use crate::progress::Progress;
-use crate::repo::history::History;
 use crate::repo::{BlobSaver, PackInfo, Repository, SaverEvent, TreeNodes};
 
 use super::{CopySummary, Sent};
@@ -182,26 +181,10 @@ pub(super) fn copy_snapshots(
     let Some(key) = key else {
         return Ok(());
     };
-    let mut heads = History::load(dst)?.heads();
-    for ((id, snap), tree) in snaps.iter().zip(trees) {
-        let Some(tree) = tree else { continue };
-        let copy = Snapshot {
-            version: SNAPSHOT_VERSION,
-            tree,
-            writer: key.public(),
-            history: heads.clone(),
-            parent: None,
-            copied_from: Some(CopiedFrom { repository: src.config().id, snapshot: *id, writer: snap.writer }),
-            signature: Default::default(),
-            ..snap.clone()
-        };
-        let new = dst.save_snapshot(&copy, key)?;
-        let size = dst.backend().stat(&ObjectKind::Snapshot.path(&new))?;
-        sum.snapshot_objects.add(size);
-        progress.add_item(Path::new(&ObjectKind::Snapshot.path(&new)));
-        heads = vec![new];
-    }
-    Ok(())
+    let copies = snaps.iter().zip(trees).filter_map(|((id, snap), tree)| {
+        Some((*id, Snapshot { version: SNAPSHOT_VERSION, tree: tree?, ..snap.clone() }))
+    });
+    super::reencrypt::write_snapshots(src, dst, key, copies, progress, sum)
 }
 
 /// Whether source snapshot `id` is gone (forgotten since it was listed).

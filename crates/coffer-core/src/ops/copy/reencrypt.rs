@@ -69,16 +69,29 @@ pub(super) fn copy_snapshots(
     let Some(key) = key else {
         return Ok(());
     };
+    write_snapshots(src, dst, key, snaps.iter().map(|(id, snap)| (*id, snap.clone())), progress, sum)
+}
+
+/// Writes `copies` (source snapshot id, snapshot to store) into `dst`, each signed
+/// by `key`, linked to the destination's history and recording its source.
+pub(super) fn write_snapshots(
+    src: &Repository,
+    dst: &Repository,
+    key: &SigningKey,
+    copies: impl IntoIterator<Item = (Id, Snapshot)>,
+    progress: &dyn Progress,
+    sum: &mut CopySummary,
+) -> Result<()> {
     let mut heads = History::load(dst)?.heads();
-    for (id, snap) in snaps {
+    for (id, snap) in copies {
         let copy = Snapshot {
             writer: key.public(),
             history: heads.clone(),
             // The parent named a snapshot of the source.
             parent: None,
-            copied_from: Some(CopiedFrom { repository: src.config().id, snapshot: *id, writer: snap.writer }),
+            copied_from: Some(CopiedFrom { repository: src.config().id, snapshot: id, writer: snap.writer }),
             signature: Default::default(),
-            ..snap.clone()
+            ..snap
         };
         let new = dst.save_snapshot(&copy, key)?;
         let size = dst.backend().stat(&ObjectKind::Snapshot.path(&new))?;

@@ -74,7 +74,7 @@ pub enum ErrorKind {
 }
 
 /// An error from a backend, naming the object concerned.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub struct BackendError {
     /// The class of the error.
     pub kind: ErrorKind,

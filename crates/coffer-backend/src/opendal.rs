@@ -467,21 +467,35 @@ impl Backend for OpendalBackend {
         // One request, no HEAD first (docs/design.md#round-trips): the object is
         // streamed and the read stops once it passes `max` bytes, so no more than
         // `max` plus one chunk is ever held. (A bounded range would not do: past
-        // the object's end OpenDAL takes the short answer for an error.)
-        let reader = self.op.reader(name).map_err(|e| err(name, e))?;
-        let mut out = Vec::new();
-        for buf in reader.into_iterator(..).map_err(|e| err(name, e))? {
-            let buf = buf.map_err(|e| err(name, e))?;
-            if (out.len() + buf.len()) as u64 > max {
-                // The size, for the message only, is asked for separately.
-                let size = self.stat(name).unwrap_or((out.len() + buf.len()) as u64);
-                return Err(BackendError::too_large(name, size, max));
+        // the object's end OpenDAL takes the short answer for an error.) The
+        // whole body is taken in one task on the I/O runtime, so the connection
+        // is read as fast as the data arrives: a server that closes after the
+        // response, behind a proxy that then resets, loses nothing we were slow
+        // to take.
+        let rt = runtime()?;
+        let got = rt.block_on(async {
+            let reader = self.async_op.reader(name).await?;
+            let mut stream = reader.into_stream(..).await?;
+            let mut out = Vec::new();
+            while let Some(buf) = stream.next().await {
+                let buf = buf?;
+                if (out.len() + buf.len()) as u64 > max {
+                    return Ok(Err(out.len() + buf.len()));
+                }
+                for chunk in buf {
+                    out.extend_from_slice(&chunk);
+                }
             }
-            for chunk in buf {
-                out.extend_from_slice(&chunk);
+            Ok(Ok(out))
+        });
+        match got.map_err(|e: opendal::Error| err(name, e))? {
+            Ok(out) => Ok(out),
+            Err(seen) => {
+                // The size, for the message only, is asked for separately.
+                let size = self.stat(name).unwrap_or(seen as u64);
+                Err(BackendError::too_large(name, size, max))
             }
         }
-        Ok(out)
     }
 
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {

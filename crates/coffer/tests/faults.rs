@@ -86,6 +86,17 @@ fn a_pack_the_storage_cannot_serve_is_a_storage_error_not_damage() {
         assert!(err.contains(&name[name.len() - 20..]) && err.contains("gave up"), "{args:?}: {err}");
         assert!(!err.contains("damaged"), "{args:?} calls a storage failure damage: {err}");
     }
+    // Nor does a restore whose data pack cannot be read call the file damaged.
+    let data = names.iter().find(|n| *n != name).unwrap();
+    let target = env.path("out");
+    let out = run_faulty(
+        &env,
+        &format!("seed=3,transient=1,only={data}"),
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+    );
+    let err = assert_code(&out, 23);
+    assert!(err.contains(&data[data.len() - 20..]) && err.contains("gave up"), "restore: {err}");
+    assert!(!err.contains("damage"), "restore calls a storage failure damage: {err}");
     assert_success(&env.run(&["-q", "check", "--read-data"]));
 }
 

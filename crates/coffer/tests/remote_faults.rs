@@ -1,6 +1,6 @@
 //! A repository on a real S3 server under the faults of real networks and real
-//! use (docs/design.md#storage-contract, #write-order, #prune): connection
-//! resets on about a tenth of the connections through a toxiproxy proxy, four
+//! use (docs/design.md#storage-contract, #write-order, #prune): resets and cut
+//! answers on about a tenth of the connections through a toxiproxy proxy, four
 //! writers and a prune at once, and a backup killed with SIGKILL over a slow
 //! link then resumed. Each test runs only when the test servers' variables are
 //! set (docs/testing.md), in its own bucket prefix and through its own proxy.
@@ -35,32 +35,43 @@ fn json_retrying(r: &Remote, args: &[&str]) -> (serde_json::Value, usize) {
 }
 
 #[test]
-fn s3_backup_restore_and_check_are_clean_with_a_tenth_of_the_connections_reset() {
+fn s3_backup_restore_and_check_are_clean_with_a_tenth_of_the_connections_broken() {
     let Some(proxy) = Proxy::s3("resets") else { return };
     let Some(r) = Remote::s3_at(&proxy.endpoint, "resets") else { return };
     assert_success(&r.run(INIT));
-    // A tenth of the connections are reset as they open, and another tenth
-    // after a quarter of a second, in the middle of whatever they carry.
+    // While writing: a tenth of the connections are reset (TCP RST) as the
+    // answer starts, and another tenth a quarter of a second after the request
+    // starts, in the middle of an upload.
     proxy.toxic("reset_peer", "downstream", 0.1, serde_json::json!({"timeout": 0}));
     proxy.toxic("reset_peer", "upstream", 0.1, serde_json::json!({"timeout": 250}));
 
     let src = r.path("src");
     make_tree(&src);
-    let mut retried = 0;
+    let mut written = 0;
     for round in 0..2 {
         std::fs::write(src.join("round"), random_bytes(300_000, 90 + round)).unwrap();
         let (v, n) = json_retrying(&r, &["backup", src.to_str().unwrap()]);
         assert!(v["snapshot_id"].is_string(), "{v}");
-        retried += n;
+        written += n;
     }
+    assert!(written > 0, "no connection was reset while writing: the proxy's toxics did not act");
+
+    // While reading: a tenth of the answers are cut after 64 KiB, and a tenth
+    // of the requests are swallowed and their connection closed after a
+    // quarter of a second. (Not resets here: while a reset toxic is in place
+    // the proxy resets every connection it closes, and a server that closes
+    // after each GET then loses the tail of any answer the client has not
+    // taken yet, a fault of the proxy no retry can get past.)
+    proxy.heal();
+    proxy.toxic("limit_data", "downstream", 0.1, serde_json::json!({"bytes": 65536}));
+    proxy.toxic("timeout", "upstream", 0.1, serde_json::json!({"timeout": 250}));
     let target = r.path("out");
-    let (_, n) = json_retrying(&r, &["restore", "latest", "--target", target.to_str().unwrap()]);
-    retried += n;
+    let (_, mut read) = json_retrying(&r, &["restore", "latest", "--target", target.to_str().unwrap()]);
     assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
     // Clean means exit 0: check exits 20 on damage.
-    retried += json_retrying(&r, &["check", "--read-data"]).1;
-    eprintln!("requests retried after resets: {retried}");
-    assert!(retried > 0, "no connection was reset: the proxy's toxics did not act");
+    read += json_retrying(&r, &["check", "--read-data"]).1;
+    eprintln!("requests retried: {written} while writing, {read} while reading");
+    assert!(read > 0, "no connection was broken while reading: the proxy's toxics did not act");
 }
 
 /// A source directory of `files` pseudo-random files of `size` bytes.

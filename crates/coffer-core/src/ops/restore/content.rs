@@ -71,10 +71,17 @@ impl Errors {
         self.0[i].lock().expect("poisoned").is_some()
     }
 
-    /// Fails every file `targets` write to with damage to `pack`.
-    fn fail_all(&self, targets: &[Target], pack: &PackInfo, msg: &str) {
+    /// Fails every file `targets` write to with `err`, met reading `pack`: a
+    /// storage error stays a storage error (exit 23, try again later), so that
+    /// only damage is reported as damage.
+    fn fail_all(&self, targets: &[Target], pack: &PackInfo, err: &Error) {
         for t in targets {
-            self.fail(t.file, Error::corrupt(format!("pack {}", pack.id.short()), msg.to_string()));
+            let e = match err {
+                Error::Backend(b) => Error::Backend(b.clone()),
+                Error::Corrupt { object, detail } => Error::corrupt(object.clone(), detail.clone()),
+                other => Error::corrupt(format!("pack {}", pack.id.short()), other.to_string()),
+            };
+            self.fail(t.file, e);
         }
     }
 
@@ -274,7 +281,7 @@ fn fetch(repo: &Repository, r: &Range, errors: &Errors) -> Option<std::result::R
         Ok(bytes) => Some(Ok(bytes)),
         Err(Error::Corrupt { object, detail }) => Some(Err((object, detail))),
         Err(e) => {
-            errors.fail_all(r.targets, r.pack, &e.to_string());
+            errors.fail_all(r.targets, r.pack, &e);
             None
         }
     }
@@ -307,7 +314,7 @@ fn write_blob(
     // A bad copy gives way to another copy the index knows.
     let data = match decoded.or_else(|err| repo.load_other_copy(BlobType::Data, &e.id, &r.pack.id, err)) {
         Ok(d) => d,
-        Err(err) => return errors.fail_all(blob, r.pack, &err.to_string()),
+        Err(err) => return errors.fail_all(blob, r.pack, &err),
     };
     let zeros = data.iter().all(|&b| b == 0);
     for t in blob {

@@ -58,6 +58,7 @@ pub const CREDENTIAL_VARIABLES: &[&str] = &[
     "COFFER_SERVER_KEY_ID",
     "COFFER_SERVER_SECRET",
     "COFFER_SERVER_ALLOW_HTTP",
+    "COFFER_SERVER_LOG_KEY",
 ];
 
 /// How to reach a remote location, as the binary gathered it.

@@ -96,6 +96,10 @@ pub enum Error {
         "{0}; the source repository changed while it was copied (a prune ran there): the snapshots copied so far are complete, run `coffer copy` again to copy the rest"
     )]
     SourceChanged(String),
+    /// A server's transparency log contradicts what this client saw before or
+    /// what the server stores (docs/design.md#transparency-log).
+    #[error("{0}")]
+    ServerLog(String),
 }
 
 impl Error {

@@ -40,6 +40,7 @@ pub mod merkle;
 pub mod ops;
 pub mod progress;
 pub mod repo;
+pub mod server_log;
 pub mod translog;
 pub mod vfs;
 

@@ -16,6 +16,9 @@
 //!   ([`names`]) and the content hash, sizes against the design's limits before
 //!   the body is read, and snapshots and tombstones must be signed by a writer
 //!   on the server's allow-list ([`writers`]);
+//! - **a transparency log** ([`log`]) of every snapshot and tombstone accepted,
+//!   whose signed head, entries and consistency proofs clients read, so that a
+//!   server that hides, forks or rolls back history is caught;
 //! - **TLS** with a generated self-signed certificate ([`tls`]).
 //!
 //! The crate never prints and never reads the environment: the binary passes
@@ -24,6 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod keys;
+pub mod log;
 pub mod names;
 pub mod service;
 pub mod state;
@@ -115,6 +119,7 @@ pub struct Server {
     listener: std::net::TcpListener,
     opts: ServeOptions,
     backend: Arc<dyn Backend>,
+    log: Arc<log::TransparencyLog>,
 }
 
 impl Server {
@@ -126,7 +131,14 @@ impl Server {
         let listener = std::net::TcpListener::bind(opts.listen)
             .map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         listener.set_nonblocking(true).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
-        Ok(Server { listener, opts, backend })
+        let log = Arc::new(log::TransparencyLog::open(&opts.state_dir, backend.as_ref())?);
+        Ok(Server { listener, opts, backend, log })
+    }
+
+    /// The public key the transparency log's heads are signed with (hex), and
+    /// the log's size.
+    pub fn log_key(&self) -> (String, u64) {
+        (self.log.public_key(), self.log.size())
     }
 
     /// The address actually bound.
@@ -146,12 +158,13 @@ impl Server {
     }
 
     async fn serve(self) -> Result<(), ServerError> {
-        let Server { listener, opts, backend } = self;
+        let Server { listener, opts, backend, log } = self;
         let addr = opts.listen;
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
         let s3 = service::CofferS3::new(
             backend.clone(),
+            log,
             &opts.state_dir,
             service::ServiceOptions {
                 bucket: opts.bucket.clone(),

@@ -20,6 +20,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::keys::{KeyFile, Level, Op};
+use crate::log::{LogRead, TransparencyLog};
 use crate::state::Watched;
 use crate::writers::AllowList;
 use crate::{names, trash, verify};
@@ -51,6 +52,7 @@ struct Upload {
 /// The S3 service over a backend.
 pub struct CofferS3 {
     backend: Arc<dyn Backend>,
+    log: Arc<TransparencyLog>,
     keys: Arc<Watched<KeyFile>>,
     writers: Watched<AllowList>,
     opts: ServiceOptions,
@@ -105,9 +107,15 @@ fn random_id() -> String {
 
 impl CofferS3 {
     /// A service over `backend`, with the state directory's key and writer files.
-    pub fn new(backend: Arc<dyn Backend>, state_dir: &std::path::Path, opts: ServiceOptions) -> Self {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        log: Arc<TransparencyLog>,
+        state_dir: &std::path::Path,
+        opts: ServiceOptions,
+    ) -> Self {
         CofferS3 {
             backend,
+            log,
             keys: Arc::new(Watched::new(crate::keys::path(state_dir))),
             writers: Watched::new(crate::writers::path(state_dir)),
             opts,
@@ -259,7 +267,7 @@ impl CofferS3 {
                 (None, None) => false,
             };
             if same {
-                return Ok(());
+                return self.record(kind, name).await;
             }
             self.allow(c, Op::Replace, kind, &name)?;
         }
@@ -281,11 +289,32 @@ impl CofferS3 {
             Ok(())
         })
         .await?;
+        *self.usage.lock().unwrap_or_else(|e| e.into_inner()).entry(c.id.clone()).or_insert(0) += len;
         if kind == ObjectKind::Session {
             self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(name, c.id.clone());
+            return Ok(());
         }
-        *self.usage.lock().unwrap_or_else(|e| e.into_inner()).entry(c.id.clone()).or_insert(0) += len;
-        Ok(())
+        self.record(kind, name).await
+    }
+
+    /// Appends a stored snapshot or tombstone to the transparency log before
+    /// the upload is answered (a no-op for other kinds and for names already
+    /// logged).
+    async fn record(&self, kind: ObjectKind, name: String) -> S3Result<()> {
+        if crate::log::logged_kind(kind).is_none() {
+            return Ok(());
+        }
+        let log = self.log.clone();
+        blocking(move || {
+            log.append(kind, &name).map_err(|e| s3_error!(InternalError, "{name} was stored but not logged: {e}"))
+        })
+        .await
+    }
+
+    /// A read of the transparency log: open to every key, at every level.
+    fn log_read(&self, name: &str, r: Result<LogRead, String>) -> S3Result<Vec<u8>> {
+        let r = r.map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
+        self.log.read(r, trash::now()).map_err(|e| s3_error!(InvalidRange, "{name}: {e}"))
     }
 }
 
@@ -460,6 +489,18 @@ impl S3 for CofferS3 {
         let input = req.input;
         self.bucket(&input.bucket)?;
         let name = input.key;
+        if let Some(r) = LogRead::parse(&name) {
+            let body = self.log_read(&name, r)?;
+            let len = body.len() as i64;
+            return Ok(S3Response::new(GetObjectOutput {
+                body: Some(StreamingBlob::wrap(futures::stream::once(async move {
+                    Ok::<Bytes, std::io::Error>(Bytes::from(body))
+                }))),
+                content_length: Some(len),
+                last_modified: Some(Timestamp::from(std::time::SystemTime::UNIX_EPOCH)),
+                ..Default::default()
+            }));
+        }
         let kind = self.name(&name)?;
         self.allow(&c, Op::Get, kind, &name)?;
         let be = self.backend.clone();

@@ -12,6 +12,7 @@ mod profile;
 mod progress;
 mod replicas;
 mod repo_open;
+mod server_log;
 
 use std::process::ExitCode;
 
@@ -65,7 +66,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 Error::WrongPassword { .. } | Error::NoKey => exit::WRONG_PASSWORD,
                 Error::RepoNotFound { .. } => exit::NO_REPOSITORY,
                 Error::ConfigLost { .. } => exit::CONFIG_LOST,
-                Error::Corrupt { .. } => exit::DAMAGED,
+                Error::Corrupt { .. } | Error::ServerLog(_) => exit::DAMAGED,
                 Error::TargetNotEmpty { .. } => exit::TARGET_NOT_EMPTY,
                 Error::Backend(_) => exit::STORAGE,
                 Error::Conflict(_) | Error::SourceChanged(_) => exit::PRUNE_CONFLICT,

@@ -410,6 +410,7 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
     // A repository over several backends: the same one over all of them.
     let repo = crate::replicas::compose(global, repo, be, &loc.to_string())?;
     attach_cache(global, loc, &repo, &slot);
+    crate::server_log::follow(global, loc, &repo)?;
     Ok((repo, pw))
 }
 

@@ -511,3 +511,88 @@ fn start_at(env: &Env, addr: &str) -> Server {
     assert!(line.contains(addr), "{line}");
     Server { child, addr: addr.to_string(), state: state.clone(), cert: state.join("cert.pem"), https: true, _out: out }
 }
+
+/// The public key of the server's transparency log, from its state directory.
+fn log_key(srv: &Server) -> String {
+    let seed: [u8; 32] = std::fs::read(srv.state.join("log/key")).unwrap().try_into().unwrap();
+    coffer_core::crypto::sign::SigningKey::from_seed(&seed).public().to_hex()
+}
+
+/// Restarts the server on its address after `change` altered its state or storage.
+fn restart_after(env: &Env, srv: Server, change: impl FnOnce()) -> Server {
+    let addr = srv.addr.clone();
+    drop(srv);
+    change();
+    start_at(env, &addr)
+}
+
+/// Exit code 20 and `what` in the error.
+fn refused_with(out: &std::process::Output, what: &str) {
+    let err = assert_code(out, 20);
+    assert!(err.contains(what), "expected {what:?} in: {err}");
+}
+
+#[test]
+fn the_transparency_log_catches_a_server_that_rolls_back_forks_or_hides() {
+    let env = Env::new();
+    let srv = start(&env, &[]);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let src = env.path("src");
+    make_tree(&src);
+    first_backup(&env, &srv, &append, &src);
+    std::fs::write(src.join("f3"), random_bytes(70_000, 4242)).unwrap();
+    let out = client(&env, &srv, &append).args(["--json", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    let second: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let second = second["snapshot_id"].as_str().unwrap().to_string();
+    let entries = srv.state.join("log/entries");
+    let logged = std::fs::read(&entries).unwrap();
+    assert_eq!(logged.len(), 2 * 33, "two snapshots logged");
+    assert_eq!(&logged[34..], &hex_to_bytes(&second)[..], "in the order accepted");
+
+    // The key the server printed is the one it signs with; another is refused.
+    let key = log_key(&srv);
+    let out = client(&env, &srv, &append).env("COFFER_SERVER_LOG_KEY", &key).args(["snapshots"]).output().unwrap();
+    assert_success(&out);
+    let other = "11".repeat(32);
+    let out = client(&env, &srv, &append).env("COFFER_SERVER_LOG_KEY", &other).args(["snapshots"]).output().unwrap();
+    refused_with(&out, "not the server you trust");
+
+    // Rolled back: the second snapshot and its log entry gone.
+    let snap_file = env.repo().join("snapshots").join(&second);
+    let aside = env.path("aside");
+    let srv = restart_after(&env, srv, || {
+        std::fs::rename(&snap_file, &aside).unwrap();
+        std::fs::write(&entries, &logged[..33]).unwrap();
+    });
+    refused_with(&client(&env, &srv, &append).args(["snapshots"]).output().unwrap(), "shrank");
+
+    // Forked: the same entries in another order.
+    let srv = restart_after(&env, srv, || {
+        std::fs::write(&entries, [&logged[33..], &logged[..33]].concat()).unwrap();
+    });
+    refused_with(&client(&env, &srv, &append).args(["snapshots"]).output().unwrap(), "different history");
+
+    // Hiding: the log is whole again, but the second snapshot is not served.
+    let srv = restart_after(&env, srv, || std::fs::write(&entries, &logged).unwrap());
+    let out = client(&env, &srv, &append).args(["check"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(20), "{}", text(&out.stderr));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains(&format!("snapshot {second}: the server's transparency log records it")), "{said}");
+    // Served again, it checks clean.
+    std::fs::rename(&aside, &snap_file).unwrap();
+    assert_success(&client(&env, &srv, &append).args(["-q", "check"]).output().unwrap());
+
+    // A server that lost its log key (or another server) is not trusted silently.
+    let srv = restart_after(&env, srv, || std::fs::remove_file(srv_state(&env).join("log/key")).unwrap());
+    assert_ne!(log_key(&srv), key);
+    refused_with(&client(&env, &srv, &append).args(["snapshots"]).output().unwrap(), "log key changed");
+}
+
+fn srv_state(env: &Env) -> PathBuf {
+    env.path("serve-state")
+}
+
+fn hex_to_bytes(h: &str) -> Vec<u8> {
+    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+}

@@ -277,13 +277,30 @@ impl History {
 /// heads this client remembers (when `state` is given), writer records, and every
 /// snapshot's Merkle root recomputed from its trees. `roots` holds the roots the
 /// caller compared already, by snapshot id; the others are recomputed here.
-/// Damaged snapshots are left to the caller, which reports them already.
-pub fn check(repo: &Repository, state: Option<&LocalState>, roots: &HashMap<Id, RootCheck>) -> Result<Findings> {
+/// With a server's transparency log (`log`), every snapshot it records must be
+/// stored or forgotten. Damaged snapshots are left to the caller, which
+/// reports them already.
+pub fn check(
+    repo: &Repository,
+    state: Option<&LocalState>,
+    roots: &HashMap<Id, RootCheck>,
+    log: Option<&crate::server_log::Followed>,
+) -> Result<Findings> {
     let history = History::load(repo)?;
     let mut f = match state {
         Some(st) => history.sync_remembered(st)?,
         None => history.verify(&[]),
     };
+    if let Some(log) = log {
+        let stored: Vec<Id> = history.present.iter().copied().collect();
+        let forgotten: Vec<Id> = history.forgotten().into_keys().collect();
+        for id in crate::server_log::hidden(log, &stored, &forgotten) {
+            f.errors.push(format!(
+                "snapshot {id}: the server's transparency log records it, but the server does not serve it and no \
+                 tombstone forgot it: the server hides or lost it"
+            ));
+        }
+    }
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
     f.errors.extend(repo.writer_records()?.1.iter().map(|e| e.to_string()));
     let differs: Vec<Option<String>> = history

@@ -242,6 +242,18 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         "the backup did not complete and no snapshot was written; fix the cause and run it again (what was \
          already uploaded is reused)",
     )?;
+    // A server must have logged the snapshot it accepted.
+    if let Some(id) = result.id.filter(|_| !a.dry_run && !result.unchanged)
+        && let Some(log) = crate::server_log::follow(global, &path, &repo)?
+        && !log.has_snapshot(&id)
+    {
+        return Err(coffer_core::Error::ServerLog(format!(
+            "snapshot {id} was stored, but the server's transparency log of {} entries does not record it: the \
+             server may show it to this client only",
+            log.head.head.size
+        ))
+        .into());
+    }
     let s = &result.snapshot;
     let m = &s.summary;
     if global.json {

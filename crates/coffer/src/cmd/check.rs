@@ -30,7 +30,8 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
         }
         None => None,
     };
-    let opts = CheckOptions { read_data: a.read_data, read_data_subset: a.read_data_subset, state };
+    let server_log = crate::server_log::follow(global, &repo_open::location(global)?.0, &repo)?;
+    let opts = CheckOptions { read_data: a.read_data, read_data_subset: a.read_data_subset, state, server_log };
     let display = Display::new(global.json, global.quiet, "check");
     let report = check(&repo, &opts, &display);
     display.finish();

@@ -193,6 +193,7 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
     let server = Server::bind(opts, backend)?;
     let addr = server.local_addr();
     let scheme = if identity.is_some() { "https" } else { "http" };
+    let (log_key, log_size) = server.log_key();
     if keys::list(&dir)?.is_empty() {
         eprintln!(
             "warning: no access keys yet: add one with `coffer serve --state-dir {} key add NAME --level append`",
@@ -205,6 +206,7 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
             "location": format!("coffer:{scheme}://{addr}/{}", args.name), "storage": loc.to_string(),
             "certificate": identity.as_ref().map(|i| i.cert_path.display().to_string()),
             "sha256": identity.as_ref().map(|i| i.fingerprint.clone()),
+            "log_key": log_key, "log_entries": log_size,
         }));
     } else {
         println!(
@@ -218,6 +220,7 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
         } else {
             println!("plain HTTP: only behind a reverse proxy that terminates TLS");
         }
+        println!("transparency log: {log_size} entries, heads signed by key {log_key}");
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();

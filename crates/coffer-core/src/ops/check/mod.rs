@@ -48,6 +48,10 @@ pub struct CheckOptions {
     /// rollback) and the packs it has verified ([`VERIFIED_PACKS`]). Without it
     /// neither is remembered, and a share is drawn from all packs.
     pub state: Option<LocalState>,
+    /// A server's transparency log, followed just before the check
+    /// ([`crate::server_log::follow`]): every snapshot it records must be
+    /// stored or forgotten by a tombstone.
+    pub server_log: Option<crate::server_log::Followed>,
 }
 
 /// The findings of a check.
@@ -220,7 +224,7 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 /// The structure of every snapshot and the history, Merkle roots included, into `r`.
 fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut CheckReport) -> Result<()> {
     let roots = check_snapshots(repo, r)?;
-    let history = crate::repo::history::check(repo, opts.state.as_ref(), &roots)?;
+    let history = crate::repo::history::check(repo, opts.state.as_ref(), &roots, opts.server_log.as_ref())?;
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;

@@ -1,0 +1,244 @@
+//! A client's side of a server's transparency log (docs/design.md#transparency-log,
+//! "Following a server's log"): read the signed head, check that it extends
+//! the last head this client saw, fetch the new entries and check that they
+//! are what the head signs. What was seen is kept in the local state
+//! ([`LocalState`]): `server-log` (the last signed head, 148 bytes) and
+//! `server-log-entries` (its entries, 33 bytes each).
+
+use coffer_backend::Backend;
+
+use crate::crypto::sign::PublicKey;
+use crate::error::{Error, Result};
+use crate::format::envelope::SealedKind;
+use crate::id::Id;
+use crate::local_state::LocalState;
+use crate::merkle::Hash;
+use crate::translog::{self, Head, Log, MAX_PROOF_LEN, SIGNED_HEAD_LEN, SignedHead};
+
+/// The local state file holding the last signed head seen.
+pub const HEAD_FILE: &str = "server-log";
+/// The local state file holding that head's entries.
+pub const ENTRIES_FILE: &str = "server-log-entries";
+/// Bytes per entry: the kind, then the object's name.
+pub const ENTRY_LEN: usize = 33;
+/// Entries asked for per read (the server answers at most 65 536).
+const ENTRIES_PER_READ: u64 = 65_536;
+
+/// The log as this client now knows it, checked.
+#[derive(Clone, Debug)]
+pub struct Followed {
+    /// The head read now.
+    pub head: SignedHead,
+    /// Every entry of that head, in order: kind byte and object name.
+    pub entries: Vec<(u8, Hash)>,
+    /// How many entries are new since the last head this client saw.
+    pub new_entries: u64,
+    /// Whether this was the first head this client saw of the repository's
+    /// server (its key was pinned now).
+    pub first_contact: bool,
+}
+
+impl Followed {
+    /// Whether the log records the snapshot `id`.
+    pub fn has_snapshot(&self, id: &Id) -> bool {
+        self.entries.iter().any(|(k, n)| *k == SealedKind::Snapshot as u8 && *n == id.0)
+    }
+
+    /// The snapshots the log records, in the order the server accepted them.
+    pub fn snapshots(&self) -> impl Iterator<Item = Id> + '_ {
+        self.entries.iter().filter(|(k, _)| *k == SealedKind::Snapshot as u8).map(|(_, n)| Id(*n))
+    }
+}
+
+fn mismatch(msg: impl Into<String>) -> Error {
+    Error::ServerLog(msg.into())
+}
+
+fn hex_of(public: &PublicKey) -> String {
+    public.to_hex()
+}
+
+/// Reads and checks the server's log through `backend`, against what `state`
+/// remembers; `trusted` is a log key the user gave (else the key seen first is
+/// pinned). Remembers the new head only when every check passed.
+pub fn follow(backend: &dyn Backend, state: &LocalState, trusted: Option<&PublicKey>) -> Result<Followed> {
+    let bytes = backend.read_max("log/head", SIGNED_HEAD_LEN as u64)?;
+    let head = SignedHead::decode(&bytes).map_err(|e| mismatch(format!("the server's log head: {e}")))?;
+    let fix = format!(
+        "if the server's state directory was replaced on purpose, delete {} to trust its new log",
+        state.path(HEAD_FILE).display()
+    );
+    if let Some(t) = trusted
+        && *t != head.public
+    {
+        return Err(mismatch(format!(
+            "the server signs its log with key {}, not with the key {} given: this is not the server you trust",
+            hex_of(&head.public),
+            hex_of(t)
+        )));
+    }
+    let pinned = match state.read(HEAD_FILE)? {
+        None => None,
+        Some(b) => Some(SignedHead::decode(&b).map_err(|e| {
+            mismatch(format!(
+                "{}: {e}; delete it to start following the server's log again",
+                state.path(HEAD_FILE).display()
+            ))
+        })?),
+    };
+    let (old, mut entries) = match &pinned {
+        None => (Head { size: 0, root: [0; 32], time: 0 }, Vec::new()),
+        Some(p) => {
+            if p.public != head.public {
+                return Err(mismatch(format!(
+                    "the server's log key changed from {} to {}: a different server, or one that lost its state, answers for this repository; {fix}",
+                    hex_of(&p.public),
+                    hex_of(&head.public)
+                )));
+            }
+            let kept = state.read(ENTRIES_FILE)?.unwrap_or_default();
+            let entries = if kept.len() as u64 == p.head.size * ENTRY_LEN as u64 {
+                kept.chunks_exact(ENTRY_LEN).map(|e| (e[0], e[1..].try_into().expect("32 bytes"))).collect()
+            } else {
+                // The kept entries are lost or damaged: fetched again below, and
+                // checked against the pinned head's root.
+                Vec::new()
+            };
+            (p.head, entries)
+        }
+    };
+    if pinned.is_some() {
+        let proof = if head.head.size == old.size {
+            Vec::new()
+        } else if head.head.size < old.size {
+            return Err(mismatch(format!(
+                "the server's {}; {fix}",
+                translog::ForkError::Shrank { old: old.size, new: head.head.size }
+            )));
+        } else {
+            read_proof(backend, old.size, head.head.size)?
+        };
+        translog::check_extends(&old, &head.head, &proof).map_err(|e| {
+            mismatch(format!("the server's {e}: it showed this client a different history before; {fix}"))
+        })?;
+    }
+    let known = entries.len() as u64;
+    let mut at = known;
+    while at < head.head.size {
+        let end = head.head.size.min(at + ENTRIES_PER_READ);
+        let name = format!("log/entries/{at}-{end}");
+        let want = (end - at) * ENTRY_LEN as u64;
+        let got = backend.read_max(&name, want)?;
+        if got.len() as u64 != want {
+            return Err(mismatch(format!("{name}: {} bytes, not the {want} asked for", got.len())));
+        }
+        entries.extend(got.chunks_exact(ENTRY_LEN).map(|e| (e[0], e[1..].try_into().expect("32 bytes"))));
+        at = end;
+    }
+    let log = Log::from_leaves(entries.iter().map(|(k, n)| translog::entry_leaf(*k, n)).collect());
+    if log.root_at(head.head.size) != Some(head.head.root) {
+        return Err(mismatch(format!(
+            "the server's log entries do not match its signed head of {} entries",
+            head.head.size
+        )));
+    }
+    let new_entries = head.head.size - old.size.min(head.head.size);
+    if new_entries > 0 || pinned.is_none() || known != head.head.size {
+        let flat: Vec<u8> = entries.iter().flat_map(|(k, n)| std::iter::once(*k).chain(n.iter().copied())).collect();
+        state.write(ENTRIES_FILE, &flat)?;
+        state.write(HEAD_FILE, &head.encode())?;
+    }
+    Ok(Followed { head, entries, new_entries, first_contact: pinned.is_none() })
+}
+
+fn read_proof(backend: &dyn Backend, old: u64, new: u64) -> Result<Vec<Hash>> {
+    let name = format!("log/consistency/{old}-{new}");
+    let bytes = backend.read_max(&name, (MAX_PROOF_LEN * 32) as u64)?;
+    if bytes.len() % 32 != 0 {
+        return Err(mismatch(format!("{name}: {} bytes is not a list of hashes", bytes.len())));
+    }
+    Ok(bytes.chunks_exact(32).map(|c| c.try_into().expect("32 bytes")).collect())
+}
+
+/// Snapshots the log records that the repository no longer holds and that no
+/// tombstone forgot: what the server hides. `stored` are the snapshots listed,
+/// `forgotten` those the tombstones record.
+pub fn hidden(followed: &Followed, stored: &[Id], forgotten: &[Id]) -> Vec<Id> {
+    let stored: std::collections::HashSet<&Id> = stored.iter().chain(forgotten).collect();
+    followed.snapshots().filter(|id| !stored.contains(id)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use coffer_backend::MemBackend;
+
+    use super::*;
+    use crate::crypto::sign::SigningKey;
+
+    /// A keeper's answers for a log of `names` (kind 3), stored in `be`.
+    fn serve(be: &MemBackend, key: &SigningKey, names: &[u8]) -> Log {
+        let mut log = Log::new();
+        let mut flat = Vec::new();
+        for n in names {
+            log.append(3, &[*n; 32]);
+            flat.push(3);
+            flat.extend_from_slice(&[*n; 32]);
+        }
+        let size = log.size();
+        be.write("log/head", log.head(9).sign(key).encode().to_vec()).unwrap();
+        be.write(&format!("log/entries/0-{size}"), flat.clone()).unwrap();
+        for old in 0..=size {
+            let proof = log.consistency_proof(old, size).unwrap();
+            be.write(&format!("log/consistency/{old}-{size}"), proof.concat()).unwrap();
+            let from = old as usize * ENTRY_LEN;
+            be.write(&format!("log/entries/{old}-{size}"), flat[from..].to_vec()).unwrap();
+        }
+        log
+    }
+
+    #[test]
+    fn follows_a_growing_log_and_refuses_rollback_forks_and_bad_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = LocalState::new(dir.path(), &Id([1; 32]));
+        let key = SigningKey::from_seed(&[5; 32]);
+        let be = MemBackend::new();
+        serve(&be, &key, &[1, 2]);
+        let f = follow(&be, &state, None).unwrap();
+        assert!(f.first_contact && f.has_snapshot(&Id([2; 32])) && f.new_entries == 2);
+        serve(&be, &key, &[1, 2, 3, 4, 5]);
+        let f = follow(&be, &state, Some(&key.public())).unwrap();
+        assert!(!f.first_contact && f.new_entries == 3 && f.entries.len() == 5);
+        // The kept entries lost: fetched again, and checked.
+        std::fs::remove_file(state.path(ENTRIES_FILE)).unwrap();
+        assert_eq!(follow(&be, &state, None).unwrap().entries.len(), 5);
+
+        serve(&be, &key, &[1, 2, 3]);
+        let e = follow(&be, &state, None).unwrap_err().to_string();
+        assert!(e.contains("shrank"), "{e}");
+        serve(&be, &key, &[1, 2, 3, 9, 5, 6]);
+        let e = follow(&be, &state, None).unwrap_err().to_string();
+        assert!(e.contains("different history"), "{e}");
+        // Entries that are not what the head signs.
+        serve(&be, &key, &[1, 2, 3, 4, 5, 6]);
+        be.write("log/entries/5-6", [[3u8].as_slice(), &[7; 32]].concat()).unwrap();
+        let e = follow(&be, &state, None).unwrap_err().to_string();
+        assert!(e.contains("do not match its signed head"), "{e}");
+        // Another key.
+        serve(&be, &SigningKey::from_seed(&[6; 32]), &[1, 2, 3, 4, 5, 6]);
+        let e = follow(&be, &state, None).unwrap_err().to_string();
+        assert!(e.contains("log key changed"), "{e}");
+        // Nothing refused was remembered: the honest log is followed still.
+        serve(&be, &key, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(follow(&be, &state, None).unwrap().new_entries, 1);
+    }
+
+    #[test]
+    fn hidden_snapshots_are_those_neither_stored_nor_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = LocalState::new(dir.path(), &Id([1; 32]));
+        let be = MemBackend::new();
+        serve(&be, &SigningKey::from_seed(&[5; 32]), &[1, 2, 3]);
+        let f = follow(&be, &state, None).unwrap();
+        assert_eq!(hidden(&f, &[Id([1; 32])], &[Id([2; 32])]), vec![Id([3; 32])]);
+    }
+}

@@ -160,12 +160,26 @@ fn read_proof(backend: &dyn Backend, old: u64, new: u64) -> Result<Vec<Hash>> {
     Ok(bytes.chunks_exact(32).map(|c| c.try_into().expect("32 bytes")).collect())
 }
 
-/// Snapshots the log records that the repository no longer holds and that no
-/// tombstone forgot: what the server hides. `stored` are the snapshots listed,
-/// `forgotten` those the tombstones record.
-pub fn hidden(followed: &Followed, stored: &[Id], forgotten: &[Id]) -> Vec<Id> {
-    let stored: std::collections::HashSet<&Id> = stored.iter().chain(forgotten).collect();
-    followed.snapshots().filter(|id| !stored.contains(id)).collect()
+/// What the log records and the server no longer serves: snapshots that no
+/// tombstone forgot, and tombstones (which coffer never deletes). `stored` are
+/// the snapshots and tombstones listed, `forgotten` the snapshots the
+/// tombstones record. Each as its kind's noun and id.
+pub fn hidden(followed: &Followed, stored: &[Id], forgotten: &[Id]) -> Vec<(&'static str, Id)> {
+    let snapshot = SealedKind::Snapshot as u8;
+    let tombstone = SealedKind::Tombstone as u8;
+    let stored: std::collections::HashSet<&Id> = stored.iter().collect();
+    let forgotten: std::collections::HashSet<&Id> = forgotten.iter().collect();
+    followed
+        .entries
+        .iter()
+        .map(|(k, n)| (*k, Id(*n)))
+        .filter(|(_, id)| !stored.contains(id))
+        .filter_map(|(k, id)| match k {
+            _ if k == snapshot && !forgotten.contains(&id) => Some(("snapshot", id)),
+            _ if k == tombstone => Some(("tombstone", id)),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -233,12 +247,16 @@ mod tests {
     }
 
     #[test]
-    fn hidden_snapshots_are_those_neither_stored_nor_forgotten() {
+    fn hidden_are_snapshots_neither_stored_nor_forgotten_and_tombstones_not_stored() {
         let dir = tempfile::tempdir().unwrap();
         let state = LocalState::new(dir.path(), &Id([1; 32]));
         let be = MemBackend::new();
         serve(&be, &SigningKey::from_seed(&[5; 32]), &[1, 2, 3]);
-        let f = follow(&be, &state, None).unwrap();
-        assert_eq!(hidden(&f, &[Id([1; 32])], &[Id([2; 32])]), vec![Id([3; 32])]);
+        let mut f = follow(&be, &state, None).unwrap();
+        assert_eq!(hidden(&f, &[Id([1; 32])], &[Id([2; 32])]), vec![("snapshot", Id([3; 32]))]);
+        f.entries.push((SealedKind::Tombstone as u8, [8; 32]));
+        f.entries.push((SealedKind::Tombstone as u8, [9; 32]));
+        let got = hidden(&f, &[Id([1; 32]), Id([3; 32]), Id([8; 32])], &[Id([2; 32]), Id([9; 32])]);
+        assert_eq!(got, vec![("tombstone", Id([9; 32]))]);
     }
 }

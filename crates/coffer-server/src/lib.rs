@@ -33,6 +33,7 @@ pub mod service;
 pub mod state;
 pub mod tls;
 pub mod trash;
+pub mod usage;
 pub mod verify;
 pub mod writers;
 
@@ -162,9 +163,20 @@ impl Server {
         let addr = opts.listen;
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
+        let usage = Arc::new(usage::Usage::load(&opts.state_dir)?);
+        let flushed = usage.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let u = flushed.clone();
+                // A failed write is retried at the next turn.
+                let _ = tokio::task::spawn_blocking(move || u.flush()).await;
+            }
+        });
         let s3 = service::CofferS3::new(
             backend.clone(),
             log,
+            usage,
             &opts.state_dir,
             service::ServiceOptions {
                 bucket: opts.bucket.clone(),

@@ -22,6 +22,7 @@ use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use crate::keys::{KeyFile, Level, Op};
 use crate::log::{LogRead, TransparencyLog};
 use crate::state::Watched;
+use crate::usage::Usage;
 use crate::writers::AllowList;
 use crate::{names, trash, verify};
 
@@ -59,8 +60,8 @@ pub struct CofferS3 {
     /// Which key wrote each session marker, while the server runs.
     sessions: Mutex<HashMap<String, String>>,
     uploads: Mutex<HashMap<String, Upload>>,
-    /// Bytes accepted per key since the server started, for quotas.
-    usage: Mutex<HashMap<String, u64>>,
+    /// Bytes accepted per key, for quotas.
+    usage: Arc<Usage>,
 }
 
 /// A complete upload in a spool file.
@@ -110,6 +111,7 @@ impl CofferS3 {
     pub fn new(
         backend: Arc<dyn Backend>,
         log: Arc<TransparencyLog>,
+        usage: Arc<Usage>,
         state_dir: &std::path::Path,
         opts: ServiceOptions,
     ) -> Self {
@@ -121,7 +123,7 @@ impl CofferS3 {
             opts,
             sessions: Mutex::new(HashMap::new()),
             uploads: Mutex::new(HashMap::new()),
-            usage: Mutex::new(HashMap::new()),
+            usage,
         }
     }
 
@@ -177,7 +179,7 @@ impl CofferS3 {
             ));
         }
         if let Some(q) = c.quota {
-            let used = self.usage.lock().unwrap_or_else(|e| e.into_inner()).get(&c.id).copied().unwrap_or(0);
+            let used = self.usage.used(&c.id);
             if used.saturating_add(len) > q {
                 return Err(s3_error!(
                     AccessDenied,
@@ -289,7 +291,7 @@ impl CofferS3 {
             Ok(())
         })
         .await?;
-        *self.usage.lock().unwrap_or_else(|e| e.into_inner()).entry(c.id.clone()).or_insert(0) += len;
+        self.usage.add(&c.id, len);
         if kind == ObjectKind::Session {
             self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(name, c.id.clone());
             return Ok(());

@@ -54,6 +54,8 @@ pub mod exit {
     pub const NOT_COFFER: u8 = 26;
     /// Interrupted by Ctrl-C or SIGINT (restic: 130).
     pub const INTERRUPTED: u8 = 130;
+    /// Standard output or error was closed by its reader (`coffer ls | head`).
+    pub const BROKEN_PIPE: u8 = 141;
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {
@@ -108,19 +110,28 @@ pub fn lean_allocator() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn lean_allocator() {}
 
-/// Restores the default action of SIGPIPE (Rust ignores it), so that output piped
-/// into a reader that stops early, as `coffer snapshots | head` does, ends the
-/// program quietly like other command-line tools instead of with a panic.
-#[cfg(unix)]
-fn default_sigpipe() {
-    // SAFETY: sets a signal disposition to its default before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+/// SIGPIPE stays ignored (Rust's default): a storage peer that closes a
+/// connection in the middle of an upload then fails that write with EPIPE,
+/// which is retried or reported, instead of killing the process without a
+/// word (vectored socket writes raise SIGPIPE). Output into a reader that stops
+/// early (`coffer snapshots | head`) still ends quietly: a failed print panics
+/// in std, and this hook ends the process with 141 (128 + SIGPIPE, what a shell
+/// shows for a program ended by it) instead of reporting a panic.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to std") && msg.contains("Broken pipe") {
+            std::process::exit(i32::from(exit::BROKEN_PIPE));
+        }
+        default(info);
+    }));
 }
-
-#[cfg(not(unix))]
-fn default_sigpipe() {}
 
 /// `--repository-file`: the repository location is the file's first line. Given
 /// with `--repo` (or COFFER_REPOSITORY) as well, it is a usage error, as in restic.
@@ -149,7 +160,7 @@ fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    default_sigpipe();
+    quiet_broken_pipe();
     let mut cli = Cli::parse();
     let json = cli.global.json;
     if let Some(name) = cli.global.profile.clone() {

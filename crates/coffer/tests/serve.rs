@@ -596,3 +596,40 @@ fn srv_state(env: &Env) -> PathBuf {
 fn hex_to_bytes(h: &str) -> Vec<u8> {
     (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
 }
+
+#[test]
+fn quotas_hold_across_a_restart() {
+    let env = Env::new();
+    let srv = start(&env, &[]);
+    let out = serve_cmd(&env, &srv.state)
+        .args(["--json", "key", "add", "small", "--level", "append", "--quota", "400000"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = (v["id"].as_str().unwrap().to_string(), v["secret"].as_str().unwrap().to_string());
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(150_000, 1)).unwrap();
+    first_backup(&env, &srv, &key, &src);
+    // The count reaches the state directory within a few seconds.
+    let used = || {
+        let out = serve_cmd(&env, &srv.state).args(["--json", "key", "list"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0]["used"].as_u64().unwrap()
+    };
+    let t = std::time::Instant::now();
+    while used() < 150_000 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let before = used();
+    assert!((150_000..400_000).contains(&before), "{before}");
+    // After a restart the key has less left than a fresh one: 300 kB more is refused.
+    let addr = srv.addr.clone();
+    drop(srv);
+    let srv = start_at(&env, &addr);
+    std::fs::write(src.join("b"), random_bytes(300_000, 2)).unwrap();
+    let out = client(&env, &srv, &key).args(["backup", src.to_str().unwrap()]).output().unwrap();
+    let err = assert_code(&out, 23);
+    assert!(err.contains("quota of 400000 bytes"), "{err}");
+}

@@ -294,10 +294,11 @@ pub fn check(
     if let Some(log) = log {
         let stored: Vec<Id> = history.present.iter().copied().collect();
         let forgotten: Vec<Id> = history.forgotten().into_keys().collect();
-        for id in crate::server_log::hidden(log, &stored, &forgotten) {
+        for (noun, id) in crate::server_log::hidden(log, &stored, &forgotten) {
+            let unless = if noun == "snapshot" { " and no tombstone forgot it" } else { "" };
             f.errors.push(format!(
-                "snapshot {id}: the server's transparency log records it, but the server does not serve it and no \
-                 tombstone forgot it: the server hides or lost it"
+                "{noun} {id}: the server's transparency log records it, but the server does not serve it{unless}: \
+                 the server hides or lost it"
             ));
         }
     }

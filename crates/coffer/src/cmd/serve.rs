@@ -244,17 +244,19 @@ fn key(global: &GlobalArgs, dir: &std::path::Path, cmd: &KeyCommand) -> Result<u
         }
         KeyCommand::List => {
             let all = keys::list(dir)?;
+            let usage = coffer_server::usage::read(dir)?;
+            let used = |id: &str| usage.get(id).copied().unwrap_or(0);
             if global.json {
                 let list: Vec<_> = all
                     .iter()
-                    .map(|k| json!({"type": "access_key", "name": k.name, "id": k.id, "level": k.level.name(), "quota": k.quota, "created": k.created}))
+                    .map(|k| json!({"type": "access_key", "name": k.name, "id": k.id, "level": k.level.name(), "quota": k.quota, "used": used(&k.id), "created": k.created}))
                     .collect();
                 output::json(&serde_json::Value::Array(list));
             } else {
-                println!("{:<20} {:<22} {:<14} quota", "name", "id", "level");
+                println!("{:<20} {:<22} {:<14} {:>14} quota", "name", "id", "level", "used");
                 for k in &all {
                     let q = k.quota.map(|q| q.to_string()).unwrap_or_else(|| "-".into());
-                    println!("{:<20} {:<22} {:<14} {q}", k.name, k.id, k.level.name());
+                    println!("{:<20} {:<22} {:<14} {:>14} {q}", k.name, k.id, k.level.name(), used(&k.id));
                 }
             }
         }

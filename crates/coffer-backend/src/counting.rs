@@ -1,9 +1,12 @@
 //! A wrapper that counts the requests a command sends to its storage (PUT, GET,
 //! HEAD, LIST, DELETE) and the bytes sent and received, for `--verbose` and the
-//! `--json` summaries. It sits below the retry wrapper, so every attempt counts:
-//! the figures are what the storage saw. See docs/design.md#storage-contract.
+//! `--json` summaries, with the latency of each request (percentiles from a
+//! histogram of quarter-octave buckets: within 19% of the true value). It sits
+//! below the retry wrapper, so every attempt counts: the figures are what the
+//! storage saw. See docs/design.md#storage-contract.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
 
 use super::{Backend, BackendResult, ObjectInfo};
 
@@ -29,6 +32,72 @@ pub struct Counts {
     /// waiting on it: requests made one after the other each count, requests sent
     /// together count once (docs/design.md#round-trips).
     pub rounds: u64,
+    /// Request latency, microseconds: the median, the 99th percentile and the
+    /// largest (bucket upper bounds; 0 when no request was made).
+    pub latency_us: Latency,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// Half the requests took at most this long.
+    pub p50: u64,
+    /// 99% of the requests took at most this long.
+    pub p99: u64,
+    /// The slowest request took at most this long.
+    pub max: u64,
+}
+
+/// Buckets per doubling of the latency.
+const PER_OCTAVE: f64 = 4.0;
+/// Buckets: from 1 µs up to about an hour.
+const BUCKETS: usize = 128;
+
+fn bucket_of(us: u64) -> usize {
+    if us <= 1 {
+        return 0;
+    }
+    ((us as f64).log2() * PER_OCTAVE).ceil().min((BUCKETS - 1) as f64) as usize
+}
+
+/// The largest latency a bucket holds, in microseconds.
+fn bucket_bound(b: usize) -> u64 {
+    (2f64).powf(b as f64 / PER_OCTAVE).round() as u64
+}
+
+/// Requests per latency bucket.
+struct Histogram([AtomicU64; BUCKETS]);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl Histogram {
+    fn record(&self, us: u64) {
+        self.0[bucket_of(us)].fetch_add(1, Relaxed);
+    }
+
+    fn latency(&self) -> Latency {
+        let counts: Vec<u64> = self.0.iter().map(|c| c.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return Latency::default();
+        }
+        let at = |share: f64| {
+            let want = ((total as f64) * share).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (b, n) in counts.iter().enumerate() {
+                seen += n;
+                if seen >= want {
+                    return bucket_bound(b);
+                }
+            }
+            bucket_bound(BUCKETS - 1)
+        };
+        Latency { p50: at(0.5), p99: at(0.99), max: at(1.0) }
+    }
 }
 
 #[derive(Default)]
@@ -42,13 +111,16 @@ struct Counters {
     bytes_down: AtomicU64,
     rounds: AtomicU64,
     in_flight: AtomicU64,
+    latency: Histogram,
 }
 
-/// One request in flight, from [`CountingBackend::begin`] to its drop.
-struct InFlight<'a>(&'a Counters);
+/// One request in flight, from [`CountingBackend::begin`] to its drop, which
+/// records its latency.
+struct InFlight<'a>(&'a Counters, Instant);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
+        self.0.latency.record(self.1.elapsed().as_micros() as u64);
         self.0.in_flight.fetch_sub(1, Relaxed);
     }
 }
@@ -77,6 +149,7 @@ impl CountsHandle {
             bytes_up: c.bytes_up.load(Relaxed),
             bytes_down: c.bytes_down.load(Relaxed),
             rounds: c.rounds.load(Relaxed),
+            latency_us: c.latency.latency(),
         }
     }
 }
@@ -103,7 +176,7 @@ impl<B: Backend> CountingBackend<B> {
         if self.counters.in_flight.fetch_add(1, Relaxed) == 0 {
             self.counters.rounds.fetch_add(1, Relaxed);
         }
-        InFlight(&self.counters)
+        InFlight(&self.counters, Instant::now())
     }
 
     fn got(&self, r: &BackendResult<Vec<u8>>) {
@@ -228,10 +301,38 @@ mod tests {
         be.stat("index/y").unwrap();
         be.list("data/").unwrap();
         be.delete("index/y").unwrap();
+        let c = h.get();
         assert_eq!(
-            h.get(),
-            Counts { put: 2, get: 4, head: 1, list: 1, delete: 1, bytes_up: 110, bytes_down: 120, rounds: 8 }
+            c,
+            Counts {
+                put: 2,
+                get: 4,
+                head: 1,
+                list: 1,
+                delete: 1,
+                bytes_up: 110,
+                bytes_down: 120,
+                rounds: 8,
+                latency_us: c.latency_us
+            }
         );
+        assert!(c.latency_us.p50 <= c.latency_us.p99 && c.latency_us.p99 <= c.latency_us.max);
+    }
+
+    #[test]
+    fn latency_percentiles_come_within_a_quarter_octave() {
+        let h = Histogram::default();
+        assert_eq!(h.latency(), Latency::default());
+        for us in 1..=1000u64 {
+            h.record(us * 100);
+        }
+        let l = h.latency();
+        // The true values: 50,000, 99,000 and 100,000 µs.
+        for (got, want) in [(l.p50, 50_000.0), (l.p99, 99_000.0), (l.max, 100_000.0)] {
+            assert!((want..=want * 1.19).contains(&(got as f64)), "{got} for {want}: {l:?}");
+        }
+        h.record(u64::MAX);
+        assert!(h.latency().max > 3_600_000_000, "an hour or more lands in the last bucket");
     }
 
     /// Lists after a pause, so that requests sent together overlap.
@@ -272,5 +373,7 @@ mod tests {
             be.list(p).unwrap();
         }
         assert_eq!((be.counts().list, be.counts().rounds), (8, 5));
+        // Each listing took at least its 50 ms pause.
+        assert!(be.counts().latency_us.p50 >= 50_000, "{:?}", be.counts().latency_us);
     }
 }

@@ -45,7 +45,7 @@ pub use cache::{
     CACHEDIR_TAG, Cache, CacheInfo, CacheSlot, CacheStats, CachingBackend, DEFAULT_CACHE_SIZE, RangeCache, list_caches,
     remove_cache,
 };
-pub use counting::{CountingBackend, Counts, CountsHandle};
+pub use counting::{CountingBackend, Counts, CountsHandle, Latency};
 pub use faulty::{Faults, FaultyBackend};
 pub use local::io_err as local_io_error;
 pub use local::{LocalBackend, Modes};

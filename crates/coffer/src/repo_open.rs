@@ -97,6 +97,12 @@ pub fn storage_counts() -> Option<Counts> {
         bytes_up: a.bytes_up + b.bytes_up,
         bytes_down: a.bytes_down + b.bytes_down,
         rounds: a.rounds + b.rounds,
+        // Percentiles do not add up: the slower storage's, figure by figure.
+        latency_us: coffer_backend::Latency {
+            p50: a.latency_us.p50.max(b.latency_us.p50),
+            p99: a.latency_us.p99.max(b.latency_us.p99),
+            max: a.latency_us.max.max(b.latency_us.max),
+        },
     })
 }
 
@@ -107,6 +113,7 @@ pub fn storage_counts_json() -> serde_json::Value {
         Some(c) => serde_json::json!({
             "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
             "bytes_up": c.bytes_up, "bytes_down": c.bytes_down, "rounds": c.rounds,
+            "latency_ms": latency_json(&c.latency_us),
         }),
         None => serde_json::Value::Null,
     }
@@ -137,7 +144,8 @@ pub fn report_storage_counts(json: bool) {
             );
         }
         eprintln!(
-            "storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down; {} rounds",
+            "storage: {} PUT, {} GET, {} HEAD, {} LIST, {} DELETE; {} up, {} down; {} rounds; latency p50 {:.1} ms, \
+             p99 {:.1} ms, max {:.1} ms",
             c.put,
             c.get,
             c.head,
@@ -145,7 +153,10 @@ pub fn report_storage_counts(json: bool) {
             c.delete,
             crate::output::bytes(c.bytes_up),
             crate::output::bytes(c.bytes_down),
-            c.rounds
+            c.rounds,
+            c.latency_us.p50 as f64 / 1000.0,
+            c.latency_us.p99 as f64 / 1000.0,
+            c.latency_us.max as f64 / 1000.0
         );
     }
 }
@@ -347,8 +358,14 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
 pub fn counts_json(c: &Counts) -> serde_json::Value {
     serde_json::json!({
         "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
-        "bytes_up": c.bytes_up, "bytes_down": c.bytes_down,
+        "bytes_up": c.bytes_up, "bytes_down": c.bytes_down, "latency_ms": latency_json(&c.latency_us),
     })
+}
+
+/// Request latency percentiles in milliseconds.
+fn latency_json(l: &coffer_backend::Latency) -> serde_json::Value {
+    let ms = |us: u64| (us as f64 / 1000.0 * 1000.0).round() / 1000.0;
+    serde_json::json!({"p50": ms(l.p50), "p99": ms(l.p99), "max": ms(l.max)})
 }
 
 /// Opens the repository and loads its index. An index file that does not load is

@@ -147,6 +147,7 @@ fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
             bytes_up: 0,
             bytes_down: 0,
             rounds: c.rounds - before.rounds,
+            latency_us: Default::default(),
         };
         (r, during, std::mem::take(&mut *slow.reads.lock().unwrap()))
     };

@@ -450,6 +450,7 @@ fn up_to_date_copy_requests(packs: u64) -> (coffer_backend::Counts, coffer_backe
         bytes_up: a.bytes_up - b.bytes_up,
         bytes_down: a.bytes_down - b.bytes_down,
         rounds: a.rounds - b.rounds,
+        latency_us: Default::default(),
     };
     (diff(sh.get(), s0), diff(dh.get(), d0))
 }

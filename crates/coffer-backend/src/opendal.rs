@@ -152,6 +152,14 @@ fn explain(e: &opendal::Error) -> Option<&'static str> {
         _ if has("NoSuchBucket") => {
             "the bucket does not exist: create it first (coffer does not create buckets), or correct the location"
         }
+        OdErrorKind::PermissionDenied if has("access key") && has("has a quota of") => {
+            "the coffer server refused the upload: this access key's quota is used up (ask the server's admin \
+             for a larger one)"
+        }
+        OdErrorKind::PermissionDenied if has("access key") && has("level is") => {
+            "the coffer server refused the request: this access key's level does not allow it (the server's \
+             message names the level that would; ask the server's admin for such a key)"
+        }
         OdErrorKind::PermissionDenied => {
             "the storage refused the request (403): check the credentials (AWS_ACCESS_KEY_ID and \
              AWS_SECRET_ACCESS_KEY, or the service's own variables) and the bucket's access policy"

@@ -190,7 +190,8 @@ fn round_trip_through_the_server() {
     let before = repo_state(&env);
     let out = client(&env, &srv, &read).args(["backup", src.to_str().unwrap()]).output().unwrap();
     let err = assert_code(&out, 23);
-    assert!(err.contains("level is read"), "{err}");
+    assert!(err.contains("level is read") && err.contains("ask the server's admin"), "{err}");
+    assert!(!err.contains("check the credentials"), "a level refusal is not a credentials problem: {err}");
     assert_eq!(repo_state(&env).len(), before.len());
 
     // An unknown key is refused.
@@ -631,5 +632,5 @@ fn quotas_hold_across_a_restart() {
     std::fs::write(src.join("b"), random_bytes(300_000, 2)).unwrap();
     let out = client(&env, &srv, &key).args(["backup", src.to_str().unwrap()]).output().unwrap();
     let err = assert_code(&out, 23);
-    assert!(err.contains("quota of 400000 bytes"), "{err}");
+    assert!(err.contains("quota of 400000 bytes") && err.contains("quota is used up"), "{err}");
 }

@@ -103,9 +103,11 @@ KEY=$("$COFFER" serve --state-dir "$STATE" --json key add load --level append)
 export COFFER_SERVER_KEY_ID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["id"])' "$KEY")
 export COFFER_SERVER_SECRET=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["secret"])' "$KEY")
 export COFFER_SERVER_ALLOW_HTTP=1 COFFER_REPOSITORY=coffer:$ADDR/coffer
-# Each client's writer key on the allow-list (a first backup creates it and is refused).
+# Each client's writer key on the allow-list (a first backup creates it and is refused;
+# it backs up a file of its own, so that the measured backups find nothing stored yet).
 for ((c = 0; c < CLIENTS; c++)); do
-    client "$c" -q backup "$WORK/src/c00/shared" >/dev/null 2>&1 || true
+    head -c 64 /dev/urandom >"$WORK/probe-c$c"
+    client "$c" -q backup "$WORK/probe-c$c" >/dev/null 2>&1 || true
     w=$(client "$c" --json writers | python3 -c 'import json,sys; print([x["public_key"] for x in json.load(sys.stdin) if x["this_client"]][0])')
     "$COFFER" serve --state-dir "$STATE" -q writer allow "$w"
 done

@@ -112,12 +112,16 @@ for ((c = 0; c < CLIENTS; c++)); do
     "$COFFER" serve --state-dir "$STATE" -q writer allow "$w"
 done
 run_all served
+SERVE_PID=$(pgrep -P $SERVER_PID)
+hwm() { awk '/VmHWM/ {print int($2 / 1024)}' /proc/$SERVE_PID/status; }
+AFTER_BACKUPS=$(hwm)
 
 # ---- every snapshot whole --------------------------------------------------------------
 n=$(client 0 --json snapshots | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 log "snapshots through the server: $n (expected $CLIENTS)"
 [[ $n -eq $CLIENTS ]] || { log "snapshots missing"; exit 1; }
 client 0 -q check --read-data && log "check --read-data through the server: clean"
+AFTER_CHECK=$(hwm)
 for c in 0 $((CLIENTS - 1)); do
     d=$(printf %02d "$c")
     id=$(client 0 --json snapshots --path "$WORK/src/c$d" | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["id"])')
@@ -126,4 +130,5 @@ for c in 0 $((CLIENTS - 1)); do
 done
 pkill -TERM -P $SERVER_PID; wait $SERVER_PID 2>/dev/null || true
 echo
-echo "server peak RSS: $(($(tail -1 "$WORK/serve.rss") / 1024)) MB; $TOTAL_MB MiB backed up per path; $(nproc) cores"
+echo "server peak RSS: $AFTER_BACKUPS MB after the backups, $AFTER_CHECK MB after check --read-data, \
+$(($(tail -1 "$WORK/serve.rss") / 1024)) MB at the end; $TOTAL_MB MiB backed up per path; $(nproc) cores"

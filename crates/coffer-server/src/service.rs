@@ -26,8 +26,13 @@ use crate::usage::Usage;
 use crate::writers::AllowList;
 use crate::{names, trash, verify};
 
-/// Bytes read from the storage per piece of a GET body.
-const GET_PIECE: u64 = 4 << 20;
+/// Bytes read from the storage per piece of a GET body (a GET holds at most
+/// about two pieces at once).
+const GET_PIECE: u64 = 1 << 20;
+/// Uploads written to the storage at once: a write to an object store holds
+/// a few MiB (OpenDAL gathers multipart parts of at least 5 MiB for S3), so the
+/// server's memory is bounded by this, not by the number of clients.
+const STORAGE_WRITES: usize = 8;
 /// Multipart uploads a key may have open at once (each holds spool files).
 const MAX_OPEN_UPLOADS: usize = 256;
 
@@ -62,6 +67,8 @@ pub struct CofferS3 {
     uploads: Mutex<HashMap<String, Upload>>,
     /// Bytes accepted per key, for quotas.
     usage: Arc<Usage>,
+    /// Permits for writes to the storage ([`STORAGE_WRITES`]).
+    writes: Arc<tokio::sync::Semaphore>,
 }
 
 /// A complete upload in a spool file.
@@ -124,6 +131,7 @@ impl CofferS3 {
             sessions: Mutex::new(HashMap::new()),
             uploads: Mutex::new(HashMap::new()),
             usage,
+            writes: Arc::new(tokio::sync::Semaphore::new(STORAGE_WRITES)),
         }
     }
 
@@ -275,6 +283,7 @@ impl CofferS3 {
         }
         let be = self.backend.clone();
         let n = name.clone();
+        let _permit = self.writes.acquire().await.map_err(|_| s3_error!(InternalError, "the server is stopping"))?;
         blocking(move || {
             match body {
                 Some(b) if kind == ObjectKind::Config && existing.is_none() => {

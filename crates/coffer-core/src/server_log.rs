@@ -216,9 +216,13 @@ mod tests {
         let state = LocalState::new(dir.path(), &Id([1; 32]));
         let key = SigningKey::from_seed(&[5; 32]);
         let be = MemBackend::new();
+        // A server whose log is still empty, then holds two entries.
+        serve(&be, &key, &[]);
+        let f = follow(&be, &state, None).unwrap();
+        assert!(f.first_contact && f.entries.is_empty());
         serve(&be, &key, &[1, 2]);
         let f = follow(&be, &state, None).unwrap();
-        assert!(f.first_contact && f.has_snapshot(&Id([2; 32])) && f.new_entries == 2);
+        assert!(!f.first_contact && f.has_snapshot(&Id([2; 32])) && f.new_entries == 2);
         serve(&be, &key, &[1, 2, 3, 4, 5]);
         let f = follow(&be, &state, Some(&key.public())).unwrap();
         assert!(!f.first_contact && f.new_entries == 3 && f.entries.len() == 5);

@@ -241,22 +241,6 @@ impl TransparencyLog {
     }
 }
 
-/// The log key's public half, for `coffer serve log` without a running server.
-pub fn stored_public_key(state_dir: &Path) -> Result<Option<String>, ServerError> {
-    let kp = key_path(state_dir);
-    match std::fs::read(&kp) {
-        Ok(seed) => {
-            let seed: [u8; 32] = seed
-                .as_slice()
-                .try_into()
-                .map_err(|_| ServerError::Corrupt { path: kp.clone(), reason: "the log key is not 32 bytes".into() })?;
-            Ok(Some(SigningKey::from_seed(&seed).public().to_hex()))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ServerError::io(&kp, "cannot read the log key", e)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,14 +109,7 @@ pub fn storage_counts() -> Option<Counts> {
 /// The counts as a JSON object, for `--json` summaries (`null` before storage
 /// was opened).
 pub fn storage_counts_json() -> serde_json::Value {
-    match storage_counts() {
-        Some(c) => serde_json::json!({
-            "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
-            "bytes_up": c.bytes_up, "bytes_down": c.bytes_down, "rounds": c.rounds,
-            "latency_ms": latency_json(&c.latency_us),
-        }),
-        None => serde_json::Value::Null,
-    }
+    storage_counts().map_or(serde_json::Value::Null, |c| counts_json(&c))
 }
 
 /// Prints the storage counts on stderr (for `--verbose`): a text line, or a JSON
@@ -358,13 +351,14 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
 pub fn counts_json(c: &Counts) -> serde_json::Value {
     serde_json::json!({
         "put": c.put, "get": c.get, "head": c.head, "list": c.list, "delete": c.delete,
-        "bytes_up": c.bytes_up, "bytes_down": c.bytes_down, "latency_ms": latency_json(&c.latency_us),
+        "bytes_up": c.bytes_up, "bytes_down": c.bytes_down, "rounds": c.rounds,
+        "latency_ms": latency_json(&c.latency_us),
     })
 }
 
 /// Request latency percentiles in milliseconds.
 fn latency_json(l: &coffer_backend::Latency) -> serde_json::Value {
-    let ms = |us: u64| (us as f64 / 1000.0 * 1000.0).round() / 1000.0;
+    let ms = |us: u64| us as f64 / 1000.0;
     serde_json::json!({"p50": ms(l.p50), "p99": ms(l.p99), "max": ms(l.max)})
 }
 

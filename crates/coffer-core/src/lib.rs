@@ -39,6 +39,7 @@ pub mod local_state;
 pub mod merkle;
 pub mod ops;
 pub mod progress;
+pub mod recon;
 pub mod repo;
 pub mod server_log;
 pub mod translog;

@@ -234,7 +234,8 @@ fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut Check
 /// Walks every snapshot's trees once ([`snapshots`]): checks their structure into
 /// `r` and returns, by snapshot, whether its Merkle root matches its files.
 fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
-    let mut walker = snapshots::Walker::new(repo, snapshots::LISTING_BUDGET);
+    let store = snapshots::Ahead { repo, packs: trees::TreePacks::read(repo) };
+    let mut walker = snapshots::Walker::new(&store, snapshots::LISTING_BUDGET);
     let ids = repo.list_ids_ahead(ObjectKind::Snapshot)?;
     for (sid, loaded) in repo.fetch_many(&ids, |id| (*id, repo.load_snapshot(id))) {
         match loaded {
@@ -556,8 +557,13 @@ mod tests {
     /// Asserts that loading `ids` together gives what loading each alone gives;
     /// returns how many loaded.
     fn same_as_one_by_one(repo: &Repository, ids: &[Id]) -> usize {
-        let together = trees::load_trees(repo, ids);
+        let together = trees::load_trees(repo, ids, &trees::TreePacks::default());
         assert_eq!(together.len(), ids.len());
+        // Read ahead, the same results.
+        let ahead = trees::load_trees(repo, ids, &trees::TreePacks::read(repo));
+        for (a, b) in together.iter().zip(&ahead) {
+            assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        }
         let mut ok = 0;
         for (id, got) in ids.iter().zip(together) {
             match (got, repo.load_tree(id)) {
@@ -605,6 +611,18 @@ mod tests {
         let (runs, placed) = trees::plan(&repo, &ids);
         assert_eq!(placed.iter().filter(|p| p.is_some()).count(), ids.len() - 1);
         assert!(runs.len() * 10 < ids.len(), "{} requests for {} trees", runs.len(), ids.len());
+        // Read ahead, each pack's trees are read once, whatever the runs.
+        let counted =
+            Arc::new(coffer_backend::CountingBackend::new(OpendalBackend::local(&dir.path().join("repo")).unwrap()));
+        let counts = counted.handle();
+        let crepo = Repository::open(counted as Arc<dyn Backend>, b"pw").unwrap();
+        crepo.load_index().unwrap();
+        let before = counts.get().get;
+        let ahead = trees::TreePacks::read(&crepo);
+        let got = trees::load_trees(&crepo, &ids, &ahead);
+        let tree_packs: HashSet<Id> = trees.iter().map(|t| t.2).collect();
+        assert_eq!(counts.get().get - before, tree_packs.len() as u64);
+        assert_eq!(got.iter().filter(|r| r.is_ok()).count(), ids.len() - 1);
 
         // One tree blob altered, then its pack cut short, then gone.
         let (_, altered, pack) = trees[trees.len() / 2];

@@ -64,9 +64,29 @@ pub(super) trait Store: Sync {
     fn pack_of(&self, id: &Id) -> Option<Id>;
 }
 
+/// The repository, with the tree packs read ahead of the walk.
+pub(super) struct Ahead<'a> {
+    pub repo: &'a Repository,
+    pub packs: super::trees::TreePacks,
+}
+
+impl Store for Ahead<'_> {
+    fn trees(&self, ids: &[Id]) -> Vec<Result<Tree>> {
+        super::trees::load_trees(self.repo, ids, &self.packs)
+    }
+
+    fn has_data(&self, id: &Id) -> bool {
+        self.repo.has_data(id)
+    }
+
+    fn pack_of(&self, id: &Id) -> Option<Id> {
+        Store::pack_of(self.repo, id)
+    }
+}
+
 impl Store for Repository {
     fn trees(&self, ids: &[Id]) -> Vec<Result<Tree>> {
-        super::trees::load_trees(self, ids)
+        super::trees::load_trees(self, ids, &super::trees::TreePacks::default())
     }
 
     fn has_data(&self, id: &Id) -> bool {

@@ -6,6 +6,8 @@
 //! and decoded in parallel on the CPU pool. A tree whose request fails is loaded
 //! alone, so that its error is exactly the one a single load gives.
 
+use std::collections::HashMap;
+
 use rayon::prelude::*;
 
 use crate::error::Result;
@@ -29,11 +31,52 @@ pub(super) struct Run {
 /// Where a tree's sealed bytes were read: its index entry and pack, and its run.
 pub(super) type Placed = Option<(PackEntry, PackInfo, usize)>;
 
+/// Bytes of tree packs [`TreePacks::read`] reads ahead at most; beyond that,
+/// trees are read in runs as the walk needs them.
+pub(super) const TREE_PACKS_BUDGET: u64 = 64 << 20;
+
+/// The part of each pack that holds tree blobs (from its start to its last
+/// tree), read once before a walk: the walk loads trees level by level, and
+/// each level's runs would otherwise read the same packs again, one request
+/// per run. Bytes are checked as any tree's are, when each tree is decrypted.
+#[derive(Default)]
+pub(super) struct TreePacks(HashMap<Id, Vec<u8>>);
+
+impl TreePacks {
+    /// Reads the trees' part of every pack holding trees, if they come to at
+    /// most [`TREE_PACKS_BUDGET`] bytes; a pack that fails to read is left to
+    /// the runs.
+    pub(super) fn read(repo: &Repository) -> TreePacks {
+        let wanted: Vec<(PackInfo, u64)> = {
+            let index = repo.index();
+            let mut ends: HashMap<u32, u64> = HashMap::new();
+            for e in index.iter().filter(|e| e.entry.blob_type == BlobType::Tree) {
+                let end = ends.entry(e.pack).or_insert(0);
+                *end = (*end).max(e.entry.offset + u64::from(e.entry.length));
+            }
+            if ends.values().sum::<u64>() > TREE_PACKS_BUDGET {
+                return TreePacks::default();
+            }
+            ends.into_iter().filter_map(|(p, end)| Some((index.packs().get(p as usize)?.clone(), end))).collect()
+        };
+        let got = repo.fetch_many(&wanted, |(pack, end)| {
+            let bytes = repo.read_pack_range(pack, 0, *end).ok()?;
+            (bytes.len() as u64 == *end).then_some((pack.id, bytes))
+        });
+        TreePacks(got.into_iter().flatten().collect())
+    }
+
+    fn run(&self, r: &Run) -> Option<Vec<u8>> {
+        Some(self.0.get(&r.pack.id)?.get(r.start as usize..r.end as usize)?.to_vec())
+    }
+}
+
 /// Loads trees `ids`; each result is what [`Repository::load_tree`] gives for it.
-pub(super) fn load_trees(repo: &Repository, ids: &[Id]) -> Vec<Result<Tree>> {
+/// Runs inside `ahead` are taken from it.
+pub(super) fn load_trees(repo: &Repository, ids: &[Id], ahead: &TreePacks) -> Vec<Result<Tree>> {
     let (runs, placed) = plan(repo, ids);
-    let read: Vec<Option<Vec<u8>>> =
-        repo.fetch_many(&runs, |r| repo.read_pack_range(&r.pack, r.start, r.end - r.start).ok());
+    let read: Vec<Option<Vec<u8>>> = repo
+        .fetch_many(&runs, |r| ahead.run(r).or_else(|| repo.read_pack_range(&r.pack, r.start, r.end - r.start).ok()));
     ids.par_iter()
         .zip(placed)
         .map(|(id, place)| match place {

@@ -29,8 +29,8 @@ use crate::{names, trash, verify};
 /// Bytes read from the storage per piece of a GET body (a GET holds at most
 /// about two pieces at once).
 const GET_PIECE: u64 = 1 << 20;
-/// Uploads written to the storage at once: a write to an object store holds
-/// a few MiB (OpenDAL gathers multipart parts of at least 5 MiB for S3), so the
+/// Packs written to the storage at once: a write to an object store holds a
+/// few MiB (OpenDAL gathers multipart parts of at least 5 MiB for S3), so the
 /// server's memory is bounded by this, not by the number of clients.
 const STORAGE_WRITES: usize = 8;
 /// Multipart uploads a key may have open at once (each holds spool files).
@@ -283,7 +283,14 @@ impl CofferS3 {
         }
         let be = self.backend.clone();
         let n = name.clone();
-        let _permit = self.writes.acquire().await.map_err(|_| s3_error!(InternalError, "the server is stopping"))?;
+        // Packs wait for a permit; small objects (session markers a running backup
+        // rewrites to show it is alive, index files, snapshots) never queue behind them.
+        let _permit = match kind {
+            ObjectKind::Pack => {
+                Some(self.writes.acquire().await.map_err(|_| s3_error!(InternalError, "the server is stopping"))?)
+            }
+            _ => None,
+        };
         blocking(move || {
             match body {
                 Some(b) if kind == ObjectKind::Config && existing.is_none() => {

@@ -1,8 +1,10 @@
-//! Prune step 6, re-check: snapshots written since step 1 keep what they use.
-//! Their blobs may be in packs indexed only since the index was read, so the
-//! index files stored meanwhile are read first; every pack such a snapshot's
-//! blobs are served from is spared, whatever the plan said. See
-//! docs/design.md#prune.
+//! Prune step 6, re-check: what was indexed or snapshotted since step 1 is kept.
+//! Every pack an index file stored since step 1 lists is spared: step 7
+//! rewrites only the index files read in step 1, so deleting such a pack would
+//! leave an index listing a pack that is gone (a backup that ran meanwhile and
+//! stored blobs another backup also stored: the index serves them from the
+//! other's pack, and its own pack looked unused). Snapshots written since step
+//! 1 keep the packs their blobs are served from. See docs/design.md#prune.
 
 use std::collections::HashSet;
 
@@ -26,13 +28,18 @@ pub(super) fn recheck(
 ) -> Result<()> {
     history.refresh(repo)?;
     let late: Vec<_> = history.live_snapshots().into_iter().filter(|(id, _)| !live.contains(id)).collect();
-    if late.is_empty() {
-        return Ok(());
-    }
     let known: HashSet<&Id> = index_files.iter().collect();
     let mut added = Vec::new();
     for fid in repo.list_ids(ObjectKind::Index)?.iter().filter(|f| !known.contains(f)) {
         added.extend(repo.load_index_file(fid)?);
+    }
+    for pack in &added {
+        if delete.remove(&pack.id) {
+            report.packs_spared += 1;
+        }
+    }
+    if late.is_empty() {
+        return Ok(());
     }
     repo.index_mut().add_packs(&added).map_err(|e| Error::corrupt("index", e))?;
     let mut seen: HashSet<Id> = HashSet::new();

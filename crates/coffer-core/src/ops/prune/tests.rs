@@ -298,6 +298,27 @@ fn recheck_spares_packs_a_snapshot_written_meanwhile_uses() {
 }
 
 #[test]
+fn recheck_spares_every_pack_an_index_file_stored_meanwhile_lists() {
+    let (t, _, _, garbage) = live_and_garbage();
+    let (repo, mut history, index_files, _, mut p) = load_mark_plan(&t, 5.0);
+    let live: Vec<Id> = history.live_snapshots().iter().map(|(i, _)| *i).collect();
+    assert!(p.delete.is_superset(&garbage));
+    // A backup that ran meanwhile stored blobs another backup stored too, in packs
+    // of its own, and indexed them; no new snapshot uses them through its index,
+    // since the index serves those blobs from the other packs. Step 7 rewrites only
+    // the index files read in step 1, so deleting these packs would leave an index
+    // file listing packs that are gone.
+    let records: Vec<_> =
+        index_files.iter().flat_map(|f| repo.load_index_file(f).unwrap()).filter(|r| garbage.contains(&r.id)).collect();
+    assert_eq!(records.len(), 2);
+    repo.save_sealed(SealedKind::Index, &crate::format::index::encode(&records)).unwrap();
+    let mut report = PruneReport::default();
+    recheck::recheck(&repo, &mut history, &live, &index_files, &mut p.delete, &mut report).unwrap();
+    assert!(p.delete.is_disjoint(&garbage), "{:?}", sorted(&p.delete));
+    assert_eq!(report.packs_spared, 2);
+}
+
+#[test]
 fn sweep_deletes_only_what_the_plan_still_names() {
     let (t, root, live, garbage) = live_and_garbage();
     let (repo, _, index_files, _, p) = load_mark_plan(&t, 5.0);

@@ -549,7 +549,7 @@ fn the_transparency_log_catches_a_server_that_rolls_back_forks_or_hides() {
     let entries = srv.state.join("log/entries");
     let logged = std::fs::read(&entries).unwrap();
     assert_eq!(logged.len(), 2 * 33, "two snapshots logged");
-    assert_eq!(&logged[34..], &hex_to_bytes(&second)[..], "in the order accepted");
+    assert_eq!(hex(&logged[34..]), second, "in the order accepted");
 
     // The key the server printed is the one it signs with; another is refused.
     let key = log_key(&srv);
@@ -585,17 +585,10 @@ fn the_transparency_log_catches_a_server_that_rolls_back_forks_or_hides() {
     assert_success(&client(&env, &srv, &append).args(["-q", "check"]).output().unwrap());
 
     // A server that lost its log key (or another server) is not trusted silently.
-    let srv = restart_after(&env, srv, || std::fs::remove_file(srv_state(&env).join("log/key")).unwrap());
+    let key_file = srv.state.join("log/key");
+    let srv = restart_after(&env, srv, || std::fs::remove_file(&key_file).unwrap());
     assert_ne!(log_key(&srv), key);
     refused_with(&client(&env, &srv, &append).args(["snapshots"]).output().unwrap(), "log key changed");
-}
-
-fn srv_state(env: &Env) -> PathBuf {
-    env.path("serve-state")
-}
-
-fn hex_to_bytes(h: &str) -> Vec<u8> {
-    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //!
 //! Everything here is pure: no storage, no clock, no randomness.
 
+use crate::format::ObjectKind;
 use crate::id::Id;
 
 /// Bytes per encoded cell: count (i64 LE), id sum (32), check sum (u64 LE).
@@ -82,6 +83,11 @@ impl Sketch {
     /// The number of cells.
     pub fn cells(&self) -> usize {
         self.cells.len()
+    }
+
+    /// The number of ids sketched (of a difference: first minus second).
+    pub fn count(&self) -> i64 {
+        self.cells[..self.cells.len() / K].iter().fold(0i64, |a, c| a.wrapping_add(c.count))
     }
 
     /// Adds `id` (adding it twice is not removing it: sets hold each id once).
@@ -169,6 +175,48 @@ impl Sketch {
     }
 }
 
+/// The kinds a server sketches: every content-named kind (docs/design.md#server,
+/// "Reconciliation").
+pub const SKETCHED: [ObjectKind; 8] = [
+    ObjectKind::Key,
+    ObjectKind::Pack,
+    ObjectKind::Index,
+    ObjectKind::Snapshot,
+    ObjectKind::Tombstone,
+    ObjectKind::Writer,
+    ObjectKind::PruneNotice,
+    ObjectKind::Layout,
+];
+
+/// The name a client reads for a sketch of `cells` cells (as [`Sketch::new`]
+/// rounds them) of the ids of `kind` a server holds: `sync/<directory>/<cells>`.
+pub fn request_name(kind: ObjectKind, cells: usize) -> String {
+    format!("sync/{}{}", kind.prefix(), Sketch::new(cells).cells())
+}
+
+/// The kind and number of cells a `sync/` name asks for; `None` when the name
+/// is not under `sync/`, an error naming the fault when it is malformed (an
+/// unknown directory, a count that is not a multiple of 3 from 3 to
+/// [`MAX_CELLS`], signs or leading zeros).
+pub fn parse_request(name: &str) -> Option<Result<(ObjectKind, usize), String>> {
+    let rest = name.strip_prefix("sync/")?;
+    let parse = || {
+        let (dir, n) = rest.rsplit_once('/').ok_or("a sketch is read as sync/<directory>/<cells>")?;
+        let kind = SKETCHED
+            .iter()
+            .find(|k| k.prefix().strip_suffix('/') == Some(dir))
+            .ok_or("no sketch is kept of that directory")?;
+        let cells: usize = n
+            .parse()
+            .ok()
+            .filter(|_| n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0'))
+            .filter(|c| (K..=MAX_CELLS).contains(c) && c % K == 0)
+            .ok_or("the number of cells must be a multiple of 3 from 3 to 131070")?;
+        Ok((*kind, cells))
+    };
+    Some(parse().map_err(|e: &str| format!("{name}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +249,39 @@ mod tests {
         let b = ids(500..1500);
         assert_eq!(Sketch::of(300, &a).difference(&Sketch::of(300, &b)), None);
         assert!(Sketch::of(3000, &a).difference(&Sketch::of(3000, &b)).is_some());
+    }
+
+    #[test]
+    fn a_sketch_counts_its_ids_and_a_difference_the_excess() {
+        let (a, b) = (ids(0..1000), ids(0..960));
+        assert_eq!(Sketch::of(30, &a).count(), 1000);
+        let mut d = Sketch::of(30, &a);
+        d.cells.iter_mut().zip(Sketch::of(30, &b).cells).for_each(|(x, y)| x.toggle(&y.ids, y.check, -y.count));
+        assert_eq!(d.count(), 40);
+    }
+
+    #[test]
+    fn request_names_round_trip_and_malformed_ones_are_refused() {
+        for kind in SKETCHED {
+            let name = request_name(kind, 100);
+            assert_eq!(parse_request(&name), Some(Ok((kind, 102))), "{name}");
+        }
+        assert_eq!(request_name(ObjectKind::Pack, 96), "sync/data/96");
+        assert_eq!(parse_request("index/00"), None);
+        for bad in [
+            "sync/index/0",
+            "sync/index/4",
+            "sync/index/096",
+            "sync/index/+96",
+            "sync/index/131073",
+            "sync/sessions/96",
+            "sync/config/96",
+            "sync/index",
+            "sync/../index/96",
+        ] {
+            assert!(matches!(parse_request(bad), Some(Err(_))), "{bad}");
+        }
+        assert_eq!(parse_request("sync/index/131070"), Some(Ok((ObjectKind::Index, 131_070))));
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //! - **a transparency log** ([`log`]) of every snapshot and tombstone accepted,
 //!   whose signed head, entries and consistency proofs clients read, so that a
 //!   server that hides, forks or rolls back history is caught;
+//! - **reconciliation sketches** ([`sync`]) of each directory, so that a copy
+//!   to or from the server learns what one side lacks from a few kilobytes;
 //! - **TLS** with a generated self-signed certificate ([`tls`]).
 //!
 //! The crate never prints and never reads the environment: the binary passes
@@ -31,6 +33,7 @@ pub mod log;
 pub mod names;
 pub mod service;
 pub mod state;
+pub mod sync;
 pub mod tls;
 pub mod trash;
 pub mod usage;

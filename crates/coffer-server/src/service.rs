@@ -329,6 +329,13 @@ impl CofferS3 {
         .await
     }
 
+    /// A reconciliation sketch: open to every key, as a listing is.
+    async fn sketch(&self, r: Result<(ObjectKind, usize), String>) -> S3Result<Vec<u8>> {
+        let (kind, cells) = r.map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
+        let be = self.backend.clone();
+        blocking(move || crate::sync::sketch(be.as_ref(), kind, cells).map_err(backend_error)).await
+    }
+
     /// A read of the transparency log: open to every key, at every level.
     fn log_read(&self, name: &str, r: Result<LogRead, String>) -> S3Result<Vec<u8>> {
         let r = r.map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
@@ -507,8 +514,12 @@ impl S3 for CofferS3 {
         let input = req.input;
         self.bucket(&input.bucket)?;
         let name = input.key;
-        if let Some(r) = LogRead::parse(&name) {
-            let body = self.log_read(&name, r)?;
+        let generated = match (LogRead::parse(&name), coffer_core::recon::parse_request(&name)) {
+            (Some(r), _) => Some(self.log_read(&name, r)?),
+            (_, Some(r)) => Some(self.sketch(r).await?),
+            _ => None,
+        };
+        if let Some(body) = generated {
             let len = body.len() as i64;
             return Ok(S3Response::new(GetObjectOutput {
                 body: Some(StreamingBlob::wrap(futures::stream::once(async move {

@@ -5,7 +5,8 @@
 //! as client: a backup, restore and check round trip; refusals by level; and
 //! a malicious client (forged and unsigned snapshots, overwrites, deletes
 //! without the prune level, oversized and malformed requests, names outside the
-//! layout, a slowloris connection) that changes nothing stored.
+//! layout, a slowloris connection) that changes nothing stored; a copy to and
+//! from the server that reads its reconciliation sketches instead of listing it.
 
 mod common;
 
@@ -626,4 +627,72 @@ fn quotas_hold_across_a_restart() {
     let out = client(&env, &srv, &key).args(["backup", src.to_str().unwrap()]).output().unwrap();
     let err = assert_code(&out, 23);
     assert!(err.contains("quota of 400000 bytes") && err.contains("quota is used up"), "{err}");
+}
+
+#[test]
+fn copy_to_and_from_the_server_reads_sketches_not_listings() {
+    let env = Env::new();
+    let srv = start(&env, &[]);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let src = env.path("src");
+    make_tree(&src);
+    first_backup(&env, &srv, &append, &src);
+    let server = format!("coffer:https://{}", srv.addr);
+    let mirror = env.path("mirror").display().to_string();
+    // Commands on a local mirror, with the server as the other side.
+    let local = |args: &[&str]| {
+        client(&env, &srv, &append)
+            .env("COFFER_REPOSITORY", &mirror)
+            .env("COFFER_FROM_PASSWORD", PASSWORD)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let copy_json = |out: std::process::Output| -> serde_json::Value {
+        assert_success(&out);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_success(&local(&["init", "--kdf-log-n", "10", "--insecure-kdf", "--from-repo", &server]));
+    let v = copy_json(local(&["--json", "copy", "--from-repo", &server]));
+    assert_eq!(v["snapshots"].as_array().map(Vec::len), Some(1), "{v}");
+    // Up to date: both sides open alike (the same listings); then the local
+    // side lists its four kinds and the server is read four sketches, not listed.
+    let lists = |v: &serde_json::Value, side: &str| v["requests"][side]["list"].as_u64().unwrap();
+    let v = copy_json(local(&["--json", "copy", "--from-repo", &server]));
+    assert_eq!(v["snapshots"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(lists(&v, "source") + 4, lists(&v, "destination"), "{v}");
+    assert_success(&local(&["-q", "check", "--read-data"]));
+
+    // A backup in the mirror, copied to the server once its writer is allowed.
+    std::fs::write(src.join("f3"), random_bytes(70_000, 4243)).unwrap();
+    assert_success(&local(&["-q", "backup", src.to_str().unwrap()]));
+    let to_server = || {
+        client(&env, &srv, &append)
+            .env("COFFER_FROM_PASSWORD", PASSWORD)
+            .args(["--json", "copy", "--from-repo", &mirror])
+            .output()
+            .unwrap()
+    };
+    let out = local(&["--json", "writers"]);
+    assert_success(&out);
+    let writers: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for w in writers.as_array().unwrap() {
+        let out =
+            serve_cmd(&env, &srv.state).args(["writer", "allow", w["public_key"].as_str().unwrap()]).output().unwrap();
+        assert_success(&out);
+    }
+    let v = copy_json(to_server());
+    assert_eq!(v["snapshots"].as_array().map(Vec::len), Some(1), "{v}");
+    let v = copy_json(to_server());
+    assert_eq!(v["snapshots"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(lists(&v, "destination") + 4, lists(&v, "source"), "{v}");
+    // The sketches themselves: their size, and malformed names refused.
+    let be = raw(&srv, &append);
+    assert_eq!(be.read_max("sync/index/96", 1 << 20).unwrap().len(), 96 * 48);
+    for bad in ["sync/index/4", "sync/sessions/96", "sync/index/096", "sync/trash/96"] {
+        assert!(be.read_max(bad, 1 << 20).is_err(), "{bad}");
+    }
+    assert_success(&env.run(&["-q", "check", "--read-data"]));
+    let snaps = env.json(&["snapshots"]);
+    assert_eq!(snaps.as_array().map(Vec::len), Some(2), "{snaps}");
 }

@@ -3,6 +3,7 @@
 //! docs/json.md.
 
 use anyhow::Result;
+use coffer_backend::Location;
 use coffer_core::ops::copy::{CopyOptions, Relation, Sent, copy, relate, unsupported};
 use coffer_core::repo::SnapshotFilter;
 use serde_json::json;
@@ -33,6 +34,8 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
         rechunk: a.rechunk,
         timing: crate::protocol_timing(),
         trusted: None,
+        source_sketches: is_server(&a.from_repo),
+        destination_sketches: matches!(path, Location::Server { .. }),
     };
     // New snapshots are signed by this client's writer key for the destination.
     let key = match relation {
@@ -137,4 +140,10 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
         );
     }
     Ok(exit::OK)
+}
+
+/// Whether a location is a coffer server's, which answers reconciliation
+/// sketches (an unparsable one fails where the source is opened).
+fn is_server(location: &str) -> bool {
+    matches!(Location::parse(location), Ok(Location::Server { .. }))
 }

@@ -8,7 +8,9 @@
 //! or a download of both whole indexes when little changed ([`plan`]): the
 //! listings of `snapshots/`, `tombstones/`, `writers/` and `index/` on both
 //! sides; the source snapshots the destination lacks; the source index files the
-//! destination lacks, whose packs are the only candidates. Between repositories
+//! destination lacks, whose packs are the only candidates. A coffer server's
+//! names are learnt from its reconciliation sketches instead ([`reconcile`]),
+//! a few kilobytes whatever the repository's size. Between repositories
 //! that share their data keys (made with `coffer init --from-repo`) every object
 //! is copied byte for byte and checked against its name ([`transfer`]), so the
 //! original signatures and history links stay valid in the destination. Objects
@@ -26,6 +28,7 @@
 
 mod plan;
 mod rechunk;
+mod reconcile;
 mod reencrypt;
 mod relation;
 #[cfg(test)]
@@ -70,6 +73,11 @@ pub struct CopyOptions {
     /// Into an unrelated repository without a writer key (a dry run): the writer
     /// whose earlier copies' file content may be reused by digest.
     pub trusted: Option<PublicKey>,
+    /// The source is a coffer server: its names are learnt from its
+    /// reconciliation sketches rather than listed.
+    pub source_sketches: bool,
+    /// The destination is a coffer server (likewise).
+    pub destination_sketches: bool,
 }
 
 impl CopyOptions {
@@ -185,9 +193,18 @@ pub fn copy(
     if rewrites && writer.is_none() && !opts.dry_run {
         return Err(Error::InvalidInput("a copy that writes new snapshots needs the destination's writer key".into()));
     }
-    // Source first: a source snapshot listed has its index files listed.
-    let s = Names::list(src)?;
-    let d = Names::list(dst)?;
+    // Source first: a source snapshot listed has its index files listed. A
+    // server side is learnt from its sketches against the other side's names.
+    let (s, d) = if opts.destination_sketches {
+        let s = Names::list(src)?;
+        let d = Names::learn(dst, &s, false)?;
+        (s, d)
+    } else if opts.source_sketches {
+        let d = Names::list(dst)?;
+        (Names::learn(src, &d, true)?, d)
+    } else {
+        (Names::list(src)?, Names::list(dst)?)
+    };
     let mut sel = plan::select(src, dst, &s, &d, opts)?;
     let new_tombstones = missing(&s.tombstones, &d.tombstones);
     if opts.with_forgets && !new_tombstones.is_empty() && sel.src_tombstones.is_empty() {
@@ -340,9 +357,14 @@ impl Ctx<'_> {
         PACK_WORKERS.min(self.src.backend().connections()).min(self.dst.backend().connections()).max(1)
     }
 
-    /// Copies one small object byte for byte (a dry run only counts `size`).
+    /// Copies one small object byte for byte (a dry run only counts `size`, or
+    /// asks for it when it is not known: 0, a name learnt from a sketch).
     fn object(&self, kind: ObjectKind, id: &Id, size: u64) -> Result<u64> {
-        if self.dry_run { Ok(size) } else { transfer::copy_object(self.src, self.dst, kind, id) }
+        match (self.dry_run, size) {
+            (false, _) => transfer::copy_object(self.src, self.dst, kind, id),
+            (true, 0) => Ok(self.src.backend().stat(&kind.path(id))?),
+            (true, n) => Ok(n),
+        }
     }
 
     /// Sends the packs in `ids` that the destination does not hold; returns the

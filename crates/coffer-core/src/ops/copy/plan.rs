@@ -42,6 +42,44 @@ impl Names {
             index: list(ObjectKind::Index)?,
         })
     }
+
+    /// The names of `repo`, a coffer server, learnt from its reconciliation
+    /// sketches against `other`'s ([`super::reconcile`]), each kind listed
+    /// instead when its sketch does not serve. With `in_order` (`repo` is the
+    /// source) the sketches of index files are asked for after the others, as
+    /// [`Names::list`] lists them; else all at once.
+    pub fn learn(repo: &Repository, other: &Names, in_order: bool) -> Result<Names> {
+        let learn = |kind: &ObjectKind| -> Result<HashMap<Id, u64>> {
+            let known = other.of(*kind);
+            match super::reconcile::names(repo.backend(), *kind, known)? {
+                Some(names) => Ok(names),
+                None => Ok(repo
+                    .backend()
+                    .list(kind.prefix())?
+                    .into_iter()
+                    .filter_map(|o| Some((kind.id_from_path(&o.name)?, o.size)))
+                    .collect()),
+            }
+        };
+        let kinds = [ObjectKind::Snapshot, ObjectKind::Tombstone, ObjectKind::Writer, ObjectKind::Index];
+        let rounds: Vec<&[ObjectKind]> = if in_order { vec![&kinds[..3], &kinds[3..]] } else { vec![&kinds[..]] };
+        let mut got = Vec::new();
+        for round in rounds {
+            got.extend(coffer_backend::fan_out(round.len(), round, learn));
+        }
+        let mut got = got.into_iter();
+        let mut next = || got.next().expect("one answer per kind");
+        Ok(Names { snapshots: next()?, tombstones: next()?, writers: next()?, index: next()? })
+    }
+
+    fn of(&self, kind: ObjectKind) -> &HashMap<Id, u64> {
+        match kind {
+            ObjectKind::Snapshot => &self.snapshots,
+            ObjectKind::Tombstone => &self.tombstones,
+            ObjectKind::Writer => &self.writers,
+            _ => &self.index,
+        }
+    }
 }
 
 /// The ids in `a` that `b` lacks, sorted.

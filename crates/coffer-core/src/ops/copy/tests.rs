@@ -477,3 +477,101 @@ fn d0_copy_requests_at_1e3_and_1e5_packs() {
         assert_eq!((s.list, s.get, s.head, d.list, d.get, d.head), (4, 0, 0, 4, 0, 0));
     }
 }
+
+/// A memory backend that answers reconciliation sketches as a coffer server
+/// does (docs/design.md#server, "Reconciliation").
+struct Sketching(Arc<MemBackend>);
+
+impl Backend for Sketching {
+    fn location(&self) -> String {
+        self.0.location()
+    }
+    fn read_max(&self, name: &str, max: u64) -> coffer_backend::BackendResult<Vec<u8>> {
+        let Some(Ok((kind, cells))) = crate::recon::parse_request(name) else { return self.0.read_max(name, max) };
+        let ids: Vec<Id> = self.0.list(kind.prefix())?.iter().filter_map(|o| kind.id_from_path(&o.name)).collect();
+        Ok(crate::recon::Sketch::of(cells, &ids).encode())
+    }
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> coffer_backend::BackendResult<Vec<u8>> {
+        self.0.read_range(name, offset, len)
+    }
+    fn write(&self, name: &str, data: Vec<u8>) -> coffer_backend::BackendResult<()> {
+        self.0.write(name, data)
+    }
+    fn stat(&self, name: &str) -> coffer_backend::BackendResult<u64> {
+        self.0.stat(name)
+    }
+    fn list(&self, prefix: &str) -> coffer_backend::BackendResult<Vec<coffer_backend::ObjectInfo>> {
+        self.0.list(prefix)
+    }
+    fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
+        self.0.delete(name)
+    }
+}
+
+#[test]
+fn names_learnt_from_sketches_are_the_listed_names_whatever_the_difference() {
+    let be = Arc::new(MemBackend::new());
+    let id = |i: u32| Id::hash_of(&i.to_le_bytes());
+    for i in 0..3000 {
+        be.write(&ObjectKind::Index.path(&id(i)), vec![1; 3]).unwrap();
+    }
+    let c = coffer_backend::CountingBackend::new(Arc::new(Sketching(be.clone())));
+    let h = c.handle();
+    let listed: std::collections::HashMap<Id, u64> = (0..3000).map(|i| (id(i), 3)).collect();
+    // Known: 10 missing, 5 extra (one request); 1,500 missing (more requests, larger sketches).
+    for (missing, extra, requests) in [(10u32, 5u32, 1u64), (1500, 0, 2)] {
+        let known: std::collections::HashMap<Id, u64> =
+            (missing..3000 + extra).map(|i| (id(i), if i < 3000 { 3 } else { 7 })).collect();
+        let before = h.get();
+        let got = reconcile::names(&c, ObjectKind::Index, &known).unwrap().expect("decoded");
+        let mut want = listed.clone();
+        (0..missing).for_each(|i| {
+            want.insert(id(i), 0);
+        });
+        assert_eq!(got, want, "missing {missing}, extra {extra}");
+        assert_eq!((h.get().get - before.get, h.get().list - before.list), (requests, 0));
+    }
+    // A server without sketches: `None`, and the caller lists.
+    assert_eq!(reconcile::names(be.as_ref(), ObjectKind::Index, &listed).unwrap(), None);
+}
+
+#[test]
+fn a_copy_to_or_from_a_server_reads_sketches_instead_of_listings() {
+    let src = test_repo();
+    src.snapshot(&tree(3, 1));
+    // Into a server: the result is the listed copy's.
+    let (dbe, _) = related(&src.repo);
+    let dc = coffer_backend::CountingBackend::new(Arc::new(Sketching(dbe.clone())));
+    let dh = dc.handle();
+    let dst = Repository::open(Arc::new(dc) as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    let into_server = CopyOptions { destination_sketches: true, ..CopyOptions::default() };
+    let r = run(&src.repo, &dst, &into_server);
+    assert_eq!(r.snapshots.len(), 1);
+    for prefix in ["data/", "index/", "snapshots/", "writers/"] {
+        assert_eq!(names(&dbe, prefix), names(&src.backend, prefix), "{prefix}");
+    }
+    // Up to date: four sketches of 96 cells in one round, no listing.
+    src.snapshot(&tree(3, 2));
+    run(&src.repo, &dst, &into_server);
+    let before = dh.get();
+    let r = run(&src.repo, &dst, &into_server);
+    assert_eq!(r.total().objects, 0, "{r:?}");
+    let c = dh.get();
+    assert_eq!((c.list - before.list, c.get - before.get, c.head - before.head), (0, 4, 0));
+    assert_eq!(c.bytes_down - before.bytes_down, 4 * 96 * crate::recon::CELL_LEN as u64);
+    // From a server: a dry run learns the sizes it lacks, and counts what the copy sends.
+    let server_src =
+        Repository::open(Arc::new(Sketching(src.backend.clone())) as Arc<dyn Backend>, PASSPHRASE).unwrap();
+    let (ebe, dst2) = related(&src.repo);
+    let from_server = CopyOptions { source_sketches: true, ..CopyOptions::default() };
+    let dry = run(&server_src, &dst2, &CopyOptions { dry_run: true, ..from_server.clone() });
+    let real = run(&server_src, &dst2, &from_server);
+    assert_eq!(real.snapshots.len(), 2);
+    assert_eq!(
+        (dry.packs, dry.index_files, dry.snapshot_objects, dry.writers),
+        (real.packs, real.index_files, real.snapshot_objects, real.writers)
+    );
+    for prefix in ["data/", "index/", "snapshots/", "writers/"] {
+        assert_eq!(names(&ebe, prefix), names(&src.backend, prefix), "{prefix}");
+    }
+}

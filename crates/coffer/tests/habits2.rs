@@ -47,18 +47,31 @@ fn restore_dry_run_counts_and_touches_nothing() {
     assert_eq!(v["dirs"], 1, "{v}");
     assert_eq!(v["bytes"], 11 * 3 + 7 + 4, "{v}");
     assert!(!target.exists(), "a dry run created the target");
-    // Into a non-empty target too, without --overwrite: nothing is written, so nothing is refused.
+    // Into a non-empty target without --overwrite: refused, as the restore would be.
     fs::create_dir_all(&target).unwrap();
     fs::write(target.join("a.txt"), b"mine").unwrap();
     let out = env.run(&["restore", &spec, "--target", s(&target), "--dry-run"]);
-    assert_success(&out);
-    assert!(
-        text(&out.stdout).contains("would restore") && text(&out.stdout).contains("5 files"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_code(&out, 21);
     assert_eq!(fs::read(target.join("a.txt")).unwrap(), b"mine");
     assert_eq!(fs::read_dir(&target).unwrap().count(), 1);
+}
+
+#[test]
+fn restore_dry_run_figures_match_the_real_run_with_overwrite_and_delete() {
+    let (env, _src, spec) = backed_up();
+    for mode in ["always", "if-changed", "if-newer", "never"] {
+        let target = prepared_target(&env);
+        fs::create_dir_all(target.join("d/old")).unwrap();
+        let args = ["restore", &spec, "--target", s(&target), "--overwrite", mode, "--delete"];
+        let dry = env.json(&[&args[..], &["--dry-run"]].concat());
+        assert!(target.join("extra.txt").exists() && target.join("d/old").exists(), "a dry run deleted");
+        let real = env.json(&args);
+        for field in ["files", "bytes", "skipped", "deleted"] {
+            assert_eq!(dry[field], real[field], "{mode} {field}: dry {dry}, real {real}");
+        }
+        assert_eq!(real["deleted"], 2, "{mode}: {real}");
+        fs::remove_dir_all(&target).unwrap();
+    }
 }
 
 /// A target holding a newer a.txt, an older b.txt and a file the snapshot lacks.

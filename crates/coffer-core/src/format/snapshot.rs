@@ -24,8 +24,12 @@ pub struct Summary {
     pub bytes_read: u64,
     /// Bytes of content in the snapshot.
     pub bytes_total: u64,
-    /// Bytes of blob plaintext added after deduplication (before compression).
+    /// Bytes of file content added after deduplication (before compression).
     pub bytes_new: u64,
+    /// Bytes of metadata (tree blobs) added after deduplication (before
+    /// compression); absent from snapshots written before it was recorded.
+    #[serde(default)]
+    pub bytes_new_trees: u64,
     /// Bytes added to the repository (packs, after compression and encryption).
     pub bytes_added: u64,
     /// Blobs added.

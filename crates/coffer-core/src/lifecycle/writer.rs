@@ -125,6 +125,7 @@ impl<'r> WriterGuard<'r> {
                 rescued.bytes_stored += r.bytes_stored;
                 rescued.blobs += r.blobs;
                 rescued.bytes_new += r.bytes_new;
+                rescued.tree_bytes_new += r.tree_bytes_new;
                 rescued.packs += r.packs;
             }
             then()?;

@@ -31,6 +31,8 @@ pub struct SaverStats {
     pub blobs: u64,
     /// Plaintext bytes of the blobs added.
     pub bytes_new: u64,
+    /// Of those, the bytes of tree blobs (metadata, not file content).
+    pub tree_bytes_new: u64,
     /// Bytes uploaded (packs and index files).
     pub bytes_stored: u64,
     /// Packs uploaded.
@@ -69,6 +71,7 @@ pub struct BlobSaver<'r> {
     uploader: Option<Uploader>,
     blobs: AtomicU64,
     bytes_new: AtomicU64,
+    tree_bytes_new: AtomicU64,
     bytes_stored: AtomicU64,
     packs_done: AtomicU64,
     observer: Option<Box<dyn Fn(SaverEvent) + Send + Sync + 'r>>,
@@ -100,6 +103,7 @@ impl<'r> BlobSaver<'r> {
             uploader: None,
             blobs: AtomicU64::new(0),
             bytes_new: AtomicU64::new(0),
+            tree_bytes_new: AtomicU64::new(0),
             bytes_stored: AtomicU64::new(0),
             packs_done: AtomicU64::new(0),
             observer: None,
@@ -140,6 +144,14 @@ impl<'r> BlobSaver<'r> {
         self.store(blob_type, id, data)
     }
 
+    fn count_new(&self, blob_type: BlobType, len: usize) {
+        self.blobs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_new.fetch_add(len as u64, Ordering::Relaxed);
+        if blob_type == BlobType::Tree {
+            self.tree_bytes_new.fetch_add(len as u64, Ordering::Relaxed);
+        }
+    }
+
     fn store(&self, blob_type: BlobType, id: Id, data: &[u8]) -> Result<bool> {
         if !self.pending.lock().expect("poisoned").insert(id) {
             return Ok(false);
@@ -147,8 +159,7 @@ impl<'r> BlobSaver<'r> {
         let raw_length = u32::try_from(data.len())
             .map_err(|_| Error::InvalidInput(format!("blob of {} bytes exceeds the 4 GiB limit", data.len())))?;
         if self.dry_run {
-            self.blobs.fetch_add(1, Ordering::Relaxed);
-            self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.count_new(blob_type, data.len());
             return Ok(true);
         }
         // The pack is taken once the blob is compressed, so that it is held only
@@ -169,8 +180,7 @@ impl<'r> BlobSaver<'r> {
             return Err(spool_error(&self.repo.spool_dir(), e));
         }
         let pack_size = u64::from(self.repo.config().pack_size);
-        self.blobs.fetch_add(1, Ordering::Relaxed);
-        self.bytes_new.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.count_new(blob_type, data.len());
         // A pack is closed at its size, or at the number of blobs that keeps its
         // header and index record bounded (many tiny blobs).
         if builder.len() >= pack_size || builder.count() >= crate::format::limits::PACK_BLOBS {
@@ -295,6 +305,7 @@ impl<'r> BlobSaver<'r> {
         SaverStats {
             blobs: self.blobs.load(Ordering::Relaxed),
             bytes_new: self.bytes_new.load(Ordering::Relaxed),
+            tree_bytes_new: self.tree_bytes_new.load(Ordering::Relaxed),
             bytes_stored: self.bytes_stored.load(Ordering::Relaxed),
             packs: self.packs_done.load(Ordering::Relaxed),
         }

@@ -76,25 +76,22 @@ fn source_paths(a: &BackupArgs) -> Result<Vec<PathBuf>> {
 
 /// Drops the paths that do not exist, warning of each. None left is an error.
 fn existing_paths(global: &GlobalArgs, paths: Vec<PathBuf>) -> Result<(Vec<PathBuf>, usize)> {
-    let (mut kept, mut missing) = (Vec::new(), 0);
-    for p in paths {
-        match std::fs::symlink_metadata(&p) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                missing += 1;
-                let message = "does not exist; backing up the rest (exit code 3)";
-                if global.json {
-                    eprintln!("{}", json!({"type": "warning", "path": p.to_string_lossy(), "message": message}));
-                } else {
-                    eprintln!("warning: {}: {message}", p.display());
-                }
-            }
-            _ => kept.push(p),
+    let (kept, gone): (Vec<PathBuf>, Vec<PathBuf>) = paths
+        .into_iter()
+        .partition(|p| !matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound));
+    if kept.is_empty() {
+        let names: Vec<String> = gone.iter().map(|p| p.display().to_string()).collect();
+        bail!("none of the paths to back up exists ({}): nothing to back up; check the paths", names.join(", "));
+    }
+    for p in &gone {
+        let message = "does not exist; backing up the rest (exit code 3)";
+        if global.json {
+            eprintln!("{}", json!({"type": "warning", "path": p.to_string_lossy(), "message": message}));
+        } else {
+            eprintln!("warning: {}: {message}", p.display());
         }
     }
-    if kept.is_empty() {
-        bail!("none of the paths to back up exists: nothing to back up; check the paths");
-    }
-    Ok((kept, missing))
+    Ok((kept, gone.len()))
 }
 
 /// Parses `--time`: `YYYY-MM-DD HH:MM:SS` (or with a `T`) in the display time
@@ -275,10 +272,11 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         println!("Files:    {} new, {} changed, {} unchanged", m.files_new, m.files_changed, m.files_unchanged);
         println!("Dirs:     {}   Other entries: {}", m.dirs, m.others);
         println!(
-            "Data:     {} read of {}, {} new after deduplication, {} added to the repository",
+            "Data:     {} read of {}, {} new after deduplication (and {} of metadata), {} added to the repository",
             output::bytes(m.bytes_read),
             output::bytes(m.bytes_total),
             output::bytes(m.bytes_new),
+            output::bytes(m.bytes_new_trees),
             output::bytes(m.bytes_added)
         );
         println!("Duration: {:.2}s", m.duration_ms as f64 / 1000.0);

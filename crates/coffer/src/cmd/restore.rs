@@ -52,6 +52,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             output::json(&json!({
                 "type": "dry_run", "snapshot_id": id, "target": a.target,
                 "files": s.files, "dirs": s.dirs, "others": s.others, "bytes": s.bytes,
+                "skipped": s.skipped, "deleted": s.deleted,
             }));
         } else if !global.quiet {
             println!(
@@ -63,6 +64,9 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
                 s.others,
                 output::bytes(s.bytes)
             );
+            if s.skipped > 0 || s.deleted > 0 {
+                println!("would keep {} entries already in the target, delete {}", s.skipped, s.deleted);
+            }
         }
         return Ok(exit::OK);
     }

@@ -464,7 +464,8 @@ fn run(
             others: arch.others.into_inner(),
             bytes_read: arch.bytes_read.into_inner(),
             bytes_total: arch.bytes_total.into_inner(),
-            bytes_new: stats.bytes_new,
+            bytes_new: stats.bytes_new - stats.tree_bytes_new,
+            bytes_new_trees: stats.tree_bytes_new,
             bytes_added: stats.bytes_stored,
             blobs_added: stats.blobs,
             // Rounded up, so that `time` plus the duration is never before the
@@ -794,9 +795,10 @@ impl Archiver<'_> {
         share > 0.0 && (u32::from_le_bytes(crate::crypto::random_array()) as f64) < share / 100.0 * u32::MAX as f64
     }
 
+    /// Whether `node` looks unchanged since `parent` (same size, times and
+    /// inode, content stored); `--force` rereads such a file all the same.
     fn unchanged(&self, node: &Node, parent: &Node) -> bool {
-        !self.opts.force
-            && node.size == parent.size
+        node.size == parent.size
             && node.mtime == parent.mtime
             && node.ctime == parent.ctime
             && node.inode == parent.inode
@@ -816,7 +818,7 @@ impl Archiver<'_> {
         self.bytes_total.fetch_add(node.size, Ordering::Relaxed);
         let unchanged = parent.filter(|p| self.unchanged(node, p));
         let change = match unchanged {
-            Some(p) if !self.reread_this_one() => {
+            Some(p) if !self.opts.force && !self.reread_this_one() => {
                 self.count_file(FileChange::Unchanged);
                 self.progress.add_bytes(node.size);
                 self.progress.file_saved(path, FileChange::Unchanged);
@@ -824,7 +826,8 @@ impl Archiver<'_> {
                 let digest = p.digest.expect("unchanged() requires a digest");
                 return Ok(Some((p.content.clone(), digest)));
             }
-            Some(_) => None, // reread below; counted once its content is known
+            // Reread (`--force`, `--reread-share`): counted once its content is known.
+            Some(_) => None,
             None if parent.is_some() => Some(self.count_file(FileChange::Changed)),
             None => Some(self.count_file(FileChange::New)),
         };

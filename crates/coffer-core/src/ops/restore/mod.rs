@@ -250,14 +250,14 @@ fn restore_observed(
     let snap_root = Path::new("/").join(&subpath);
     let located = locate(repo, snapshot.tree, &snap_root)?;
     let select = Selector::new(opts)?;
-    if opts.dry_run {
-        return totals::dry_run(repo, &select, &located, &snap_root);
-    }
     if opts.delete && !opts.overwrite.allows_existing() {
         return Err(Error::InvalidInput(
             "--delete removes what is already in the target: give --overwrite too (always, if-changed, if-newer or never)"
                 .into(),
         ));
+    }
+    if opts.dry_run {
+        return totals::dry_run(repo, &select, &located, &snap_root, opts);
     }
     if progress.wants_totals() {
         let t = totals::count(repo, &select, &located, &snap_root)?;

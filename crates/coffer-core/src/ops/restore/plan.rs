@@ -443,17 +443,12 @@ impl<'a> Planner<'a> {
                 return false;
             }
         };
-        let is_file = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
-        let mtime = (st.st_mtime as i64, st.st_mtime_nsec as u32);
-        let theirs = (node.mtime.0, node.mtime.1);
-        match self.mode {
-            Overwrite::Never => true,
-            Overwrite::IfNewer => is_file && node.kind == NodeKind::File && mtime >= theirs,
-            Overwrite::IfChanged => {
-                is_file && node.kind == NodeKind::File && st.st_size as u64 == node.size && mtime == theirs
-            }
-            Overwrite::Refuse | Overwrite::Always => false,
-        }
+        let there = super::totals::Existing {
+            is_file: rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as u32),
+        };
+        super::totals::keeps_existing(self.mode, Some(there), node)
     }
 
     /// Removes what the target's directory on top of the stack holds that its

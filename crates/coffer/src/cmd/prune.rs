@@ -40,12 +40,14 @@ pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
             r.blobs_unused
         );
         if r.dry_run {
-            // What repacking writes is known only once it is done.
+            // Repacking writes the blobs counted and, beyond them, headers and index files.
             println!(
-                "{} packs {verb} deleted and {} repacked ({} {verb} removed, {} index files replaced)",
+                "{} packs {verb} deleted and {} repacked ({} {verb} removed, about {} written by repacking, {} \
+                 index files replaced)",
                 r.packs_deleted,
                 r.packs_repacked,
                 output::bytes(r.bytes_deleted),
+                output::bytes(r.bytes_repacked),
                 r.index_files_replaced
             );
         } else {

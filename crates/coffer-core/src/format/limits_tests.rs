@@ -119,6 +119,7 @@ fn the_largest_snapshot_is_accepted() {
         merkle_leaves: 0,
         merkle_key: id(4),
         copied_from: None,
+        written: None,
         signature: Default::default(),
     };
     let sid = repo.save_snapshot(&snap, &key).unwrap();

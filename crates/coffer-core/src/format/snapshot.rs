@@ -150,6 +150,12 @@ pub struct Snapshot {
     /// ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copied_from: Option<CopiedFrom>,
+    /// When the snapshot was written (its history heads taken), RFC 3339 in
+    /// UTC, where `time` says otherwise: a backup given `--time`, a snapshot
+    /// copied with its source's time. Absent from snapshots written before it
+    /// was recorded, whose end is `time` plus the duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<String>,
     /// The signature, as checked when loaded (not stored in the JSON).
     #[serde(skip)]
     pub signature: SignatureStatus,
@@ -175,7 +181,12 @@ impl Snapshot {
 
     /// When the backup finished: `time` plus its duration.
     pub fn end_time(&self) -> std::time::SystemTime {
-        self.system_time() + std::time::Duration::from_millis(self.summary.duration_ms)
+        self.written_time().unwrap_or_else(|| self.system_time() + std::time::Duration::from_millis(self.summary.duration_ms))
+    }
+
+    /// When it was written, if recorded ([`Snapshot::written`]).
+    pub fn written_time(&self) -> Option<std::time::SystemTime> {
+        self.written.as_deref().and_then(|w| humantime::parse_rfc3339(w).ok())
     }
 
     /// Whether some entries could not be read.

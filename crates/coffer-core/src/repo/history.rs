@@ -150,7 +150,7 @@ impl History {
 
     fn time_of(&self, id: &Id) -> Option<(SystemTime, &'static str)> {
         if let Some((_, s)) = self.snapshots.iter().find(|(i, _)| i == id) {
-            return Some((s.system_time(), "snapshot"));
+            return Some((s.written_time().unwrap_or_else(|| s.system_time()), "snapshot"));
         }
         self.tombstones.iter().find(|(i, _)| i == id).map(|(_, t)| (t.system_time(), "tombstone"))
     }

@@ -447,6 +447,7 @@ fn run(
     let snapshot = Snapshot {
         version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
+        written: opts.time.map(|_| humantime::format_rfc3339_nanos(SystemTime::now()).to_string()),
         hostname,
         username: meta::username(),
         paths: path_strings,

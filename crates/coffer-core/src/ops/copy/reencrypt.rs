@@ -90,6 +90,8 @@ pub(super) fn write_snapshots(
             // The parent named a snapshot of the source.
             parent: None,
             copied_from: Some(CopiedFrom { repository: src.config().id, snapshot: id, writer: snap.writer }),
+            // Its links are the destination's heads, taken now.
+            written: Some(humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string()),
             signature: Default::default(),
             ..snap
         };

@@ -135,8 +135,10 @@ fn exclusion_options() {
     assert!(got.contains("keep/big") && !got.contains("keep/notes.txt") && !got.contains("keep/Notes.TXT"), "{got:?}");
     // An invalid pattern is an error before anything is read.
     for flag in ["--exclude", "--iexclude"] {
-        let err = assert_code(&env.run(&["backup", s, flag, "{unclosed"]), 1);
-        assert!(err.contains("bad exclude pattern") && err.contains("{unclosed"), "{flag}: {err}");
+        for bad in ["{unclosed", "[abc"] {
+            let err = assert_code(&env.run(&["backup", s, flag, bad]), 1);
+            assert!(err.contains("bad exclude pattern") && err.contains(bad), "{flag}: {err}");
+        }
     }
     assert_code(&env.run(&["backup", s, "--exclude-larger-than", "4Q"]), 2);
 }

@@ -183,6 +183,13 @@ fn restore_pattern_options_from_files_and_ignoring_case() {
     let mut got: Vec<_> = files_under(&t1).iter().map(|p| p.strip_prefix(&t1).unwrap().display().to_string()).collect();
     got.sort();
     assert_eq!(got, ["README.TXT", "a.txt", "b.txt", "d/c.txt"]);
+    // A bad include pattern is an error that says so, and nothing is restored.
+    for flag in ["--include", "--iinclude"] {
+        let out = env.run(&["restore", &spec, "--target", s(&env.path("t0")), flag, "[bad"]);
+        let err = assert_code(&out, 1);
+        assert!(err.contains("bad include pattern") && err.contains("[bad"), "{flag}: {err}");
+        assert!(!env.path("t0").exists());
+    }
 
     let t2 = env.path("t2");
     env.json(&["restore", &spec, "--target", s(&t2), "--iexclude", "*.png", "--iexclude", "D"]);

@@ -383,7 +383,7 @@ fn run(
     };
     let parent = parent.map(|(id, _)| id);
     let excludes = build_excludes(&opts.excludes)?;
-    let iexcludes = build_matcher(&opts.iexcludes, true)?;
+    let iexcludes = build_matcher(&opts.iexcludes, true, "exclude")?;
     let pool = rayon::ThreadPoolBuilder::new()
         .stack_size(64 << 20)
         .thread_name(|i| format!("coffer-backup-{i}"))

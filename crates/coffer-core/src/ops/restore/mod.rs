@@ -198,12 +198,12 @@ impl Selector {
         let includes = if opts.includes.is_empty() && opts.iincludes.is_empty() {
             None
         } else {
-            Some((build_matcher(&opts.includes, false)?, build_matcher(&opts.iincludes, true)?))
+            Some((build_matcher(&opts.includes, false, "include")?, build_matcher(&opts.iincludes, true, "include")?))
         };
         Ok(Selector {
             includes,
-            excludes: build_matcher(&opts.excludes, false)?,
-            iexcludes: build_matcher(&opts.iexcludes, true)?,
+            excludes: build_matcher(&opts.excludes, false, "exclude")?,
+            iexcludes: build_matcher(&opts.iexcludes, true, "exclude")?,
         })
     }
 

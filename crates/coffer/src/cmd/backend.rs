@@ -364,24 +364,22 @@ fn list(global: &GlobalArgs) -> Result<u8> {
         if layout.previous.is_some() { ", migrating (run `coffer rebalance`)" } else { "" },
         all.len()
     );
-    println!(
-        "{:<16} {:>10} {:>10} {:>8} {:>8} {:>8}  {:<12} zone",
-        "name", "capacity", "held", "packs", "share", "target", "state"
-    );
+    let mut t = crate::table::Table::new(&["name", "capacity", "held", "packs", "share", "target", "state", "zone"])
+        .right(1..=5);
     for r in &rows {
         let pct = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |f| format!("{:.1}%", f * 100.0));
-        println!(
-            "{:<16} {:>10} {:>10} {:>8} {:>8} {:>8}  {:<12} {}",
-            r["name"].as_str().unwrap_or(""),
+        t.row([
+            r["name"].as_str().unwrap_or("").to_string(),
             output::bytes(r["capacity"].as_u64().unwrap_or(0)),
             r["bytes"].as_u64().map_or("-".to_string(), output::bytes),
             r["packs"].as_u64().map_or("-".to_string(), |p| p.to_string()),
             pct(&r["share_of_packs"]),
             pct(&r["share_of_partitions"]),
-            r["state"].as_str().unwrap_or(""),
-            r["zone"].as_str().unwrap_or("-"),
-        );
+            r["state"].as_str().unwrap_or("").to_string(),
+            r["zone"].as_str().unwrap_or("-").to_string(),
+        ]);
     }
+    t.print();
     Ok(exit::OK)
 }
 

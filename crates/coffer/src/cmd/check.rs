@@ -93,9 +93,9 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
         snapshots.dedup();
         eprintln!(
             "{} damaged or missing: {} affected in {}",
-            plural(r.damaged_blobs.len(), "blob"),
-            plural(r.affected.len(), "entry"),
-            plural(snapshots.len(), "snapshot")
+            output::plural(r.damaged_blobs.len(), "blob"),
+            output::plural(r.affected.len(), "entry"),
+            output::plural(snapshots.len(), "snapshot")
         );
     }
     if !global.quiet {
@@ -138,14 +138,5 @@ fn describe(f: &AffectedFile) -> String {
             f.path.display(),
             ids.join(", ")
         ),
-    }
-}
-
-/// `1 blob`, `2 blobs`, `3 entries`.
-fn plural(n: usize, noun: &str) -> String {
-    match (n, noun.strip_suffix('y')) {
-        (1, _) => format!("{n} {noun}"),
-        (_, Some(stem)) => format!("{n} {stem}ies"),
-        (_, None) => format!("{n} {noun}s"),
     }
 }

@@ -14,6 +14,7 @@ use coffer_server::{Level, ServeOptions, Server, keys, trash, writers};
 use serde_json::json;
 
 use crate::args::GlobalArgs;
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 #[derive(Args, Debug)]
@@ -253,11 +254,12 @@ fn key(global: &GlobalArgs, dir: &std::path::Path, cmd: &KeyCommand) -> Result<u
                     .collect();
                 output::json(&serde_json::Value::Array(list));
             } else {
-                println!("{:<20} {:<22} {:<14} {:>14} quota", "name", "id", "level", "used");
+                let mut t = Table::new(&["name", "id", "level", "used", "quota"]).right([3, 4]);
                 for k in &all {
                     let q = k.quota.map(|q| q.to_string()).unwrap_or_else(|| "-".into());
-                    println!("{:<20} {:<22} {:<14} {:>14} {q}", k.name, k.id, k.level.name(), used(&k.id));
+                    t.row([k.name.clone(), k.id.clone(), k.level.name().to_string(), used(&k.id).to_string(), q]);
                 }
+                t.print();
             }
         }
         KeyCommand::Remove { name } => {

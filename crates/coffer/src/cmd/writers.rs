@@ -5,6 +5,7 @@ use coffer_core::repo::WRITER_KEY_FILE;
 use serde_json::json;
 
 use crate::args::GlobalArgs;
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs) -> Result<u8> {
@@ -31,11 +32,13 @@ pub fn run(global: &GlobalArgs) -> Result<u8> {
             .collect();
         output::json(&serde_json::Value::Array(list));
     } else {
-        println!("{:<19} {:<64}  writer", "registered (UTC)", "public key");
+        let time_header = if output::is_utc() { "registered (UTC)" } else { "registered" };
+        let mut t = Table::new(&[time_header, "public key", "writer"]);
         for (_, w) in &records {
             let mine = if own.as_deref() == Some(w.public_key.to_hex().as_str()) { "  (this client)" } else { "" };
-            println!("{:<19} {}  {}{mine}", output::time(&w.created), w.public_key.to_hex(), w.name());
+            t.row([output::time(&w.created), w.public_key.to_hex(), format!("{}{mine}", w.name())]);
         }
+        t.print();
     }
     Ok(if damaged.is_empty() { exit::OK } else { exit::DAMAGED })
 }

@@ -67,3 +67,29 @@ fn compact_and_grouped_snapshots_line_up_too() {
     assert_eq!(lines[2][..size + 4].chars().last(), Some('B'), "{stdout}");
     assert_eq!(lines[3][..size + 4].chars().last(), Some('B'), "{stdout}");
 }
+
+#[test]
+fn counts_of_one_are_singular() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"one file").unwrap();
+    let gone = env.path("gone");
+    let out = env.run(&["backup", src.to_str().unwrap(), gone.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("1 of the paths given does not exist and was not backed up"), "{stdout}");
+
+    let target = env.path("target");
+    let out = env.run(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    assert_success(&out);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(": 1 file, ") && stdout.contains(", 0 other entries, "), "{stdout}");
+
+    let out = env.run(&["check"]);
+    assert_success(&out);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("checked 1 snapshot, ") && stdout.contains(", 1 data blob, "), "{stdout}");
+
+    let out = env.run(&["snapshots"]);
+    assert!(text(&out.stdout).ends_with("\n1 snapshot\n"), "{}", text(&out.stdout));
+}

@@ -485,12 +485,12 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
         }));
     } else if !global.quiet || !healthy {
         println!(
-            "{} packs indexed, {} copies each: {} under-replicated, {} missing from every backend, {} misplaced copies",
-            repo.index().packs().len(),
-            layout.table.replicas,
+            "{} indexed, {} each: {} under-replicated, {} missing from every backend, {}",
+            output::plural(repo.index().packs().len(), "pack"),
+            output::plural(layout.table.replicas, "copy"),
             under.len(),
             missing.len(),
-            f.misplaced.len()
+            output::plural(f.misplaced.len(), "misplaced copy")
         );
         for p in &per {
             let n = |k: &str| p[k].as_array().map_or(0, Vec::len);
@@ -629,8 +629,9 @@ pub fn repair(global: &GlobalArgs) -> Result<u8> {
             "misplaced_kept": trimmed.unverified.len(), "migrating": migrating, "failures": failures,
         }));
     } else if !global.quiet || !failures.is_empty() {
-        println!("copied {packs} pack copies ({}) and {objects} other objects", output::bytes(bytes));
-        println!("removed {} misplaced copies ({})", trimmed.removed, output::bytes(trimmed.bytes));
+        let (copies, others) = (output::plural(packs, "pack copy"), output::plural(objects, "other object"));
+        println!("copied {copies} ({}) and {others}", output::bytes(bytes));
+        println!("removed {} ({})", output::plural(trimmed.removed, "misplaced copy"), output::bytes(trimmed.bytes));
         if migrating {
             println!(
                 "  misplaced copies stay while layout version {} is applied: `coffer rebalance` removes them",

@@ -105,15 +105,21 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
             (None, false) => String::new(),
         };
         println!(
-            "checked {} snapshots, {} trees, {} data blobs, {} packs{read}",
-            r.snapshots, r.trees, r.data_blobs, r.packs
+            "checked {}, {}, {}, {}{read}",
+            output::plural(r.snapshots, "snapshot"),
+            output::plural(r.trees, "tree"),
+            output::plural(r.data_blobs, "data blob"),
+            output::plural(r.packs, "pack")
         );
         if r.forgotten > 0 {
             println!("{} snapshots were removed on purpose by forget (recorded by signed tombstones)", r.forgotten);
         }
         if let Some(left) = r.packs_unverified {
             let round = if r.new_round { " (this run began a new round)" } else { "" };
-            println!("{left} of {} packs not yet verified by this machine in this round{round}", r.packs);
+            println!(
+                "{left} of {} not yet verified by this machine in this round{round}",
+                output::plural(r.packs, "pack")
+            );
         }
     }
     if r.is_ok() {
@@ -121,7 +127,7 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
             println!("no errors were found");
         }
     } else {
-        eprintln!("{} errors found: the repository is damaged", r.errors.len());
+        eprintln!("{} found: the repository is damaged", output::plural(r.errors.len(), "error"));
     }
 }
 

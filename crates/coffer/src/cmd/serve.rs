@@ -362,7 +362,7 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
                 .map_err(storage)
                 .context("purging the trash")?;
             if !global.quiet {
-                println!("{n} object(s) purged");
+                println!("{} purged", output::plural(n, "object"));
             }
         }
     }

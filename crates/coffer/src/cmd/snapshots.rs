@@ -99,7 +99,7 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
     }
     println!("{}", output::plural(total, "snapshot"));
     if !problems.is_empty() {
-        eprintln!("{} problems found; run 'coffer check' for the full report", problems.len());
+        eprintln!("{} found; run 'coffer check' for the full report", output::plural(problems.len(), "problem"));
     }
     Ok(code)
 }

@@ -93,3 +93,26 @@ fn counts_of_one_are_singular() {
     let out = env.run(&["snapshots"]);
     assert!(text(&out.stdout).ends_with("\n1 snapshot\n"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn check_says_a_retagged_snapshot_was_replaced_by_tag_not_forgotten() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"data").unwrap();
+    env.backup(&[&src]);
+    assert_success(&env.run(&["tag", "--add", "kept", "latest"]));
+    let out = env.run(&["check"]);
+    assert_success(&out);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("1 snapshot was removed on purpose (1 replaced by tag)"), "{stdout}");
+    assert!(!stdout.contains("by forget"), "{stdout}");
+    let v = env.json(&["check"]);
+    assert_eq!((v["forgotten"].as_u64(), v["replaced"].as_u64()), (Some(1), Some(1)), "{v}");
+
+    // A forget afterwards is counted apart.
+    let id = env.backup(&[&src]);
+    assert_success(&env.run(&["forget", &id]));
+    let stdout = text(&env.run(&["check"]).stdout);
+    assert!(stdout.contains("2 snapshots were removed on purpose (1 by forget, 1 replaced by tag)"), "{stdout}");
+}

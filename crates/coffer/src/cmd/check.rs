@@ -65,7 +65,7 @@ fn print_json(r: &CheckReport) {
         "snapshots": r.snapshots, "trees": r.trees, "data_blobs": r.data_blobs,
         "packs": r.packs, "packs_read": r.packs_read, "packs_read_ids": r.packs_read_ids,
         "packs_unverified": r.packs_unverified, "new_round": r.new_round,
-        "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten,
+        "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten, "replaced": r.replaced,
         "storage": crate::repo_open::storage_counts_json(),
     }));
 }
@@ -112,7 +112,18 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
             output::plural(r.packs, "pack")
         );
         if r.forgotten > 0 {
-            println!("{} snapshots were removed on purpose by forget (recorded by signed tombstones)", r.forgotten);
+            let by_forget = r.forgotten - r.replaced;
+            let how: Vec<String> = [(by_forget, "by forget"), (r.replaced, "replaced by tag")]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, how)| format!("{n} {how}"))
+                .collect();
+            let was = if r.forgotten == 1 { "was" } else { "were" };
+            println!(
+                "{} {was} removed on purpose ({}), recorded by signed tombstones",
+                output::plural(r.forgotten, "snapshot"),
+                how.join(", ")
+            );
         }
         if let Some(left) = r.packs_unverified {
             let round = if r.new_round { " (this run began a new round)" } else { "" };

@@ -250,7 +250,7 @@ fn key(global: &GlobalArgs, dir: &std::path::Path, cmd: &KeyCommand) -> Result<u
             if global.json {
                 let list: Vec<_> = all
                     .iter()
-                    .map(|k| json!({"type": "access_key", "name": k.name, "id": k.id, "level": k.level.name(), "quota": k.quota, "used": used(&k.id), "created": k.created}))
+                    .map(|k| json!({"type": "access_key", "name": k.name, "id": k.id, "level": k.level.name(), "quota": k.quota, "used": used(&k.id), "created": output::rfc3339(k.created as i64, 0)}))
                     .collect();
                 output::json(&serde_json::Value::Array(list));
             } else {
@@ -315,7 +315,7 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
             if global.json {
                 let list: Vec<_> = all
                     .iter()
-                    .map(|e| json!({"type": "trash_entry", "name": e.name, "deleted": e.deleted, "size": e.size}))
+                    .map(|e| json!({"type": "trash_entry", "name": e.name, "deleted": output::rfc3339(e.deleted as i64, 0), "size": e.size}))
                     .collect();
                 output::json(&serde_json::Value::Array(list));
             } else {

@@ -26,7 +26,7 @@ pub fn run(global: &GlobalArgs) -> Result<u8> {
         let list: Vec<_> = records
             .iter()
             .map(|(id, w)| {
-                json!({"id": id, "name": w.name(), "public_key": w.public_key, "created": w.created,
+                json!({"type": "writer", "id": id, "name": w.name(), "public_key": w.public_key, "created": w.created,
                        "this_client": own.as_deref() == Some(w.public_key.to_hex().as_str())})
             })
             .collect();

@@ -113,7 +113,9 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
             .with_context(|| format!("cannot write the report to {}: check the directory", path.display()))?;
     }
     if global.json {
-        output::json(&serde_json::to_value(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        v["type"] = "bench".into();
+        output::json(&v);
     } else {
         print!("{}", text(&report));
         if let Some(path) = &a.report {

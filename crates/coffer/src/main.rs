@@ -13,6 +13,7 @@ mod progress;
 mod replicas;
 mod repo_open;
 mod server_log;
+mod table;
 
 use std::process::ExitCode;
 

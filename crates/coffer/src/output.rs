@@ -69,6 +69,19 @@ pub fn bytes(n: u64) -> String {
     if u == 0 { format!("{n} B") } else { format!("{v:.2} {}", UNITS[u]) }
 }
 
+/// A count and its noun, singular for 1: `1 file`, `2 files`, `3 entries`,
+/// `0 keys`. In a noun of several words the last one changes (`2 index files`).
+pub fn plural<N: Copy + std::fmt::Display + TryInto<u64>>(n: N, noun: &str) -> String {
+    if n.try_into().ok() == Some(1) {
+        return format!("{n} {noun}");
+    }
+    let consonant_y = noun.strip_suffix('y').filter(|stem| !stem.ends_with(['a', 'e', 'o', 'u']));
+    match consonant_y {
+        Some(stem) => format!("{n} {stem}ies"),
+        None => format!("{n} {noun}s"),
+    }
+}
+
 /// Formats a snapshot time (RFC 3339) as `YYYY-MM-DD HH:MM:SS` in local time (UTC
 /// with `--utc`). A time that does not parse is shown as stored.
 pub fn time(rfc3339: &str) -> String {
@@ -111,6 +124,16 @@ mod tests {
         assert_eq!(super::bytes(10), "10 B");
         assert_eq!(super::bytes(1536), "1.50 KiB");
         assert_eq!(super::bytes(3 << 30), "3.00 GiB");
+    }
+
+    #[test]
+    fn plurals_are_singular_for_one() {
+        assert_eq!(super::plural(1usize, "file"), "1 file");
+        assert_eq!(super::plural(0u64, "file"), "0 files");
+        assert_eq!(super::plural(2, "index file"), "2 index files");
+        assert_eq!(super::plural(3, "entry"), "3 entries");
+        assert_eq!(super::plural(1, "entry"), "1 entry");
+        assert_eq!(super::plural(2, "key"), "2 keys");
     }
 
     #[test]

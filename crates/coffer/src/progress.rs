@@ -158,11 +158,14 @@ impl Display {
             c.items_total.load(Ordering::Relaxed),
             c.warnings.load(Ordering::Relaxed),
         );
-        let files = if total > 0 { format!("{done}/{total} files") } else { format!("{done} files") };
+        let files = if total > 0 {
+            format!("{done}/{}", crate::output::plural(total, "file"))
+        } else {
+            crate::output::plural(done, "file")
+        };
         match warnings {
             0 => files,
-            1 => format!("{files}, 1 error"),
-            n => format!("{files}, {n} errors"),
+            n => format!("{files}, {}", crate::output::plural(n, "error")),
         }
     }
 

@@ -206,9 +206,11 @@ pub fn report_short(global: &GlobalArgs) {
     }
     let per: Vec<String> = by_backend.iter().map(|(b, n)| format!("{n} on {b}")).collect();
     let mut message = format!(
-        "{} objects ({packs} packs) were stored with fewer copies than the layout asks ({} missing); run \
+        "{} ({}) {} stored with fewer copies than the layout asks ({} missing); run \
          `coffer repair --replicas` once the backends are back",
-        short.len(),
+        crate::output::plural(short.len(), "object"),
+        crate::output::plural(packs, "pack"),
+        if short.len() == 1 { "was" } else { "were" },
         per.join(", ")
     );
     if let Some(state) = STATE.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {

@@ -51,6 +51,7 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
     args.extend(p.iter().map(String::as_str));
     let v = run_json(&env, &args);
 
+    assert_eq!(v["type"], "bench");
     assert_eq!(v["sample"]["source"], "files");
     assert!(num(&v, "/sample/files") > 20.0, "{}", v["sample"]);
     assert!(num(&v, "/sample/bytes") > (3 << 20) as f64);

@@ -216,6 +216,24 @@ fn every_command_documents_exit_codes() {
     }
 }
 
+/// Every exit code the README's table lists is in `--help`'s list too.
+#[test]
+fn help_lists_every_exit_code_the_readme_does() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = &readme[readme.find("## Exit codes").expect("README has an exit code table")..];
+    let table = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let codes: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| ")?.split(' ').next())
+        .filter(|c| c.parse::<u8>().is_ok())
+        .collect();
+    assert!(codes.contains(&"141"), "{codes:?}");
+    let help = text(&Env::empty().run(&["--help"]).stdout);
+    for code in codes {
+        assert!(help.lines().any(|l| l.trim_start().starts_with(&format!("{code} "))), "--help lacks exit code {code}");
+    }
+}
+
 #[test]
 fn password_file_is_read() {
     let env = Env::new();

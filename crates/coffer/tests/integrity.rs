@@ -142,7 +142,7 @@ fn forget_is_told_apart_from_a_deletion() {
     let out = check(&env);
     assert_success(&out);
     assert!(!text(&out.stderr).contains("missing"), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("removed on purpose by forget"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("1 snapshot was removed on purpose (1 by forget)"), "{}", text(&out.stdout));
     let (code, v) = check_json(&env);
     assert_eq!(code, Some(0), "{v}");
     assert_eq!(v["forgotten"], 1, "{v}");

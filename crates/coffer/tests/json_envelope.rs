@@ -152,3 +152,57 @@ fn backup_verbose_lists_new_modified_and_unchanged_files() {
     let out = env.run(&["--json", "backup", src.to_str().unwrap()]);
     assert!(verbose_lines(&out.stderr).is_empty());
 }
+
+/// An RFC 3339 time in UTC: it parses, and ends in `Z`.
+fn assert_rfc3339(v: &Value) {
+    let s = v.as_str().unwrap_or_else(|| panic!("{v} is not a string"));
+    assert!(s.ends_with('Z') && s.parse::<jiff::Timestamp>().is_ok(), "{s} is not RFC 3339");
+}
+
+#[test]
+fn writers_ls_and_serve_keys_give_typed_objects_and_rfc3339_times() {
+    let env = Env::new();
+    let src = source(&env);
+    let id = env.backup(&[&src]);
+
+    let writers = env.json(&["writers"]);
+    assert!(writers.as_array().unwrap().iter().all(|w| w["type"] == "writer"), "{writers}");
+    assert_rfc3339(&writers[0]["created"]);
+
+    // ls: a node's times are RFC 3339, to the nanosecond the tree stores.
+    let t = jiff::Timestamp::new(1_600_000_000, 123_456_789).unwrap();
+    fs::File::options().write(true).open(src.join("b")).unwrap().set_modified(t.into()).unwrap();
+    let id2 = env.backup(&[&src]);
+    assert_ne!(id, id2);
+    let out = env.run(&["--json", "ls", &id2]);
+    assert_success(&out);
+    let nodes: Vec<Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let b = nodes.iter().find(|n| n["node"]["name"] == "b").expect("b listed");
+    assert_eq!(b["node"]["mtime"], "2020-09-13T12:26:40.123456789Z", "{b}");
+    assert_rfc3339(&b["node"]["ctime"]);
+
+    let state = env.path("serve-state");
+    let serve = |args: &[&str]| env.cmd().arg("serve").arg("--state-dir").arg(&state).args(args).output().unwrap();
+    assert_success(&serve(&["key", "add", "k", "--level", "read"]));
+    let out = serve(&["--json", "key", "list"]);
+    assert_success(&out);
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(keys[0]["type"], "access_key", "{keys}");
+    assert_rfc3339(&keys[0]["created"]);
+}
+
+#[test]
+fn generate_prints_one_json_object() {
+    let env = Env::empty();
+    let v = env.json(&["generate", "--bash-completion", "-"]);
+    assert_eq!(v["type"], "generate", "{v}");
+    assert_eq!(v["completions"][0]["shell"], "bash", "{v}");
+    assert!(v["completions"][0]["script"].as_str().unwrap().contains("coffer"), "{v}");
+
+    let man = env.path("man");
+    let fish = env.path("coffer.fish");
+    let v = env.json(&["generate", "--man", man.to_str().unwrap(), "--fish-completion", fish.to_str().unwrap()]);
+    assert_eq!(v["completions"][0]["path"], fish.to_str().unwrap(), "{v}");
+    assert!(v["man"]["pages"].as_array().unwrap().iter().any(|p| p == "coffer.1"), "{v}");
+    assert!(man.join("coffer.1").exists() && fish.exists());
+}

@@ -1143,7 +1143,8 @@ fn ls_lists_every_path() {
         if node["mode"] != e.mode {
             problems.push(format!("{path:?}: mode {} is not {}", node["mode"], e.mode));
         }
-        if node["mtime"] != serde_json::json!([e.mtime.0, e.mtime.1]) {
+        let mtime = jiff::Timestamp::new(e.mtime.0, e.mtime.1 as i32).unwrap().to_string();
+        if node["mtime"] != mtime.as_str() {
             problems.push(format!("{path:?}: mtime {} is not {:?}", node["mtime"], e.mtime));
         }
         if e.kind == Kind::File && node["size"].as_u64().unwrap_or(0) != e.size {

@@ -50,6 +50,8 @@ pub struct Findings {
     pub warnings: Vec<String>,
     /// Snapshots removed on purpose, with a tombstone.
     pub forgotten: usize,
+    /// Of those, the ones `coffer tag` replaced by a retagged snapshot.
+    pub replaced: usize,
 }
 
 impl History {
@@ -169,6 +171,7 @@ impl History {
         let mut f = Findings::default();
         let forgotten = self.forgotten();
         f.forgotten = forgotten.len();
+        f.replaced = forgotten.values().filter(|(_, r)| r.replaced_by.is_some()).count();
         for (id, s) in &self.snapshots {
             if !s.signature.is_valid() {
                 f.errors.push(format!("snapshot {}: {}", id.short(), s.signature.describe()));

@@ -364,24 +364,22 @@ fn list(global: &GlobalArgs) -> Result<u8> {
         if layout.previous.is_some() { ", migrating (run `coffer rebalance`)" } else { "" },
         all.len()
     );
-    println!(
-        "{:<16} {:>10} {:>10} {:>8} {:>8} {:>8}  {:<12} zone",
-        "name", "capacity", "held", "packs", "share", "target", "state"
-    );
+    let mut t = crate::table::Table::new(&["name", "capacity", "held", "packs", "share", "target", "state", "zone"])
+        .right(1..=5);
     for r in &rows {
         let pct = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |f| format!("{:.1}%", f * 100.0));
-        println!(
-            "{:<16} {:>10} {:>10} {:>8} {:>8} {:>8}  {:<12} {}",
-            r["name"].as_str().unwrap_or(""),
+        t.row([
+            r["name"].as_str().unwrap_or("").to_string(),
             output::bytes(r["capacity"].as_u64().unwrap_or(0)),
             r["bytes"].as_u64().map_or("-".to_string(), output::bytes),
             r["packs"].as_u64().map_or("-".to_string(), |p| p.to_string()),
             pct(&r["share_of_packs"]),
             pct(&r["share_of_partitions"]),
-            r["state"].as_str().unwrap_or(""),
-            r["zone"].as_str().unwrap_or("-"),
-        );
+            r["state"].as_str().unwrap_or("").to_string(),
+            r["zone"].as_str().unwrap_or("-").to_string(),
+        ]);
     }
+    t.print();
     Ok(exit::OK)
 }
 
@@ -487,12 +485,12 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
         }));
     } else if !global.quiet || !healthy {
         println!(
-            "{} packs indexed, {} copies each: {} under-replicated, {} missing from every backend, {} misplaced copies",
-            repo.index().packs().len(),
-            layout.table.replicas,
+            "{} indexed, {} each: {} under-replicated, {} missing from every backend, {}",
+            output::plural(repo.index().packs().len(), "pack"),
+            output::plural(layout.table.replicas, "copy"),
             under.len(),
             missing.len(),
-            f.misplaced.len()
+            output::plural(f.misplaced.len(), "misplaced copy")
         );
         for p in &per {
             let n = |k: &str| p[k].as_array().map_or(0, Vec::len);
@@ -631,8 +629,9 @@ pub fn repair(global: &GlobalArgs) -> Result<u8> {
             "misplaced_kept": trimmed.unverified.len(), "migrating": migrating, "failures": failures,
         }));
     } else if !global.quiet || !failures.is_empty() {
-        println!("copied {packs} pack copies ({}) and {objects} other objects", output::bytes(bytes));
-        println!("removed {} misplaced copies ({})", trimmed.removed, output::bytes(trimmed.bytes));
+        let (copies, others) = (output::plural(packs, "pack copy"), output::plural(objects, "other object"));
+        println!("copied {copies} ({}) and {others}", output::bytes(bytes));
+        println!("removed {} ({})", output::plural(trimmed.removed, "misplaced copy"), output::bytes(trimmed.bytes));
         if migrating {
             println!(
                 "  misplaced copies stay while layout version {} is applied: `coffer rebalance` removes them",

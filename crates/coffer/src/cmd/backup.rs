@@ -281,10 +281,12 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         );
         println!("Duration: {:.2}s", m.duration_ms as f64 / 1000.0);
         if s.is_incomplete() {
-            println!("{} entries could not be read or changed while read: the snapshot is incomplete", s.skipped_count);
+            let n = output::plural(s.skipped_count, "entry");
+            println!("{n} could not be read or changed while read: the snapshot is incomplete");
         }
         if missing > 0 {
-            println!("{missing} of the paths given do not exist and were not backed up");
+            let (does, was) = if missing == 1 { ("does", "was") } else { ("do", "were") };
+            println!("{missing} of the paths given {does} not exist and {was} not backed up");
         }
         match result.id {
             Some(id) => println!("snapshot {} saved", id.short()),

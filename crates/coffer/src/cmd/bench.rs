@@ -11,6 +11,7 @@ use coffer_core::ops::bench::{self, BenchOptions, BenchReport, Figure, StageRow}
 use coffer_core::repo::Repository;
 
 use crate::args::{GlobalArgs, RepoSettings, parse_size};
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 #[derive(Args, Debug)]
@@ -112,7 +113,9 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
             .with_context(|| format!("cannot write the report to {}: check the directory", path.display()))?;
     }
     if global.json {
-        output::json(&serde_json::to_value(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        v["type"] = "bench".into();
+        output::json(&v);
     } else {
         print!("{}", text(&report));
         if let Some(path) = &a.report {
@@ -158,38 +161,13 @@ fn rate(unit: &str, r: f64) -> String {
 
 /// Formats rows as a table: columns separated by two spaces, the columns in
 /// `right` (numbers) right-aligned, the others left-aligned.
+/// A ruled table (see [`Table`]) with the columns in `right` aligned right.
 fn table(header: &[&str], right: std::ops::RangeInclusive<usize>, rows: &[Vec<String>]) -> String {
-    let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    let mut t = Table::new(header).right(right).ruled();
     for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            if i < w.len() {
-                w[i] = w[i].max(c.chars().count());
-            }
-        }
+        t.row(r.iter().cloned());
     }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>, out: &mut String| {
-        let mut l = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            let pad = w[i].saturating_sub(c.chars().count());
-            if right.contains(&i) {
-                l.push_str(&" ".repeat(pad));
-                l.push_str(c);
-            } else {
-                l.push_str(c);
-                l.push_str(&" ".repeat(pad));
-            }
-            l.push_str("  ");
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(header.to_vec(), &mut out);
-    line(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().iter().map(String::as_str).collect(), &mut out);
-    for r in rows {
-        line(r.iter().map(String::as_str).collect(), &mut out);
-    }
-    out
+    t.render()
 }
 
 fn stage_cells(r: &StageRow) -> Vec<String> {

@@ -9,6 +9,7 @@ use coffer_backend::{CacheInfo, list_caches, remove_cache};
 use serde_json::json;
 
 use crate::args::{CacheArgs, GlobalArgs};
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 const DAY: u64 = 24 * 3600;
@@ -41,16 +42,12 @@ pub fn run(global: &GlobalArgs, args: &CacheArgs) -> Result<u8> {
             println!("no caches in {}", base.display());
         } else {
             println!("caches in {}:", base.display());
-            println!("{:<12} {:>12}  {:<19}  age", "repository", "size", "last used");
+            let mut t = Table::new(&["repository", "size", "last used", "age"]).right([1]);
             for c in &caches {
-                println!(
-                    "{:<12} {:>12}  {:<19}  {} days",
-                    &c.id[..8],
-                    output::bytes(c.size),
-                    last_used(c),
-                    age_days(c.last_used)
-                );
+                let age = output::plural(age_days(c.last_used), "day");
+                t.row([c.id[..8].to_string(), output::bytes(c.size), last_used(c), age]);
             }
+            t.print();
         }
         return Ok(exit::OK);
     }

@@ -65,7 +65,7 @@ fn print_json(r: &CheckReport) {
         "snapshots": r.snapshots, "trees": r.trees, "data_blobs": r.data_blobs,
         "packs": r.packs, "packs_read": r.packs_read, "packs_read_ids": r.packs_read_ids,
         "packs_unverified": r.packs_unverified, "new_round": r.new_round,
-        "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten,
+        "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten, "replaced": r.replaced,
         "storage": crate::repo_open::storage_counts_json(),
     }));
 }
@@ -93,9 +93,9 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
         snapshots.dedup();
         eprintln!(
             "{} damaged or missing: {} affected in {}",
-            plural(r.damaged_blobs.len(), "blob"),
-            plural(r.affected.len(), "entry"),
-            plural(snapshots.len(), "snapshot")
+            output::plural(r.damaged_blobs.len(), "blob"),
+            output::plural(r.affected.len(), "entry"),
+            output::plural(snapshots.len(), "snapshot")
         );
     }
     if !global.quiet {
@@ -105,15 +105,32 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
             (None, false) => String::new(),
         };
         println!(
-            "checked {} snapshots, {} trees, {} data blobs, {} packs{read}",
-            r.snapshots, r.trees, r.data_blobs, r.packs
+            "checked {}, {}, {}, {}{read}",
+            output::plural(r.snapshots, "snapshot"),
+            output::plural(r.trees, "tree"),
+            output::plural(r.data_blobs, "data blob"),
+            output::plural(r.packs, "pack")
         );
         if r.forgotten > 0 {
-            println!("{} snapshots were removed on purpose by forget (recorded by signed tombstones)", r.forgotten);
+            let by_forget = r.forgotten - r.replaced;
+            let how: Vec<String> = [(by_forget, "by forget"), (r.replaced, "replaced by tag")]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, how)| format!("{n} {how}"))
+                .collect();
+            let was = if r.forgotten == 1 { "was" } else { "were" };
+            println!(
+                "{} {was} removed on purpose ({}), recorded by signed tombstones",
+                output::plural(r.forgotten, "snapshot"),
+                how.join(", ")
+            );
         }
         if let Some(left) = r.packs_unverified {
             let round = if r.new_round { " (this run began a new round)" } else { "" };
-            println!("{left} of {} packs not yet verified by this machine in this round{round}", r.packs);
+            println!(
+                "{left} of {} not yet verified by this machine in this round{round}",
+                output::plural(r.packs, "pack")
+            );
         }
     }
     if r.is_ok() {
@@ -121,7 +138,7 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
             println!("no errors were found");
         }
     } else {
-        eprintln!("{} errors found: the repository is damaged", r.errors.len());
+        eprintln!("{} found: the repository is damaged", output::plural(r.errors.len(), "error"));
     }
 }
 
@@ -138,14 +155,5 @@ fn describe(f: &AffectedFile) -> String {
             f.path.display(),
             ids.join(", ")
         ),
-    }
-}
-
-/// `1 blob`, `2 blobs`, `3 entries`.
-fn plural(n: usize, noun: &str) -> String {
-    match (n, noun.strip_suffix('y')) {
-        (1, _) => format!("{n} {noun}"),
-        (_, Some(stem)) => format!("{n} {stem}ies"),
-        (_, None) => format!("{n} {noun}s"),
     }
 }

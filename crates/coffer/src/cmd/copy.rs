@@ -92,38 +92,44 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
     } else if !global.quiet {
         let verb = if r.dry_run { "would be copied" } else { "copied" };
         println!(
-            "{} snapshots {verb} ({} objects, {}): {} packs ({}), {} index files, {} writer records, {} tombstones",
-            r.snapshots.len(),
-            total.objects,
+            "{} {verb} ({}, {}): {} ({}), {}, {}, {}",
+            output::plural(r.snapshots.len(), "snapshot"),
+            output::plural(total.objects, "object"),
             output::bytes(total.bytes),
-            r.packs.objects,
+            output::plural(r.packs.objects, "pack"),
             output::bytes(r.packs.bytes),
-            r.index_files.objects,
-            r.writers.objects,
-            r.tombstones.objects
+            output::plural(r.index_files.objects, "index file"),
+            output::plural(r.writers.objects, "writer record"),
+            output::plural(r.tombstones.objects, "tombstone")
         );
         if r.blobs.objects > 0 {
-            let verb = if r.dry_run { "would be" } else { "were" };
+            let verb = match (r.dry_run, r.blobs.objects) {
+                (true, _) => "would be",
+                (false, 1) => "was",
+                (false, _) => "were",
+            };
             println!(
-                "{} blobs ({}) {verb} encrypted again for the destination",
-                r.blobs.objects,
+                "{} ({}) {verb} encrypted again for the destination",
+                output::plural(r.blobs.objects, "blob"),
                 output::bytes(r.blobs.bytes)
             );
         }
         if r.files_read + r.files_reused > 0 {
             println!(
-                "{} files read and cut again ({}), {} found in the destination already",
-                r.files_read,
+                "{} read and cut again ({}), {} found in the destination already",
+                output::plural(r.files_read, "file"),
                 output::bytes(r.bytes_read),
                 r.files_reused
             );
         }
         if r.packs_present > 0 {
-            println!("{} packs were there already (an earlier copy sent them)", r.packs_present);
+            let was = if r.packs_present == 1 { "was" } else { "were" };
+            println!("{} {was} there already (an earlier copy sent them)", output::plural(r.packs_present, "pack"));
         }
         if !r.snapshots_removed.is_empty() {
             let verb = if r.dry_run { "would be removed" } else { "removed" };
-            println!("{} snapshots {verb}: the source forgot them", r.snapshots_removed.len());
+            let them = if r.snapshots_removed.len() == 1 { "it" } else { "them" };
+            println!("{} {verb}: the source forgot {them}", output::plural(r.snapshots_removed.len(), "snapshot"));
         }
     }
     if global.verbose > 0 {

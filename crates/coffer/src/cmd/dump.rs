@@ -225,7 +225,10 @@ fn write_zip(
     w.flush()?;
     if not_utf8 > 0 {
         eprintln!(
-            "warning: {not_utf8} names are not UTF-8 and were written with replacement characters; use --archive tar to keep them exact"
+            "warning: {} {} not UTF-8 and {} written with replacement characters; use --archive tar to keep them exact",
+            crate::output::plural(not_utf8, "name"),
+            if not_utf8 == 1 { "is" } else { "are" },
+            if not_utf8 == 1 { "was" } else { "were" }
         );
     }
     if skipped > 0 {

@@ -67,8 +67,8 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
     if global.json {
         output::json(&json!({"type": "find_summary", "snapshots": searched, "matches": matches}));
     } else if !global.quiet {
-        let s = |n: u64| if n == 1 { "" } else { "es" };
-        println!("{matches} match{} in {searched} snapshot{}", s(matches), if searched == 1 { "" } else { "s" });
+        let found = if matches == 1 { "1 match".to_string() } else { format!("{matches} matches") };
+        println!("{found} in {}", output::plural(searched, "snapshot"));
     }
     Ok(exit::OK)
 }

@@ -105,8 +105,9 @@ fn by_ids(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &Hist
 fn by_policy(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &History, policy: &Policy) -> Result<u8> {
     if !history.damaged.is_empty() {
         eprintln!(
-            "warning: {} snapshots could not be loaded and are not considered (run `coffer check`)",
-            history.damaged.len()
+            "warning: {} could not be loaded and {} not considered (run `coffer check`)",
+            output::plural(history.damaged.len(), "snapshot"),
+            if history.damaged.len() == 1 { "is" } else { "are" }
         );
     }
     let filter = SnapshotFilter::from(&a.filter);
@@ -117,7 +118,7 @@ fn by_policy(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &H
         let emptied: Vec<String> = by_group(&decisions)
             .iter()
             .filter(|(_, ds)| ds.iter().all(|d| !d.keep))
-            .map(|(key, ds)| format!("{key} ({} snapshots)", ds.len()))
+            .map(|(key, ds)| format!("{key} ({})", output::plural(ds.len(), "snapshot")))
             .collect();
         if !emptied.is_empty() {
             bail!(
@@ -163,9 +164,16 @@ fn by_policy(global: &GlobalArgs, a: &ForgetArgs, repo: &Repository, history: &H
     let n = doomed.len();
     match tombstone {
         _ if snapshots.is_empty() => println!("no snapshots match"),
-        _ if a.dry_run => println!("dry run: would forget {n} of {} snapshots; nothing changed", snapshots.len()),
+        _ if a.dry_run => {
+            println!("dry run: would forget {n} of {}; nothing changed", output::plural(snapshots.len(), "snapshot"))
+        }
+        None if snapshots.len() == 1 => println!("nothing to forget: the policy keeps the 1 snapshot"),
         None => println!("nothing to forget: the policy keeps all {} snapshots", snapshots.len()),
-        Some(t) => println!("forgot {n} of {} snapshots; tombstone {} records the removal", snapshots.len(), t.short()),
+        Some(t) => println!(
+            "forgot {n} of {}; tombstone {} records the removal",
+            output::plural(snapshots.len(), "snapshot"),
+            t.short()
+        ),
     }
     Ok(exit::OK)
 }

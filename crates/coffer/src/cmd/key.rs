@@ -9,6 +9,7 @@ use coffer_core::repo::Repository;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, KeyArgs, KeyCommand, KeyRotateArgs, NewKeyArgs};
+use crate::table::Table;
 use crate::{exit, output, password, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &KeyArgs) -> Result<u8> {
@@ -77,21 +78,20 @@ fn list(global: &GlobalArgs, repo: &Repository) -> Result<u8> {
             .collect();
         output::json(&serde_json::Value::Array(list));
     } else {
-        println!("  {:<8}  {:<19}  {:<24}  kdf", "id", "created (UTC)", "user@host");
+        let time_header = if output::is_utc() { "created (UTC)" } else { "created" };
+        let mut t = Table::new(&["", "id", time_header, "user@host", "kdf"]);
         for (id, k) in &files {
-            let mark = if *id == current { '*' } else { ' ' };
-            let who = format!("{}@{}", k.username, k.hostname);
+            let mark = if *id == current { "*" } else { "" };
             let s = k.scrypt;
-            println!(
-                "{mark} {}  {:<19}  {who:<24}  {} log_n={} r={} p={}",
+            t.row([
+                mark.to_string(),
                 id.short(),
                 output::time(&k.created),
-                k.kdf,
-                s.log_n,
-                s.r,
-                s.p
-            );
+                format!("{}@{}", k.username, k.hostname),
+                format!("{} log_n={} r={} p={}", k.kdf, s.log_n, s.r, s.p),
+            ]);
         }
+        t.print();
     }
     Ok(if damaged.is_empty() { exit::OK } else { exit::DAMAGED })
 }

@@ -48,7 +48,11 @@ fn print(global: &GlobalArgs, long: bool, path: &Path, n: &Node) {
     if global.json {
         // Paths are exact bytes: a string when UTF-8, else {"hex": …} (as names in trees).
         let exact = Bytes(path.as_os_str().as_bytes().to_vec());
-        output::json(&json!({"type": "node", "path": exact, "node": n}));
+        // Times as RFC 3339 strings (the tree stores seconds and nanoseconds).
+        let mut node = json!(n);
+        node["mtime"] = json!(output::rfc3339(n.mtime.0, n.mtime.1));
+        node["ctime"] = json!(output::rfc3339(n.ctime.0, n.ctime.1));
+        output::json(&json!({"type": "node", "path": exact, "node": node}));
     } else if long {
         let owner = n.user.clone().unwrap_or_else(|| n.uid.to_string());
         let group = n.group.clone().unwrap_or_else(|| n.gid.to_string());

@@ -33,42 +33,36 @@ pub fn run(global: &GlobalArgs, a: &PruneArgs) -> Result<u8> {
     } else if !global.quiet {
         let verb = if r.dry_run { "would be" } else { "were" };
         println!(
-            "{} packs ({}): {} blobs in use, {} unused",
-            r.packs,
+            "{} ({}): {} in use, {} unused",
+            output::plural(r.packs, "pack"),
             output::bytes(r.bytes_before),
-            r.blobs_used,
+            output::plural(r.blobs_used, "blob"),
             r.blobs_unused
         );
-        if r.dry_run {
-            // Repacking writes the blobs counted and, beyond them, headers and index files.
-            println!(
-                "{} packs {verb} deleted and {} repacked ({} {verb} removed, about {} written by repacking, {} \
-                 index files replaced)",
-                r.packs_deleted,
-                r.packs_repacked,
-                output::bytes(r.bytes_deleted),
-                output::bytes(r.bytes_repacked),
-                r.index_files_replaced
-            );
-        } else {
-            println!(
-                "{} packs {verb} deleted and {} repacked ({} {verb} removed, {} written by repacking, {} index \
-                 files replaced)",
-                r.packs_deleted,
-                r.packs_repacked,
-                output::bytes(r.bytes_deleted),
-                output::bytes(r.bytes_repacked),
-                r.index_files_replaced
-            );
-        }
+        // A dry run counts the blobs repacking copies; the new headers and index files add a little.
+        let about = if r.dry_run { "about " } else { "" };
+        println!(
+            "{} {verb} deleted and {} repacked ({} {verb} removed, {about}{} written by repacking, {} replaced)",
+            output::plural(r.packs_deleted, "pack"),
+            r.packs_repacked,
+            output::bytes(r.bytes_deleted),
+            output::bytes(r.bytes_repacked),
+            output::plural(r.index_files_replaced, "index file")
+        );
         if r.packs_spared > 0 {
-            println!("{} packs were kept because backups were running; a later prune removes them", r.packs_spared);
+            let n = output::plural(r.packs_spared, "pack");
+            let was = if r.packs_spared == 1 { "was" } else { "were" };
+            println!("{n} {was} kept because backups were running; a later prune removes them");
         }
         if r.snapshots_deleted > 0 {
-            println!("{} forgotten snapshots were deleted (their forget had been interrupted)", r.snapshots_deleted);
+            let n = output::plural(r.snapshots_deleted, "forgotten snapshot");
+            let was = if r.snapshots_deleted == 1 { "was" } else { "were" };
+            println!("{n} {was} deleted (their forget had been interrupted)");
         }
         if r.stale_sessions > 0 {
-            println!("{} markers of backups that stopped without finishing were removed", r.stale_sessions);
+            let n = output::plural(r.stale_sessions, "marker");
+            let was = if r.stale_sessions == 1 { "was" } else { "were" };
+            println!("{n} of backups that stopped without finishing {was} removed");
         }
         println!("Duration: {:.2}s", r.duration_ms as f64 / 1000.0);
     }

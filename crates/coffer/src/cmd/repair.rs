@@ -44,13 +44,12 @@ fn index(global: &GlobalArgs, dry_run: bool) -> Result<u8> {
     if !global.quiet {
         let would = if r.dry_run { "would be " } else { "" };
         println!(
-            "{} of {} packs indexed from their own headers ({} blobs): {} index files {would}written, {} old ones \
-             {would}deleted",
+            "{} of {} indexed from their own headers ({}): {} {would}written, {} {would}deleted",
             r.packs_indexed,
-            r.packs,
-            r.blobs,
-            r.index_files_written.len(),
-            r.index_files_deleted
+            output::plural(r.packs, "pack"),
+            output::plural(r.blobs, "blob"),
+            output::plural(r.index_files_written.len(), "index file"),
+            output::plural(r.index_files_deleted, "old one")
         );
         if r.packs_kept_from_old_index > 0 {
             println!(

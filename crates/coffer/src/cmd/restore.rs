@@ -56,12 +56,12 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             }));
         } else if !global.quiet {
             println!(
-                "would restore snapshot {} to {}: {} files, {} directories, {} other entries, {} (nothing written)",
+                "would restore snapshot {} to {}: {}, {}, {}, {} (nothing written)",
                 id.short(),
                 a.target.display(),
-                s.files,
-                s.dirs,
-                s.others,
+                output::plural(s.files, "file"),
+                output::plural(s.dirs, "directory"),
+                output::plural(s.others, "other entry"),
                 output::bytes(s.bytes)
             );
             if s.skipped > 0 || s.deleted > 0 {
@@ -92,16 +92,20 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         }));
     } else if !global.quiet {
         println!(
-            "restored snapshot {} to {}: {} files, {} directories, {} other entries, {}",
+            "restored snapshot {} to {}: {}, {}, {}, {}",
             id.short(),
             a.target.display(),
-            summary.files,
-            summary.dirs,
-            summary.others,
+            output::plural(summary.files, "file"),
+            output::plural(summary.dirs, "directory"),
+            output::plural(summary.others, "other entry"),
             output::bytes(summary.bytes)
         );
         if summary.skipped > 0 || summary.deleted > 0 {
-            println!("kept {} entries already in the target, deleted {}", summary.skipped, summary.deleted);
+            println!(
+                "kept {} already in the target, deleted {}",
+                output::plural(summary.skipped, "entry"),
+                summary.deleted
+            );
         }
     }
     report_withheld(global, &id, a.privileged, &summary);
@@ -112,7 +116,8 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
     if let Some((path, err)) = first {
         let what = if damaged { "first damaged" } else { "first" };
         return Err(anyhow!(err).context(format!(
-            "{n} entries could not be restored ({what}: {}); everything else was restored",
+            "{} could not be restored ({what}: {}); everything else was restored",
+            output::plural(n, "entry"),
             path.display()
         )));
     }
@@ -138,14 +143,20 @@ fn verify(global: &GlobalArgs, repo: &Repository, id: &Id, snap: &Snapshot, opts
             "mismatches": v.mismatches.len(),
         }));
     } else if !global.quiet {
-        println!("verified {} files, {}: {} differ", v.files, output::bytes(v.bytes), v.mismatches.len());
+        let differ = v.mismatches.len();
+        let verb = if differ == 1 { "differs" } else { "differ" };
+        println!("verified {}, {}: {differ} {verb}", output::plural(v.files, "file"), output::bytes(v.bytes));
     }
     if let Some((path, why)) = v.mismatches.first() {
         return Err(anyhow!(Error::corrupt(format!("restored file {}", path.display()), why.clone())).context(
             format!(
-                "{} restored files differ from snapshot {}: restore them again with --overwrite",
-                v.mismatches.len(),
-                id.short()
+                "{} from snapshot {}: restore {} again with --overwrite",
+                match v.mismatches.len() {
+                    1 => "1 restored file differs".to_string(),
+                    n => format!("{n} restored files differ"),
+                },
+                id.short(),
+                if v.mismatches.len() == 1 { "it" } else { "them" }
             ),
         ));
     }

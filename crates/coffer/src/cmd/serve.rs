@@ -14,6 +14,7 @@ use coffer_server::{Level, ServeOptions, Server, keys, trash, writers};
 use serde_json::json;
 
 use crate::args::GlobalArgs;
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 #[derive(Args, Debug)]
@@ -249,15 +250,16 @@ fn key(global: &GlobalArgs, dir: &std::path::Path, cmd: &KeyCommand) -> Result<u
             if global.json {
                 let list: Vec<_> = all
                     .iter()
-                    .map(|k| json!({"type": "access_key", "name": k.name, "id": k.id, "level": k.level.name(), "quota": k.quota, "used": used(&k.id), "created": k.created}))
+                    .map(|k| json!({"type": "access_key", "name": k.name, "id": k.id, "level": k.level.name(), "quota": k.quota, "used": used(&k.id), "created": output::rfc3339(k.created as i64, 0)}))
                     .collect();
                 output::json(&serde_json::Value::Array(list));
             } else {
-                println!("{:<20} {:<22} {:<14} {:>14} quota", "name", "id", "level", "used");
+                let mut t = Table::new(&["name", "id", "level", "used", "quota"]).right([3, 4]);
                 for k in &all {
                     let q = k.quota.map(|q| q.to_string()).unwrap_or_else(|| "-".into());
-                    println!("{:<20} {:<22} {:<14} {:>14} {q}", k.name, k.id, k.level.name(), used(&k.id));
+                    t.row([k.name.clone(), k.id.clone(), k.level.name().to_string(), used(&k.id).to_string(), q]);
                 }
+                t.print();
             }
         }
         KeyCommand::Remove { name } => {
@@ -313,7 +315,7 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
             if global.json {
                 let list: Vec<_> = all
                     .iter()
-                    .map(|e| json!({"type": "trash_entry", "name": e.name, "deleted": e.deleted, "size": e.size}))
+                    .map(|e| json!({"type": "trash_entry", "name": e.name, "deleted": output::rfc3339(e.deleted as i64, 0), "size": e.size}))
                     .collect();
                 output::json(&serde_json::Value::Array(list));
             } else {
@@ -360,7 +362,7 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
                 .map_err(storage)
                 .context("purging the trash")?;
             if !global.quiet {
-                println!("{n} object(s) purged");
+                println!("{} purged", output::plural(n, "object"));
             }
         }
     }

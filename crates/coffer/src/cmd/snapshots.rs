@@ -11,6 +11,7 @@ use coffer_core::repo::history::History;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, SnapshotsArgs};
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
@@ -63,56 +64,42 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
         return Ok(code);
     }
     let time_header = if output::is_utc() { "time (UTC)" } else { "time" };
+    let new_table = || {
+        if a.compact {
+            Table::new(&["id", time_header, "host", "tags"])
+        } else {
+            Table::new(&["id", time_header, "host", "tags", "size", "signed by", "paths"]).right([4])
+        }
+    };
     let mut total = 0;
     for (key, members) in &groups {
         if let (Some(key), Some(_)) = (key, a.group_by) {
             println!("snapshots of {key}:");
         }
-        if a.compact {
-            println!("{:<10} {:<19} {:<16} tags", "id", time_header, "host");
-        } else {
-            println!(
-                "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} paths",
-                "id", time_header, "host", "tags", "size", "signed by"
-            );
-        }
+        let mut t = new_table();
         for (id, s) in members {
             let mark = if s.is_incomplete() { " (incomplete)" } else { "" };
+            let (id, time, tags) = (id.short(), output::time(&s.time), s.tags.join(","));
             if a.compact {
-                println!(
-                    "{:<10} {:<19} {:<16} {}{mark}",
-                    id.short(),
-                    output::time(&s.time),
-                    s.hostname,
-                    s.tags.join(",")
-                );
-                continue;
+                t.row([id, time, s.hostname.clone(), format!("{tags}{mark}")]);
+            } else {
+                let size = output::bytes(s.summary.bytes_total);
+                let paths = format!("{}{mark}", s.paths.join(" "));
+                t.row([id, time, s.hostname.clone(), tags, size, s.signature.describe(), paths]);
             }
-            println!(
-                "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} {}{mark}",
-                id.short(),
-                output::time(&s.time),
-                s.hostname,
-                s.tags.join(","),
-                output::bytes(s.summary.bytes_total),
-                s.signature.describe(),
-                s.paths.join(" ")
-            );
         }
+        t.print();
         total += members.len();
         if a.group_by.is_some() {
             println!();
         }
     }
     if groups.is_empty() && !a.compact {
-        println!(
-            "{:<10} {:<19} {:<16} {:<12} {:>10}  {:<20} paths",
-            "id", time_header, "host", "tags", "size", "signed by"
-        );
+        new_table().print();
     }
-    println!("{total} {}", if total == 1 { "snapshot" } else { "snapshots" });
+    println!("{}", output::plural(total, "snapshot"));
     if !problems.is_empty() {
-        eprintln!("{} problems found; run 'coffer check' for the full report", problems.len());
+        eprintln!("{} found; run 'coffer check' for the full report", output::plural(problems.len(), "problem"));
     }
     Ok(code)
 }

@@ -53,7 +53,8 @@ pub fn run(global: &GlobalArgs, a: &TagArgs) -> Result<u8> {
             println!("snapshot {} is now {} (tags: {})", r.old.short(), r.new.short(), r.tags.join(","));
         }
         let n = done.len();
-        println!("{n} snapshot{} changed, {} already had these tags", if n == 1 { "" } else { "s" }, ids.len() - n);
+        let unchanged = ids.len() - n;
+        println!("{} changed, {unchanged} already had these tags", output::plural(n, "snapshot"));
     }
     Ok(exit::OK)
 }

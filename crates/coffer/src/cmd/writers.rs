@@ -5,6 +5,7 @@ use coffer_core::repo::WRITER_KEY_FILE;
 use serde_json::json;
 
 use crate::args::GlobalArgs;
+use crate::table::Table;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs) -> Result<u8> {
@@ -25,17 +26,19 @@ pub fn run(global: &GlobalArgs) -> Result<u8> {
         let list: Vec<_> = records
             .iter()
             .map(|(id, w)| {
-                json!({"id": id, "name": w.name(), "public_key": w.public_key, "created": w.created,
+                json!({"type": "writer", "id": id, "name": w.name(), "public_key": w.public_key, "created": w.created,
                        "this_client": own.as_deref() == Some(w.public_key.to_hex().as_str())})
             })
             .collect();
         output::json(&serde_json::Value::Array(list));
     } else {
-        println!("{:<19} {:<64}  writer", "registered (UTC)", "public key");
+        let time_header = if output::is_utc() { "registered (UTC)" } else { "registered" };
+        let mut t = Table::new(&[time_header, "public key", "writer"]);
         for (_, w) in &records {
             let mine = if own.as_deref() == Some(w.public_key.to_hex().as_str()) { "  (this client)" } else { "" };
-            println!("{:<19} {}  {}{mine}", output::time(&w.created), w.public_key.to_hex(), w.name());
+            t.row([output::time(&w.created), w.public_key.to_hex(), format!("{}{mine}", w.name())]);
         }
+        t.print();
     }
     Ok(if damaged.is_empty() { exit::OK } else { exit::DAMAGED })
 }

@@ -71,8 +71,11 @@ pub struct CheckReport {
     pub packs: u64,
     /// Packs read and verified.
     pub packs_read: u64,
-    /// Snapshots removed on purpose, each recorded by a tombstone.
+    /// Snapshots removed on purpose, each recorded by a tombstone: by `forget`,
+    /// or replaced by a retagged snapshot (`tag`).
     pub forgotten: u64,
+    /// Of `forgotten`, the snapshots `tag` replaced.
+    pub replaced: u64,
     /// The ids of the packs read, sorted.
     pub packs_read_ids: Vec<Id>,
     /// After a data read with local state: packs not yet verified in this round.
@@ -228,6 +231,7 @@ fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut Check
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;
+    r.replaced = history.replaced as u64;
     Ok(())
 }
 

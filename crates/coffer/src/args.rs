@@ -261,13 +261,19 @@ pub struct FindArgs {
     /// Only in these snapshots (id prefixes or `latest`; repeatable). Default: all.
     #[arg(long = "snapshot", short = 's', value_name = "ID")]
     pub snapshots: Vec<String>,
-    /// Only snapshots taken at or after this time (`YYYY-MM-DD[ HH:MM:SS]` in local
-    /// time, or RFC 3339).
+    /// Only entries modified at or before this time (`YYYY-MM-DD[ HH:MM:SS]` in
+    /// local time, or RFC 3339), as restic's `find --newest`.
     #[arg(long, short = 'N', value_name = "TIME")]
     pub newest: Option<String>,
-    /// Only snapshots taken at or before this time.
+    /// Only entries modified at or after this time.
     #[arg(long, short = 'O', value_name = "TIME")]
     pub oldest: Option<String>,
+    /// Only regular files of at least this size (`500K`, `2M`, `1G`, bytes without a unit).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub min_size: Option<u64>,
+    /// Only regular files of at most this size.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
     /// Match names without regard to case.
     #[arg(long, short = 'i')]
     pub ignore_case: bool,

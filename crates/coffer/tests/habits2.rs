@@ -341,8 +341,18 @@ fn find_matches_names_across_snapshots() {
 
     let out = env.run(&["find", "-i", "*.pdf", "--snapshot", &first[..8]]);
     assert!(text(&out.stdout).contains("1 match in 1 snapshot"), "{}", text(&out.stdout));
-    let out = env.run(&["find", "docs", "--newest", "2999-01-01"]);
-    assert!(text(&out.stdout).contains("0 matches in 0 snapshots"), "{}", text(&out.stdout));
+    // By modification time (as restic: --oldest is the earliest, --newest the
+    // latest) and by size.
+    let out = env.run(&["find", "-i", "*.pdf", "--oldest", "2999-01-01"]);
+    assert!(text(&out.stdout).contains("0 matches in 2 snapshots"), "{}", text(&out.stdout));
+    let out = env.run(&["find", "-i", "*.pdf", "--newest", "2999-01-01", "--oldest", "2000-01-01"]);
+    assert!(text(&out.stdout).contains("3 matches in 2 snapshots"), "{}", text(&out.stdout));
+    let out = env.run(&["find", "-i", "*.pdf", "--newest", "2000-01-01"]);
+    assert!(text(&out.stdout).contains("0 matches"), "{}", text(&out.stdout));
+    let out = env.run(&["find", "-i", "*.pdf", "--min-size", "8"]);
+    assert!(text(&out.stdout).contains("1 match in 2 snapshots"), "{}", text(&out.stdout));
+    let out = env.run(&["find", "*", "--max-size", "1"]);
+    assert!(text(&out.stdout).contains("2 matches"), "notes.txt in each snapshot: {}", text(&out.stdout));
     // A pattern with a slash matches whole paths.
     let out = env.run(&["find", &format!("{}/*.txt", src.display())]);
     assert!(text(&out.stdout).contains("2 matches"), "{}", text(&out.stdout));

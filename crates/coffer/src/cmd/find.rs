@@ -36,15 +36,26 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
     };
     let mut matches = 0u64;
     let mut searched = 0u64;
+    let sized = a.min_size.is_some() || a.max_size.is_some();
+    let wanted = |node: &coffer_core::format::tree::Node| {
+        let mtime = std::time::UNIX_EPOCH
+            .checked_add(std::time::Duration::new(node.mtime.0.max(0) as u64, node.mtime.1))
+            .unwrap_or(std::time::UNIX_EPOCH);
+        let file = node.kind == NodeKind::File;
+        newest.is_none_or(|n| mtime <= n)
+            && oldest.is_none_or(|o| mtime >= o)
+            && (!sized || file)
+            && a.min_size.is_none_or(|m| node.size >= m)
+            && a.max_size.is_none_or(|m| node.size <= m)
+    };
     for (id, snap) in &snaps {
-        let t = snap.system_time();
-        if newest.is_some_and(|n| t < n) || oldest.is_some_and(|o| t > o) {
-            continue;
-        }
         super::flag_signature(id, snap);
         searched += 1;
         let mut header = false;
         find(&repo, snap.tree, &patterns, &mut |path, node| {
+            if !wanted(node) {
+                return Ok(());
+            }
             matches += 1;
             if global.json {
                 output::json(&json!({

@@ -461,8 +461,8 @@ pub struct BackupArgs {
     #[arg(long, conflicts_with_all = ["files_from", "files_from_verbatim", "files_from_raw"])]
     pub stdin_from_command: bool,
     /// Read paths to back up from this file (`-` for standard input), one per line;
-    /// empty lines and lines starting with `#` are ignored, and paths are taken as
-    /// written, without expanding patterns (repeatable).
+    /// empty lines and lines starting with `#` are ignored, and a line holding `*`,
+    /// `?` or `[...]` is expanded to the paths it matches (repeatable).
     #[arg(long, value_name = "FILE")]
     pub files_from: Vec<PathBuf>,
     /// Read paths from this file, one per line, every non-empty line verbatim (repeatable).

@@ -87,6 +87,15 @@ fn paths_from_files_in_three_formats() {
     let want: BTreeSet<String> =
         ["one", "two", "three", "with space", "four"].iter().map(|d| src.join(d).display().to_string()).collect();
     assert_eq!(paths, want, "{v}");
+    // A --files-from line with a pattern takes the paths it matches, as restic's does.
+    let globbed = env.path("globbed");
+    std::fs::write(&globbed, format!("{}\n", src.join("t*").display())).unwrap();
+    env.json(&["backup", "--files-from", globbed.to_str().unwrap()]);
+    let snaps = env.json(&["snapshots"]);
+    let last = snaps.as_array().unwrap().last().unwrap();
+    let got: BTreeSet<&str> = last["snapshot"]["paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    let (two, three) = (src.join("two").display().to_string(), src.join("three").display().to_string());
+    assert_eq!(got, BTreeSet::from([two.as_str(), three.as_str()]));
     // The command line needs a path or a list.
     assert_code(&env.run(&["backup"]), 2);
 }

@@ -65,13 +65,28 @@ fn source_paths(a: &BackupArgs) -> Result<Vec<PathBuf>> {
             if item.is_empty() || (format == ListFormat::Lines && item.starts_with(b"#")) {
                 continue;
             }
-            paths.push(PathBuf::from(std::ffi::OsStr::from_bytes(item)));
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(item));
+            match format {
+                ListFormat::Lines => paths.extend(expand(path)?),
+                _ => paths.push(path),
+            }
         }
     }
     if paths.is_empty() {
         bail!("nothing to back up: the --files-from lists name no path; give at least one");
     }
     Ok(paths)
+}
+
+/// A `--files-from` line holding a pattern (`*`, `?`, `[...]`), expanded to the
+/// paths it matches, sorted, as restic does; kept as written when it matches
+/// nothing (it is then reported missing) or holds no pattern.
+fn expand(line: PathBuf) -> Result<Vec<PathBuf>> {
+    let Some(text) = line.to_str().filter(|t| t.contains(['*', '?', '['])) else { return Ok(vec![line]) };
+    let found = glob::glob(text).with_context(|| format!("--files-from: {text:?} is not a valid pattern"))?;
+    let mut matched: Vec<PathBuf> = found.filter_map(|p| p.ok()).collect();
+    matched.sort();
+    Ok(if matched.is_empty() { vec![line] } else { matched })
 }
 
 /// Drops the paths that do not exist, warning of each. None left is an error.

@@ -76,6 +76,14 @@ pub enum Error {
     /// No snapshot matched a name, prefix or filter.
     #[error("no snapshot matches '{0}'")]
     SnapshotNotFound(String),
+    /// A snapshot named by id was forgotten, or replaced by `coffer tag`.
+    #[error("snapshot {name} is no longer in the repository: {why}")]
+    SnapshotForgotten {
+        /// The id or prefix given.
+        name: String,
+        /// What the tombstone records, and what to use instead.
+        why: String,
+    },
     /// An id prefix matched more than one object.
     #[error("'{0}' is ambiguous: it is a prefix of several ids; give more characters")]
     AmbiguousId(String),

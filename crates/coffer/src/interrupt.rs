@@ -30,8 +30,8 @@ pub fn install() {}
 
 #[cfg(unix)]
 extern "C" fn on_sigint(_: libc::c_int) {
-    const MSG: &[u8] = b"\ninterrupted: nothing was left half-written; the repository is usable, and what was \
-                         uploaded is reused by the next backup\n";
+    const MSG: &[u8] = b"\ninterrupted: nothing was left half-written; the repository is usable (run the command \
+                         again to finish: a backup reuses what was uploaded)\n";
     // SAFETY: write(2) and _exit(2) are async-signal-safe.
     unsafe {
         libc::write(2, MSG.as_ptr().cast(), MSG.len());

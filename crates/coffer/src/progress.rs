@@ -205,7 +205,8 @@ fn status_lines(verb: String, json: bool, interval: Duration, counts: Arc<Counts
             if json {
                 let line = json!({
                     "type": "status", "action": "progress", "command": verb, "seconds_elapsed": elapsed,
-                    "bytes_done": bytes, "total_bytes": total, "files_done": items, "percent_done": percent,
+                    "bytes_done": bytes, "total_bytes": (total > 0).then_some(total), "files_done": items,
+                    "percent_done": percent,
                 });
                 eprintln!("{line}");
             } else {

@@ -384,6 +384,9 @@ fn tag_replaces_snapshots_and_keeps_the_history_checkable() {
     // The same time and tree as the one it replaces.
     assert_eq!(list[0]["id"], retagged.as_str(), "the retagged snapshot kept its place");
     assert_eq!(list[0]["snapshot"]["time"], first_time);
+    // The old id says where the snapshot went.
+    let err = assert_code(&env.run(&["ls", &first[..8]]), 1);
+    assert!(err.contains("replaced it by snapshot") && err.contains(&retagged[..8]), "{err}");
 
     // Nothing to change: no new snapshot.
     let v = env.json(&["tag", "--add", "keep", &retagged]);

@@ -1023,10 +1023,39 @@ impl Repository {
                 .find(|(_, s)| filter.matches(s))
                 .ok_or_else(|| Error::SnapshotNotFound(name.to_string()));
         }
-        let id = self.resolve_prefix(ObjectKind::Snapshot, name)?;
-        match self.load_snapshot(&id) {
+        let found = self.resolve_prefix(ObjectKind::Snapshot, name).and_then(|id| match self.load_snapshot(&id) {
             Err(Error::Backend(e)) if is_not_found(&e) => Err(Error::SnapshotNotFound(name.to_string())),
             r => Ok((id, r?)),
+        });
+        match found {
+            Err(Error::SnapshotNotFound(_)) => Err(self.why_not_found(name)),
+            r => r,
+        }
+    }
+
+    /// Why no snapshot has the id `name` starts: a tombstone that forgot it, or
+    /// recorded the snapshot `coffer tag` replaced it by, says so.
+    fn why_not_found(&self, name: &str) -> Error {
+        let prefix = name.to_ascii_lowercase();
+        let tombstones = self.tombstones().map(|(t, _)| t).unwrap_or_default();
+        let forgotten = (prefix.len() >= 4)
+            .then(|| tombstones.iter().flat_map(|(t, ts)| ts.forgotten.iter().map(move |f| (t, f))))
+            .into_iter()
+            .flatten()
+            .find(|(_, f)| f.id.to_hex().starts_with(&prefix));
+        match forgotten {
+            Some((_, f)) if f.replaced_by.is_some() => Error::SnapshotForgotten {
+                name: name.to_string(),
+                why: format!(
+                    "`coffer tag` replaced it by snapshot {}; use that id",
+                    f.replaced_by.expect("checked").short()
+                ),
+            },
+            Some((t, _)) => Error::SnapshotForgotten {
+                name: name.to_string(),
+                why: format!("it was forgotten (tombstone {})", t.short()),
+            },
+            None => Error::SnapshotNotFound(name.to_string()),
         }
     }
 }

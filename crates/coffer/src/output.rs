@@ -48,8 +48,23 @@ pub fn error(json: bool, err: &anyhow::Error, code: u8) {
         let causes: Vec<String> = err.chain().skip(1).map(|c| c.to_string()).collect();
         eprintln!("{}", json!({"type": "error", "message": err.to_string(), "causes": causes, "exit_code": code}));
     } else {
-        eprintln!("error: {err:#}");
+        eprintln!("error: {}", chain_text(err));
     }
+}
+
+/// The error and its causes, `a: b: c`, leaving out a cause whose text an
+/// earlier message already holds (an error that prints its source, as I/O
+/// errors naming their path do, would otherwise say it twice).
+fn chain_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// Prints one JSON document (or line) to stdout.
@@ -119,6 +134,16 @@ pub fn rfc3339(secs: i64, nanos: u32) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_error_chain_says_each_cause_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let inner = coffer_core::Error::io(std::path::Path::new("/x/f"), io);
+        let err = anyhow::Error::new(inner).context("cannot back up /x");
+        let text = super::chain_text(&err);
+        assert_eq!(text.matches("permission denied").count() + text.matches("Permission denied").count(), 1, "{text}");
+        assert!(text.starts_with("cannot back up /x: ") && text.contains("/x/f"), "{text}");
+    }
+
     #[test]
     fn byte_units() {
         assert_eq!(super::bytes(10), "10 B");

@@ -10,6 +10,7 @@ use coffer_backend::Backend;
 use crate::crypto::sign::PublicKey;
 use crate::error::{Error, Result};
 use crate::format::envelope::SealedKind;
+use crate::format::snapshot::LogMark;
 use crate::id::Id;
 use crate::local_state::LocalState;
 use crate::merkle::Hash;
@@ -42,6 +43,35 @@ impl Followed {
     /// Whether the log records the snapshot `id`.
     pub fn has_snapshot(&self, id: &Id) -> bool {
         self.entries.iter().any(|(k, n)| *k == SealedKind::Snapshot as u8 && *n == id.0)
+    }
+
+    /// The head as a snapshot records it.
+    pub fn mark(&self) -> LogMark {
+        LogMark { size: self.head.head.size, root: Id(self.head.head.root) }
+    }
+
+    /// Whether `mark`, a head another client recorded in snapshot `id`, agrees
+    /// with this log: the same root at its size, which is not beyond this log's.
+    /// `None` when it agrees; else what the server did.
+    pub fn disagreement(&self, id: &Id, mark: &LogMark) -> Option<String> {
+        let ours = self.head.head.size;
+        if mark.size > ours {
+            return Some(format!(
+                "snapshot {}: its writer was shown the server's transparency log at {} entries, but the server shows \
+                 this client only {ours}: the server rolled back or forked the log it shows this client",
+                id.short(),
+                mark.size
+            ));
+        }
+        let log = Log::from_leaves(self.entries.iter().map(|(k, n)| translog::entry_leaf(*k, n)).collect());
+        (log.root_at(mark.size) != Some(mark.root.0)).then(|| {
+            format!(
+                "snapshot {}: its writer was shown a different transparency log than this client at {} entries: \
+                 the server forked its log, showing clients different histories",
+                id.short(),
+                mark.size
+            )
+        })
     }
 
     /// The snapshots the log records, in the order the server accepted them.
@@ -248,6 +278,29 @@ mod tests {
         // Nothing refused was remembered: the honest log is followed still.
         serve(&be, &key, &[1, 2, 3, 4, 5, 6]);
         assert_eq!(follow(&be, &state, None).unwrap().new_entries, 1);
+    }
+
+    #[test]
+    fn heads_other_writers_recorded_agree_only_with_the_same_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SigningKey::from_seed(&[5; 32]);
+        let be = MemBackend::new();
+        let log = serve(&be, &key, &[1, 2, 3]);
+        let f = follow(&be, &LocalState::new(dir.path(), &Id([1; 32])), None).unwrap();
+        let mark = |size: u64, log: &Log| LogMark { size, root: Id(log.root_at(size).unwrap()) };
+        let id = Id([9; 32]);
+        // Every prefix of the same log agrees, the whole head too.
+        for size in 0..=3 {
+            assert_eq!(f.disagreement(&id, &mark(size, &log)), None, "{size}");
+        }
+        assert_eq!(f.mark(), mark(3, &log));
+        // A writer shown more than this client: rolled back or forked here.
+        let longer = serve(&MemBackend::new(), &key, &[1, 2, 3, 4]);
+        assert!(f.disagreement(&id, &mark(4, &longer)).unwrap().contains("rolled back or forked"));
+        // A writer shown other entries at the same size: forked.
+        let other = serve(&MemBackend::new(), &key, &[1, 7]);
+        assert!(f.disagreement(&id, &mark(2, &other)).unwrap().contains("forked its log"));
+        assert_eq!(f.disagreement(&id, &mark(1, &other)), None, "the shared prefix agrees");
     }
 
     #[test]

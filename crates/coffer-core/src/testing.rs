@@ -189,6 +189,7 @@ pub fn snapshot_of(root: Id, key: &SigningKey) -> Snapshot {
         merkle_key: Id([0; 32]),
         copied_from: None,
         written: None,
+        server_log: None,
         signature: Default::default(),
     }
 }

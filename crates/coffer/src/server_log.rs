@@ -5,6 +5,7 @@
 use anyhow::Result;
 use coffer_backend::Location;
 use coffer_core::crypto::sign::PublicKey;
+use coffer_core::format::snapshot::LogMark;
 use coffer_core::repo::Repository;
 use coffer_core::server_log::{self, Followed};
 use serde_json::json;
@@ -14,6 +15,15 @@ use crate::repo_open;
 
 /// The variable (or profile setting) naming the log key a client expects.
 pub const LOG_KEY_VARIABLE: &str = "COFFER_SERVER_LOG_KEY";
+
+/// The head followed last by this process (one repository per command).
+static LAST: std::sync::Mutex<Option<LogMark>> = std::sync::Mutex::new(None);
+
+/// The head of the server's log this command followed when it opened the
+/// repository, for the snapshot it writes to record; `None` off a server.
+pub fn last_mark() -> Option<LogMark> {
+    *LAST.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Follows the log of the server `loc` names (`None` for other locations),
 /// saying on stderr when a server's key is pinned for the first time.
@@ -35,6 +45,7 @@ pub fn follow(global: &GlobalArgs, loc: &Location, repo: &Repository) -> Result<
     };
     let state = repo_open::local_state(repo)?;
     let f = server_log::follow(repo.backend(), &state, trusted.as_ref())?;
+    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.mark());
     if f.first_contact && !global.quiet {
         let key = f.head.public.to_hex();
         if global.json {

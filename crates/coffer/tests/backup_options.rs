@@ -93,7 +93,8 @@ fn paths_from_files_in_three_formats() {
     env.json(&["backup", "--files-from", globbed.to_str().unwrap()]);
     let snaps = env.json(&["snapshots"]);
     let last = snaps.as_array().unwrap().last().unwrap();
-    let got: BTreeSet<&str> = last["snapshot"]["paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    let got: BTreeSet<&str> =
+        last["snapshot"]["paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
     let (two, three) = (src.join("two").display().to_string(), src.join("three").display().to_string());
     assert_eq!(got, BTreeSet::from([two.as_str(), three.as_str()]));
     // The command line needs a path or a list.

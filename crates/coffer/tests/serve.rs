@@ -574,6 +574,17 @@ fn the_transparency_log_catches_a_server_that_rolls_back_forks_or_hides() {
         std::fs::write(&entries, [&logged[33..], &logged[..33]].concat()).unwrap();
     });
     refused_with(&client(&env, &srv, &append).args(["snapshots"]).output().unwrap(), "different history");
+    // A client that never saw this server catches the fork too: the second
+    // snapshot (served again) records the head its writer followed (one entry,
+    // the first snapshot), which this log does not have.
+    std::fs::rename(&aside, &snap_file).unwrap();
+    let v = env.json(&["cat", "snapshot", &second]);
+    assert_eq!(v["snapshot"]["server_log"]["size"], 1, "{v}");
+    let out = client(&env, &srv, &append).env("HOME", env.path("home2")).args(["check"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(20), "{}", text(&out.stderr));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains(&format!("snapshot {}: its writer was shown a different", &second[..8])), "{said}");
+    std::fs::rename(&snap_file, &aside).unwrap();
 
     // Hiding: the log is whole again, but the second snapshot is not served.
     let srv = restart_after(&env, srv, || std::fs::write(&entries, &logged).unwrap());

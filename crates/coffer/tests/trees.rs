@@ -198,6 +198,7 @@ fn deep_chain(env: &Env, key: &SigningKey, depth: usize, content: &[u8]) -> Stri
         merkle_key: coffer_core::Id(merkle_key),
         copied_from: None,
         written: None,
+        server_log: None,
         signature: Default::default(),
     };
     repo.save_snapshot(&snap, key).unwrap().to_hex()

@@ -120,6 +120,7 @@ fn the_largest_snapshot_is_accepted() {
         merkle_key: id(4),
         copied_from: None,
         written: None,
+        server_log: None,
         signature: Default::default(),
     };
     let sid = repo.save_snapshot(&snap, &key).unwrap();

@@ -156,9 +156,24 @@ pub struct Snapshot {
     /// was recorded, whose end is `time` plus the duration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written: Option<String>,
+    /// The head of the server's transparency log this snapshot's writer had
+    /// followed when it wrote it through a coffer server (docs/design.md#transparency-log,
+    /// "Heads in snapshots"): another client that follows the same log checks
+    /// it was shown the same history. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_log: Option<LogMark>,
     /// The signature, as checked when loaded (not stored in the JSON).
     #[serde(skip)]
     pub signature: SignatureStatus,
+}
+
+/// A head of a server's transparency log, as a snapshot records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogMark {
+    /// The number of entries.
+    pub size: u64,
+    /// The Merkle root of those entries.
+    pub root: Id,
 }
 
 /// Where a snapshot written by `coffer copy` comes from (docs/design.md#copy).
@@ -181,7 +196,8 @@ impl Snapshot {
 
     /// When the backup finished: `time` plus its duration.
     pub fn end_time(&self) -> std::time::SystemTime {
-        self.written_time().unwrap_or_else(|| self.system_time() + std::time::Duration::from_millis(self.summary.duration_ms))
+        self.written_time()
+            .unwrap_or_else(|| self.system_time() + std::time::Duration::from_millis(self.summary.duration_ms))
     }
 
     /// When it was written, if recorded ([`Snapshot::written`]).

@@ -549,6 +549,7 @@ mod tests {
             merkle_key: Id::default(),
             copied_from: None,
             written: None,
+            server_log: None,
             signature: Default::default(),
         }
     }

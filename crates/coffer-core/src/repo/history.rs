@@ -304,6 +304,12 @@ pub fn check(
                  the server hides or lost it"
             ));
         }
+        // Heads other clients followed, as their snapshots record them.
+        for (id, s) in &history.snapshots {
+            if let Some(why) = s.server_log.as_ref().and_then(|m| log.disagreement(id, m)) {
+                f.errors.push(why);
+            }
+        }
     }
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
     f.errors.extend(repo.writer_records()?.1.iter().map(|e| e.to_string()));

@@ -243,6 +243,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         reread_share: a.reread_share,
         state: Some(state),
         timing: crate::protocol_timing(),
+        server_log: crate::server_log::last_mark(),
     };
     let display = Display::new(global.json, global.quiet, "backup").listing_changes(global.verbose);
     let result = match &stream {

@@ -105,6 +105,9 @@ pub struct BackupOptions {
     /// The lock-free protocol's durations: how often this backup's session marker
     /// is rewritten, and the grace period its final checks must fit in.
     pub timing: Timing,
+    /// The head of the server's transparency log followed when the repository
+    /// was opened, recorded in the snapshot (docs/design.md#transparency-log).
+    pub server_log: Option<crate::format::snapshot::LogMark>,
 }
 
 /// The first bytes of a cache directory tag (<https://bford.info/cachedir/>).
@@ -448,6 +451,7 @@ fn run(
         version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
         written: opts.time.map(|_| humantime::format_rfc3339_nanos(SystemTime::now()).to_string()),
+        server_log: opts.server_log,
         hostname,
         username: meta::username(),
         paths: path_strings,

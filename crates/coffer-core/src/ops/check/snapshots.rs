@@ -583,6 +583,7 @@ mod tests {
             merkle_key: Id([key; 32]),
             copied_from: None,
             written: None,
+            server_log: None,
             ..crate::testing::snapshot_of(root, &crate::crypto::sign::SigningKey::generate())
         }
     }

@@ -31,6 +31,7 @@
 pub mod keys;
 pub mod log;
 pub mod names;
+pub mod notices;
 pub mod service;
 pub mod state;
 pub mod sync;
@@ -41,6 +42,8 @@ pub mod verify;
 pub mod writers;
 
 use std::net::SocketAddr;
+
+use coffer_core::format::ObjectKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +117,9 @@ pub struct ServeOptions {
     pub body_timeout: Duration,
     /// Days deleted objects stay in the trash.
     pub trash_days: u64,
+    /// How long before a `prune` key deletes packs or index files a prune
+    /// notice must have been stored ([`notices`]).
+    pub prune_grace: Duration,
     /// Connections served at once; more wait in the kernel's backlog.
     pub max_connections: usize,
 }
@@ -167,6 +173,12 @@ impl Server {
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
         let usage = Arc::new(usage::Usage::load(&opts.state_dir)?);
+        let stored_notices: Vec<String> = match backend.list(ObjectKind::PruneNotice.prefix()) {
+            Ok(l) => l.into_iter().map(|o| o.name).collect(),
+            Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(ServerError::Invalid(format!("cannot list the repository's prune notices: {e}"))),
+        };
+        let notices = Arc::new(notices::Notices::load(&opts.state_dir, &stored_notices, trash::now())?);
         let flushed = usage.clone();
         tokio::spawn(async move {
             loop {
@@ -180,11 +192,13 @@ impl Server {
             backend.clone(),
             log,
             usage,
+            notices,
             &opts.state_dir,
             service::ServiceOptions {
                 bucket: opts.bucket.clone(),
                 spool: opts.state_dir.join("spool"),
                 body_timeout: opts.body_timeout,
+                prune_grace: opts.prune_grace,
             },
         );
         let keys = s3.keys();

@@ -21,6 +21,7 @@ use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::keys::{KeyFile, Level, Op};
 use crate::log::{LogRead, TransparencyLog};
+use crate::notices::Notices;
 use crate::state::Watched;
 use crate::usage::Usage;
 use crate::writers::AllowList;
@@ -45,6 +46,9 @@ pub struct ServiceOptions {
     pub spool: PathBuf,
     /// The longest wait for the next piece of a request body.
     pub body_timeout: Duration,
+    /// How long a prune notice must have been stored before a `prune` key
+    /// deletes packs or index files ([`crate::notices`]).
+    pub prune_grace: Duration,
 }
 
 /// A multipart upload in progress.
@@ -67,6 +71,8 @@ pub struct CofferS3 {
     uploads: Mutex<HashMap<String, Upload>>,
     /// Bytes accepted per key, for quotas.
     usage: Arc<Usage>,
+    /// When each prune notice was stored.
+    notices: Arc<Notices>,
     /// Permits for writes to the storage ([`STORAGE_WRITES`]).
     writes: Arc<tokio::sync::Semaphore>,
 }
@@ -119,6 +125,7 @@ impl CofferS3 {
         backend: Arc<dyn Backend>,
         log: Arc<TransparencyLog>,
         usage: Arc<Usage>,
+        notices: Arc<Notices>,
         state_dir: &std::path::Path,
         opts: ServiceOptions,
     ) -> Self {
@@ -131,6 +138,7 @@ impl CofferS3 {
             sessions: Mutex::new(HashMap::new()),
             uploads: Mutex::new(HashMap::new()),
             usage,
+            notices,
             writes: Arc::new(tokio::sync::Semaphore::new(STORAGE_WRITES)),
         }
     }
@@ -277,7 +285,7 @@ impl CofferS3 {
                 (None, None) => false,
             };
             if same {
-                return self.record(kind, name).await;
+                return self.record(&c.id, kind, name).await;
             }
             self.allow(c, Op::Replace, kind, &name)?;
         }
@@ -312,13 +320,22 @@ impl CofferS3 {
             self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(name, c.id.clone());
             return Ok(());
         }
-        self.record(kind, name).await
+        self.record(&c.id, kind, name).await
     }
 
-    /// Appends a stored snapshot or tombstone to the transparency log before
-    /// the upload is answered (a no-op for other kinds and for names already
-    /// logged).
-    async fn record(&self, kind: ObjectKind, name: String) -> S3Result<()> {
+    /// Keeps what the server must know of an object it stored, before the
+    /// upload is answered: a snapshot or tombstone is appended to the
+    /// transparency log (once), a prune notice's time and key are kept.
+    async fn record(&self, key_id: &str, kind: ObjectKind, name: String) -> S3Result<()> {
+        if kind == ObjectKind::PruneNotice {
+            let (notices, key) = (self.notices.clone(), key_id.to_string());
+            return blocking(move || {
+                notices
+                    .stored(&name, &key, trash::now())
+                    .map_err(|e| s3_error!(InternalError, "{name} was stored but its time not kept: {e}"))
+            })
+            .await;
+        }
         if crate::log::logged_kind(kind).is_none() {
             return Ok(());
         }
@@ -598,6 +615,11 @@ impl S3 for CofferS3 {
         let name = input.key;
         let kind = self.name(&name)?;
         self.allow(&c, Op::Delete, kind, &name)?;
+        if c.level == Level::Prune && matches!(kind, ObjectKind::Pack | ObjectKind::Index) {
+            self.notices
+                .allow_deletes(&c.id, trash::now(), self.opts.prune_grace.as_secs())
+                .map_err(|why| s3_error!(AccessDenied, "{name}: access key {:?}: {why}", c.name))?;
+        }
         let be = self.backend.clone();
         let spool = self.opts.spool.clone();
         let n = name.clone();
@@ -611,6 +633,15 @@ impl S3 for CofferS3 {
         })
         .await?;
         self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+        if kind == ObjectKind::PruneNotice {
+            let (notices, n) = (self.notices.clone(), name.clone());
+            blocking(move || {
+                notices
+                    .deleted(&n)
+                    .map_err(|e| s3_error!(InternalError, "{n} was deleted but its time not dropped: {e}"))
+            })
+            .await?;
+        }
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 

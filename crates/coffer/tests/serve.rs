@@ -376,7 +376,7 @@ fn start_second(env: &Env, extra: &[&str]) -> Server {
 #[test]
 fn prune_level_deletes_into_the_trash_and_append_cannot() {
     let env = Env::new();
-    let srv = start(&env, &[]);
+    let srv = start(&env, &["--prune-grace", "1"]);
     let append = add_key(&env, &srv, "laptop", "append");
     let pruner = add_key(&env, &srv, "pruner", "prune");
     let src = env.path("src");
@@ -398,10 +398,19 @@ fn prune_level_deletes_into_the_trash_and_append_cannot() {
     assert!(err.contains("level is append") && err.contains("prune or admin"), "{err}");
     assert_eq!(files_under(&env.repo().join("snapshots")), snapshots_before);
 
-    // A prune key can: forget --prune through the server.
+    // A prune key can forget; its prune deletes packs and index files only a
+    // grace period (here 1 s) after its notice: a prune that does not wait
+    // is refused, one that does succeeds.
     let out = client(&env, &srv, &pruner)
         .env("COFFER_TEST_PRUNE_GRACE_MS", "10")
         .args(["-q", "forget", "--keep-last", "1", "--prune"])
+        .output()
+        .unwrap();
+    let err = assert_code(&out, 23);
+    assert!(err.contains("prune notice was stored") && err.contains("grace period of at least 1s"), "{err}");
+    let out = client(&env, &srv, &pruner)
+        .env("COFFER_TEST_PRUNE_GRACE_MS", "1500")
+        .args(["-q", "prune", "--grace", "1500ms"])
         .output()
         .unwrap();
     assert_success(&out);

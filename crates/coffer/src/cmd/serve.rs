@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// Days objects deleted through the server stay in its trash.
     #[arg(long, default_value_t = 30)]
     pub trash_days: u64,
+    /// Seconds a prune notice must have been stored before a `prune` key may
+    /// delete packs or index files (the prune protocol's grace period; coffer
+    /// prune waits 2 minutes by default).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub prune_grace: u64,
     /// Seconds a client may take to send a request's headers, or between pieces of a body.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout: u64,
@@ -189,6 +194,7 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
         header_timeout: timeout,
         body_timeout: timeout,
         trash_days: args.trash_days,
+        prune_grace: Duration::from_secs(args.prune_grace),
         max_connections: args.max_connections,
     };
     let server = Server::bind(opts, backend)?;

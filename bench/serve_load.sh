@@ -6,21 +6,26 @@
 # of their p99, from each backup's `--json` summary), and for the server its
 # peak RSS; then checks that every snapshot is there and `check --read-data` is
 # clean, and restores two snapshots. See bench/README.md ("Server under load").
-# Usage: bash bench/serve_load.sh [--clients 32] [--mb 8] [--coffer PATH] [--work DIR]
+# With --latency MS, the clients reach the server, and S3 on the direct path, through a
+# toxiproxy proxy adding MS of round trip (the server stays next to its storage), as
+# clients over a network would.
+# Usage: bash bench/serve_load.sh [--clients 32] [--mb 8] [--latency MS] [--coffer PATH] [--work DIR]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLIENTS=32
 MB=8
+LATENCY=0
 COFFER=${COFFER_BIN:-$ROOT/target/release/coffer}
 WORK=${COFFER_BENCH_WORK:-$ROOT/bench/work}/serve-load
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --clients) CLIENTS=$2; shift 2 ;;
         --mb) MB=$2; shift 2 ;;
+        --latency) LATENCY=$2; shift 2 ;;
         --coffer) COFFER=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
-        *) sed -n '2,10p' "$0" >&2; exit 2 ;;
+        *) sed -n '2,13p' "$0" >&2; exit 2 ;;
     esac
 done
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -32,6 +37,22 @@ trap 'bash "$ROOT/.ci/services.sh" stop >/dev/null 2>&1 || true; kill $SERVER_PI
 . "$COFFER_CI_RUN/env"
 export AWS_ACCESS_KEY_ID=$COFFER_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$COFFER_TEST_S3_SECRET_KEY
 export AWS_REGION=$COFFER_TEST_S3_REGION COFFER_PASSWORD=bench
+
+# proxied NAME HOST:PORT: an endpoint reaching HOST:PORT with LATENCY ms of added round
+# trip (half each way); the address itself when LATENCY is 0.
+proxied() {
+    local name=$1 upstream=$2 listen
+    [[ $LATENCY -eq 0 ]] && { echo "$upstream"; return; }
+    api() { curl -sSf --max-time 10 -X "$1" "$COFFER_TEST_TOXIPROXY$2" ${3:+-d "$3"}; }
+    api DELETE "/proxies/$name" >/dev/null 2>&1 || true
+    listen=$(api POST /proxies "{\"name\":\"$name\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"$upstream\",\"enabled\":true}" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["listen"])')
+    for stream in upstream downstream; do
+        api POST "/proxies/$name/toxics" \
+            "{\"name\":\"lat-$stream\",\"type\":\"latency\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$((LATENCY / 2))}}" >/dev/null
+    done
+    echo "$listen"
+}
 
 # Each client: MB MiB of its own random data, and 2 MiB shared by all (deduplicated).
 python3 - "$WORK/src" "$CLIENTS" "$MB" <<'EOF'
@@ -81,11 +102,13 @@ print(f"| {label} | {n} | {failed} | {wall:.1f} s | {total / wall:.1f} MiB/s | {
 EOF
 }
 
+echo "Round trip added between the clients and their storage: $LATENCY ms"
+echo
 echo "| path | clients | failed | wall | throughput | PUTs | median p50 | worst p99 |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 
 # ---- straight to S3 ------------------------------------------------------------------
-S3_REPO="s3:$COFFER_TEST_S3_ENDPOINT/$COFFER_TEST_S3_BUCKET/load-direct-$$"
+S3_REPO="s3:http://$(proxied load-s3 "${COFFER_TEST_S3_ENDPOINT#http://}")/$COFFER_TEST_S3_BUCKET/load-direct-$$"
 client 0 --repo "$S3_REPO" -q init --kdf-log-n 10 --insecure-kdf
 export COFFER_REPOSITORY=$S3_REPO
 run_all direct
@@ -102,7 +125,7 @@ ADDR=$(grep -o 'http://[0-9.:]*' "$WORK/serve.out" | head -1)
 KEY=$("$COFFER" serve --state-dir "$STATE" --json key add load --level append)
 export COFFER_SERVER_KEY_ID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["id"])' "$KEY")
 export COFFER_SERVER_SECRET=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["secret"])' "$KEY")
-export COFFER_SERVER_ALLOW_HTTP=1 COFFER_REPOSITORY=coffer:$ADDR/coffer
+export COFFER_SERVER_ALLOW_HTTP=1 COFFER_REPOSITORY=coffer:http://$(proxied load-serve "${ADDR#http://}")/coffer
 # Each client's writer key on the allow-list (a first backup creates it and is refused;
 # it backs up a file of its own, so that the measured backups find nothing stored yet).
 for ((c = 0; c < CLIENTS; c++)); do

@@ -296,7 +296,7 @@ pub fn copy(
     };
     let ctx = Ctx { src, dst, dry_run: opts.dry_run, progress, report: &report };
     if opts.whole() {
-        ctx.whole_index(&new_index, &s.index, &missing(&d.index, &s.index), &mut sum)?;
+        ctx.whole_index(&new_index, &missing(&d.index, &s.index), &mut sum)?;
     } else if !sel.snapshots.is_empty() {
         ctx.subset(&sel, &mut sum)?;
     }
@@ -435,7 +435,6 @@ impl Ctx<'_> {
     fn whole_index(
         &self,
         new_index: &[Id],
-        sizes: &std::collections::HashMap<Id, u64>,
         dst_only: &[Id],
         sum: &mut CopySummary,
     ) -> Result<()> {
@@ -455,9 +454,20 @@ impl Ctx<'_> {
         self.progress.set_total(0, new_index.len() as u64);
         for batch in new_index.chunks(index_file_batch()) {
             let mut files = Vec::new();
-            for (id, r) in self.src.fetch_many(batch, |id| (*id, self.src.load_index_file(id))) {
+            // Each index file is read once: decoded here, written below as read.
+            let read = |id: &Id| -> Result<(Vec<index_file::PackRecord>, Vec<u8>)> {
+                let bytes = self.src.read_object(ObjectKind::Index, id)?;
+                let plain = self
+                    .src
+                    .open_sealed(SealedKind::Index, &bytes)
+                    .map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))?;
+                let recs =
+                    index_file::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))?;
+                Ok((recs, bytes))
+            };
+            for (id, r) in self.src.fetch_many(batch, |id| (*id, read(id))) {
                 match r {
-                    Ok(recs) => files.push((id, recs)),
+                    Ok((recs, bytes)) => files.push((id, recs, bytes)),
                     // Replaced by a prune of the source since it was listed: the
                     // replacement is copied by the next run.
                     Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => {}
@@ -466,11 +476,11 @@ impl Ctx<'_> {
                 }
             }
             let mut candidates: Vec<Id> =
-                files.iter().flat_map(|(_, recs)| recs.iter().map(|r| r.id)).filter(|p| !known.contains(p)).collect();
+                files.iter().flat_map(|(_, recs, _)| recs.iter().map(|r| r.id)).filter(|p| !known.contains(p)).collect();
             candidates.sort();
             candidates.dedup();
             let (_, gone) = self.packs(&candidates, false, sum)?;
-            for (id, recs) in &files {
+            for (id, recs, bytes) in files {
                 let packs: Vec<Id> = recs.iter().map(|r| r.id).collect();
                 if let Some(p) = packs.iter().find(|p| gone.contains(p)) {
                     sum.warnings.push(format!(
@@ -482,10 +492,14 @@ impl Ctx<'_> {
                     ));
                     continue;
                 }
-                sum.index_files.add(self.object(ObjectKind::Index, id, sizes.get(id).copied().unwrap_or(0))?);
-                (self.report)(SaverEvent::IndexFile(*id, packs.clone()));
+                let len = bytes.len() as u64;
+                if !self.dry_run {
+                    self.dst.backend().write(&ObjectKind::Index.path(&id), bytes)?;
+                }
+                sum.index_files.add(len);
+                (self.report)(SaverEvent::IndexFile(id, packs.clone()));
                 known.extend(packs);
-                self.progress.add_item(Path::new(&ObjectKind::Index.path(id)));
+                self.progress.add_item(Path::new(&ObjectKind::Index.path(&id)));
             }
         }
         Ok(())

@@ -130,6 +130,7 @@ pub struct Server {
     opts: ServeOptions,
     backend: Arc<dyn Backend>,
     log: Arc<log::TransparencyLog>,
+    notices: Arc<notices::Notices>,
 }
 
 impl Server {
@@ -142,7 +143,14 @@ impl Server {
             .map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         listener.set_nonblocking(true).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         let log = Arc::new(log::TransparencyLog::open(&opts.state_dir, backend.as_ref())?);
-        Ok(Server { listener, opts, backend, log })
+        // Before the runtime starts: the backend's calls block.
+        let stored_notices: Vec<String> = match backend.list(ObjectKind::PruneNotice.prefix()) {
+            Ok(l) => l.into_iter().map(|o| o.name).collect(),
+            Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(ServerError::Invalid(format!("cannot list the repository's prune notices: {e}"))),
+        };
+        let notices = Arc::new(notices::Notices::load(&opts.state_dir, &stored_notices, trash::now())?);
+        Ok(Server { listener, opts, backend, log, notices })
     }
 
     /// The public key the transparency log's heads are signed with (hex), and
@@ -168,17 +176,11 @@ impl Server {
     }
 
     async fn serve(self) -> Result<(), ServerError> {
-        let Server { listener, opts, backend, log } = self;
+        let Server { listener, opts, backend, log, notices } = self;
         let addr = opts.listen;
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
         let usage = Arc::new(usage::Usage::load(&opts.state_dir)?);
-        let stored_notices: Vec<String> = match backend.list(ObjectKind::PruneNotice.prefix()) {
-            Ok(l) => l.into_iter().map(|o| o.name).collect(),
-            Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(ServerError::Invalid(format!("cannot list the repository's prune notices: {e}"))),
-        };
-        let notices = Arc::new(notices::Notices::load(&opts.state_dir, &stored_notices, trash::now())?);
         let flushed = usage.clone();
         tokio::spawn(async move {
             loop {

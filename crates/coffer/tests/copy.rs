@@ -358,3 +358,77 @@ fn copy_into_a_repository_with_its_own_data_keys_writes_new_signed_snapshots() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(n(&r["blobs"]["objects"]) + n(&r["sent"]["total"]["objects"]), 0, "{r}");
 }
+
+#[test]
+fn copies_while_the_source_takes_backups_and_a_prune_lose_nothing() {
+    let p = Pair::new();
+    let home = p.env.path("home");
+    let src_arg = p.src_repo();
+    // Into S3 when the test servers are up, else into the local destination.
+    let (dst, creds) = match s3_env() {
+        Some((s3, creds)) => {
+            let init = ["init", "--kdf-log-n", "10", "--insecure-kdf", "--from-repo", src_arg.as_str()];
+            assert_success(&run_in(&s3, &home, &creds, &init));
+            (s3, creds)
+        }
+        None => (p.dst_repo(), Vec::new()),
+    };
+    let copy = || run_in(&dst, &home, &creds, &["--json", "copy", "--from-repo", &src_arg]);
+    for h in 0..4 {
+        make_tree(&p.env.path(&format!("h{h}")), 10 + h);
+    }
+    let grace = [("COFFER_TEST_PRUNE_GRACE_MS".to_string(), "300".to_string())];
+    let on_src = |host: &str, args: &[&str]| {
+        let mut c = p.env.cmd();
+        c.env("COFFER_HOST", host).envs(grace.iter().cloned()).args(args);
+        c.output().unwrap()
+    };
+    std::thread::scope(|s| {
+        // Four hosts back up twice each (their tree changed in between); one
+        // of them forgets its first snapshot and prunes; copies run meanwhile.
+        let writers: Vec<_> = (0..4)
+            .map(|h| {
+                let (host, dir) = (format!("h{h}"), p.env.path(&format!("h{h}")));
+                let on_src = &on_src;
+                s.spawn(move || {
+                    assert_success(&on_src(&host, &["-q", "backup", dir.to_str().unwrap()]));
+                    std::fs::write(dir.join("f0"), random_bytes(200_000, 99 + h)).unwrap();
+                    assert_success(&on_src(&host, &["-q", "backup", dir.to_str().unwrap()]));
+                    if h == 0 {
+                        assert_success(&on_src(&host, &["-q", "forget", "--host", &host, "--keep-last", "1"]));
+                        assert_success(&on_src(&host, &["-q", "prune", "--max-unused", "0"]));
+                    }
+                })
+            })
+            .collect();
+        while !writers.iter().all(|w| w.is_finished()) {
+            let out = copy();
+            // A prune of the source meanwhile may make a copy stop and ask to run it again.
+            assert!(matches!(out.status.code(), Some(0 | 24)), "{}", text(&out.stderr));
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+    });
+    assert_success(&copy());
+    let again: serde_json::Value = serde_json::from_slice(&copy().stdout).unwrap();
+    assert_eq!(n(&again["sent"]["total"]["objects"]), 0, "{again}");
+    assert_success(&run_in(&dst, &home, &creds, &["check", "--read-data"]));
+    // Every snapshot the source keeps is in the destination, and restores.
+    let ids = |repo: &str, env: &[(String, String)]| -> BTreeSet<String> {
+        let out = run_in(repo, &home, env, &["--json", "snapshots"]);
+        assert_success(&out);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
+    };
+    let (in_src, in_dst) = (ids(&src_arg, &[]), ids(&dst, &creds));
+    assert!(in_src.is_subset(&in_dst), "source {in_src:?}, destination {in_dst:?}");
+    for h in 0..4 {
+        let dir = p.env.path(&format!("h{h}"));
+        let target = p.env.path(&format!("r{h}"));
+        let spec = format!("latest:{}", dir.display());
+        let args = ["restore", spec.as_str(), "--host", &format!("h{h}"), "--target", target.to_str().unwrap()];
+        assert_success(&run_in(&dst, &home, &creds, &args));
+        assert_same_tree(&dir, &target);
+    }
+}

@@ -60,8 +60,14 @@ fn serve_cmd(env: &Env, state: &Path) -> Command {
 
 /// Starts a server for `env`'s repository; reads the port from its first line.
 fn start(env: &Env, extra: &[&str]) -> Server {
+    start_with(env, extra, &[])
+}
+
+/// [`start`], with more variables for the server (another storage, its credentials).
+fn start_with(env: &Env, extra: &[&str], vars: &[(String, String)]) -> Server {
     let state = env.path("serve-state");
     let mut child = serve_cmd(env, &state)
+        .envs(vars.iter().cloned())
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::piped())
@@ -715,4 +721,54 @@ fn copy_to_and_from_the_server_reads_sketches_not_listings() {
     assert_success(&env.run(&["-q", "check", "--read-data"]));
     let snaps = env.json(&["snapshots"]);
     assert_eq!(snaps.as_array().map(Vec::len), Some(2), "{snaps}");
+}
+
+#[test]
+fn a_server_in_front_of_s3_serves_backups_copies_and_prunes() {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let Some(endpoint) = var("COFFER_TEST_S3_ENDPOINT") else {
+        eprintln!("skipped: COFFER_TEST_S3_* are not set");
+        return;
+    };
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let unique = format!("serve-{}-{nanos}", std::process::id());
+    let repo = format!("s3:{endpoint}/{}/{unique}", var("COFFER_TEST_S3_BUCKET").unwrap());
+    let vars: Vec<(String, String)> = vec![
+        ("AWS_ACCESS_KEY_ID".into(), var("COFFER_TEST_S3_ACCESS_KEY").unwrap()),
+        ("AWS_SECRET_ACCESS_KEY".into(), var("COFFER_TEST_S3_SECRET_KEY").unwrap()),
+        ("AWS_REGION".into(), var("COFFER_TEST_S3_REGION").unwrap()),
+        ("COFFER_REPOSITORY".into(), repo.clone()),
+    ];
+    let env = Env::new();
+    let out = env.cmd().envs(vars.iter().cloned()).args(["init", "--kdf-log-n", "10", "--insecure-kdf"]).output();
+    assert_success(&out.unwrap());
+    let srv = start_with(&env, &["--prune-grace", "1"], &vars);
+    let append = add_key(&env, &srv, "laptop", "append");
+    let pruner = add_key(&env, &srv, "pruner", "prune");
+    let src = env.path("src");
+    make_tree(&src);
+    // The first backup is refused until the admin allows this client's writer.
+    assert_code(&client(&env, &srv, &append).args(["backup", src.to_str().unwrap()]).output().unwrap(), 23);
+    let out = client(&env, &srv, &append).args(["--json", "writers"]).output().unwrap();
+    assert_success(&out);
+    let writers: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = writers.as_array().unwrap().iter().find(|w| w["this_client"] == true).unwrap()["public_key"].clone();
+    assert_success(&serve_cmd(&env, &srv.state).args(["writer", "allow", w.as_str().unwrap()]).output().unwrap());
+    assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    std::fs::write(src.join("f3"), random_bytes(70_000, 77)).unwrap();
+    assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    assert_eq!(raw(&srv, &append).read_max("sync/snapshots/96", 1 << 20).unwrap().len(), 96 * 48);
+    let out = client(&env, &srv, &pruner)
+        .env("COFFER_TEST_PRUNE_GRACE_MS", "1500")
+        .args(["-q", "forget", "--keep-last", "1", "--prune"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    assert_success(&client(&env, &srv, &pruner).args(["-q", "check", "--read-data"]).output().unwrap());
+    let out = client(&env, &srv, &append)
+        .args(["-q", "restore", "latest", "--target", env.path("out").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    assert_same_tree(&src, &env.path("out").join(src.strip_prefix("/").unwrap()));
 }

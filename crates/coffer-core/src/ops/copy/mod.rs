@@ -207,11 +207,16 @@ pub fn copy(
     };
     let mut sel = plan::select(src, dst, &s, &d, opts)?;
     let new_tombstones = missing(&s.tombstones, &d.tombstones);
-    if opts.with_forgets && !new_tombstones.is_empty() && sel.src_tombstones.is_empty() {
+    // Copying everything byte for byte, every new source tombstone is looked at:
+    // one that forgets only snapshots the destination never had completes the
+    // history of snapshots copied by an earlier run (their writer linked to a
+    // snapshot forgotten before it could be copied).
+    let every_tombstone = opts.with_forgets || (!rewrites && opts.whole());
+    if every_tombstone && !new_tombstones.is_empty() && sel.src_tombstones.is_empty() {
         sel.src_tombstones = src.tombstones()?.0;
         sel.dst_tombstones = dst.tombstones()?.0;
     }
-    let (tombstones, unlinked) = plan::history_closure(&sel, &s, &d, opts.with_forgets);
+    let (tombstones, unlinked) = plan::history_closure(&sel, &s, &d, opts.with_forgets, every_tombstone);
     let mut sum = CopySummary {
         relation,
         dry_run: opts.dry_run,
@@ -432,12 +437,7 @@ impl Ctx<'_> {
     /// copied byte for byte, each after its packs. A pack some destination index
     /// file already names is not sent; the destination's index files that the
     /// source lacks are the only ones read to know them.
-    fn whole_index(
-        &self,
-        new_index: &[Id],
-        dst_only: &[Id],
-        sum: &mut CopySummary,
-    ) -> Result<()> {
+    fn whole_index(&self, new_index: &[Id], dst_only: &[Id], sum: &mut CopySummary) -> Result<()> {
         if new_index.is_empty() {
             return Ok(());
         }
@@ -461,8 +461,7 @@ impl Ctx<'_> {
                     .src
                     .open_sealed(SealedKind::Index, &bytes)
                     .map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))?;
-                let recs =
-                    index_file::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))?;
+                let recs = index_file::decode(&plain).map_err(|e| Error::corrupt(ObjectKind::Index.describe(id), e))?;
                 Ok((recs, bytes))
             };
             for (id, r) in self.src.fetch_many(batch, |id| (*id, read(id))) {
@@ -475,8 +474,11 @@ impl Ctx<'_> {
                     Err(e) => sum.warnings.push(format!("source {e}; it was not copied")),
                 }
             }
-            let mut candidates: Vec<Id> =
-                files.iter().flat_map(|(_, recs, _)| recs.iter().map(|r| r.id)).filter(|p| !known.contains(p)).collect();
+            let mut candidates: Vec<Id> = files
+                .iter()
+                .flat_map(|(_, recs, _)| recs.iter().map(|r| r.id))
+                .filter(|p| !known.contains(p))
+                .collect();
             candidates.sort();
             candidates.dedup();
             let (_, gone) = self.packs(&candidates, false, sum)?;

@@ -187,8 +187,16 @@ pub(super) fn select(
 /// must then resolve). Without `with_forgets`, a source tombstone is copied for
 /// this only if it forgets no snapshot the destination holds: it then removes
 /// nothing there and only completes the history. With `with_forgets`, every
-/// source tombstone the destination lacks is copied (a mirror).
-pub(super) fn history_closure(sel: &Selection, s: &Names, d: &Names, with_forgets: bool) -> (Vec<Id>, Vec<Id>) {
+/// source tombstone the destination lacks is copied (a mirror). With `every`,
+/// every source tombstone the destination lacks is looked at, reached by a link
+/// or not (and copied on the same terms).
+pub(super) fn history_closure(
+    sel: &Selection,
+    s: &Names,
+    d: &Names,
+    with_forgets: bool,
+    every: bool,
+) -> (Vec<Id>, Vec<Id>) {
     let tombs: HashMap<Id, &Tombstone> = sel.src_tombstones.iter().map(|(i, t)| (*i, t)).collect();
     // Forgotten snapshots, with the links their tombstone's record keeps.
     let mut records: HashMap<Id, &[Id]> = HashMap::new();
@@ -199,23 +207,29 @@ pub(super) fn history_closure(sel: &Selection, s: &Names, d: &Names, with_forget
     }
     let mut present: HashSet<Id> = d.snapshots.keys().chain(d.tombstones.keys()).copied().collect();
     present.extend(sel.snapshots.iter().map(|(i, _)| *i));
-    let mut work: Vec<Id> = sel.snapshots.iter().flat_map(|(_, s)| s.history.iter().copied()).collect();
+    // What to look at: entries the copied snapshots link to (and, with `every`,
+    // tombstones no link names, marked `false`: not "unlinked" when left).
+    let mut work: Vec<(Id, bool)> =
+        sel.snapshots.iter().flat_map(|(_, s)| s.history.iter().map(|l| (*l, true))).collect();
     let mut forced: HashSet<Id> = HashSet::new();
-    if with_forgets {
+    if with_forgets || every {
         for id in missing(&s.tombstones, &d.tombstones) {
             if tombs.contains_key(&id) {
-                forced.insert(id);
-                work.push(id);
+                if with_forgets {
+                    forced.insert(id);
+                }
+                // Below the links, so that a link to it is followed first.
+                work.insert(0, (id, false));
             }
         }
     }
     let (mut copy, mut unlinked, mut seen) = (Vec::new(), Vec::new(), HashSet::new());
-    while let Some(l) = work.pop() {
+    while let Some((l, linked)) = work.pop() {
         if !seen.insert(l) || (present.contains(&l) && !forced.contains(&l)) {
             continue;
         }
         if let Some(h) = records.get(&l) {
-            work.extend(h.iter().copied());
+            work.extend(h.iter().map(|l| (*l, true)));
             continue;
         }
         match tombs.get(&l) {
@@ -225,13 +239,14 @@ pub(super) fn history_closure(sel: &Selection, s: &Names, d: &Names, with_forget
             {
                 present.insert(l);
                 copy.push(l);
-                work.extend(t.history.iter().copied());
+                work.extend(t.history.iter().map(|l| (*l, true)));
                 for f in &t.forgotten {
                     records.entry(f.id).or_insert(&f.history);
-                    work.extend(f.history.iter().copied());
+                    work.extend(f.history.iter().map(|l| (*l, true)));
                 }
             }
-            _ => unlinked.push(l),
+            _ if linked => unlinked.push(l),
+            _ => {}
         }
     }
     // A link that resolved later through a tombstone copied afterwards is fine.

@@ -244,6 +244,24 @@ fn a_tombstone_forgetting_nothing_here_completes_the_history() {
 }
 
 #[test]
+fn a_tombstone_written_after_its_snapshots_were_copied_completes_their_history() {
+    // b (linking to a) is copied without a; a is then forgotten in the source.
+    let src = test_repo();
+    let a = snapshot_on(&src, &tree(2, 9), "h");
+    let b = snapshot_on(&src, &tree(2, 10), "h");
+    let (_, dst) = related(&src.repo);
+    let only_b = CopyOptions { snapshots: vec![b.to_hex()], ..CopyOptions::default() };
+    assert_eq!(run(&src.repo, &dst, &only_b).unlinked, vec![a]);
+    crate::ops::forget::forget(&src.repo, &History::load(&src.repo).unwrap(), &[a], &src.key).unwrap();
+    // A copy of everything: no snapshot to copy, the tombstone travels.
+    let r = run(&src.repo, &dst, &CopyOptions::default());
+    assert!(r.snapshots.is_empty());
+    assert_eq!(r.tombstones.objects, 1);
+    let f = History::load(&dst).unwrap().verify(&[]);
+    assert!(f.errors.is_empty(), "{f:?}");
+}
+
+#[test]
 fn own_data_keys_copy_only_missing_blobs_encrypted_again() {
     let src = test_repo();
     let (a, _) = src.snapshot(&tree(4, 11));

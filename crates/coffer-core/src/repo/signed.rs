@@ -27,6 +27,8 @@ pub type Loaded<T> = (Vec<(Id, T)>, Vec<Error>);
 /// A signed object, opened: its plaintext and what its signature says so far
 /// (before the writer is looked up).
 struct Opened {
+    /// The object as stored.
+    stored: Vec<u8>,
     plaintext: Vec<u8>,
     block: Option<signed::SignatureBlock>,
     signature_ok: bool,
@@ -66,7 +68,7 @@ impl Repository {
         let (sealed, block) = signed::split(&stored).map_err(|e| Error::corrupt(okind.describe(id), e))?;
         let plaintext = self.open_sealed(kind, sealed).map_err(|e| Error::corrupt(okind.describe(id), e))?;
         let signature_ok = block.as_ref().is_some_and(|b| b.verify(sealed));
-        Ok(Opened { plaintext, block, signature_ok })
+        Ok(Opened { stored, plaintext, block, signature_ok })
     }
 
     /// What the signature says, given the writer and commitment the plaintext names.
@@ -96,10 +98,16 @@ impl Repository {
     /// Loads and decodes one snapshot and checks its signature (the result is in
     /// `signature`; a bad signature is not an error here, callers flag it).
     pub fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
+        self.load_snapshot_stored(id).map(|(s, _)| s)
+    }
+
+    /// [`Repository::load_snapshot`], with the bytes as stored (checked against
+    /// the name), for a copy that writes them elsewhere unchanged.
+    pub(crate) fn load_snapshot_stored(&self, id: &Id) -> Result<(Snapshot, Vec<u8>)> {
         let o = self.open_signed(ObjectKind::Snapshot, SealedKind::Snapshot, id)?;
         let mut s = Snapshot::decode(&o.plaintext).map_err(|e| Error::corrupt(ObjectKind::Snapshot.describe(id), e))?;
         s.signature = self.signature_status(&o, &s.writer, &s.commitment())?;
-        Ok(s)
+        Ok((s, o.stored))
     }
 
     /// Signs and stores a snapshot; returns its id.

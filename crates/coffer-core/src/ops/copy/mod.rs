@@ -310,7 +310,11 @@ pub fn copy(
         sum.writers.add(ctx.object(ObjectKind::Writer, &id, s.writers[&id])?);
     }
     for (id, _) in &sel.snapshots {
-        sum.snapshot_objects.add(ctx.object(ObjectKind::Snapshot, id, s.snapshots[id])?);
+        let sent = match sel.stored.remove(id) {
+            Some(bytes) => ctx.stored(ObjectKind::Snapshot, id, bytes)?,
+            None => ctx.object(ObjectKind::Snapshot, id, s.snapshots[id])?,
+        };
+        sum.snapshot_objects.add(sent);
         progress.add_item(Path::new(&ObjectKind::Snapshot.path(id)));
     }
     // Tombstones before the deletions they record (docs/design.md#write-order).
@@ -370,6 +374,16 @@ impl Ctx<'_> {
             (true, 0) => Ok(self.src.backend().stat(&kind.path(id))?),
             (true, n) => Ok(n),
         }
+    }
+
+    /// Writes an object read already (checked against its name) unchanged; a
+    /// dry run only counts it. Returns its size.
+    fn stored(&self, kind: ObjectKind, id: &Id, bytes: Vec<u8>) -> Result<u64> {
+        let len = bytes.len() as u64;
+        if !self.dry_run {
+            self.dst.backend().write(&kind.path(id), bytes)?;
+        }
+        Ok(len)
     }
 
     /// Sends the packs in `ids` that the destination does not hold; returns the
@@ -494,11 +508,7 @@ impl Ctx<'_> {
                     ));
                     continue;
                 }
-                let len = bytes.len() as u64;
-                if !self.dry_run {
-                    self.dst.backend().write(&ObjectKind::Index.path(&id), bytes)?;
-                }
-                sum.index_files.add(len);
+                sum.index_files.add(self.stored(ObjectKind::Index, &id, bytes)?);
                 (self.report)(SaverEvent::IndexFile(id, packs.clone()));
                 known.extend(packs);
                 self.progress.add_item(Path::new(&ObjectKind::Index.path(&id)));

@@ -92,6 +92,9 @@ pub(super) fn missing(a: &HashMap<Id, u64>, b: &HashMap<Id, u64>) -> Vec<Id> {
 /// The snapshots to copy, oldest first, and the problems met choosing them.
 pub(super) struct Selection {
     pub snapshots: Vec<(Id, Snapshot)>,
+    /// The chosen snapshots as stored (read once, written unchanged by a copy
+    /// between repositories sharing their keys).
+    pub stored: HashMap<Id, Vec<u8>>,
     /// Source tombstones loaded (only when some snapshot is new), by id.
     pub src_tombstones: Vec<(Id, Tombstone)>,
     /// Destination tombstones loaded (likewise).
@@ -115,6 +118,7 @@ pub(super) fn select(
 ) -> Result<Selection> {
     let mut sel = Selection {
         snapshots: Vec::new(),
+        stored: HashMap::new(),
         src_tombstones: Vec::new(),
         dst_tombstones: Vec::new(),
         already: 0,
@@ -144,11 +148,14 @@ pub(super) fn select(
     if wanted.is_empty() {
         return Ok(sel);
     }
-    let loaded = src.fetch_many(&wanted, |id| (*id, src.load_snapshot(id)));
+    let loaded = src.fetch_many(&wanted, |id| (*id, src.load_snapshot_stored(id)));
     let mut snaps = Vec::new();
     for (id, r) in loaded {
         match r {
-            Ok(s) => snaps.push((id, s)),
+            Ok((s, bytes)) => {
+                snaps.push((id, s));
+                sel.stored.insert(id, bytes);
+            }
             Err(Error::Backend(e)) if e.kind == coffer_backend::ErrorKind::NotFound => {}
             Err(Error::Backend(e)) => return Err(Error::Backend(e)),
             Err(e) => sel.warnings.push(format!("{e}; it was not copied")),

@@ -9,12 +9,16 @@
 # The coffer destination is made with `init --from-repo` (objects copy byte for byte), restic's
 # with `init --copy-chunker-params` (blobs copy, packs are rewritten), rustic's by `copy --init`
 # into a target named by a profile file (blobs copy; the first copy's time includes the init).
+# restic and rustic keep a local cache (index, snapshots, trees) whose reads are not reads of
+# the source repository; NO_CACHE=1 runs them with --no-cache (coffer keeps no cache of local
+# repositories).
 # Usage: COFFER=target/release/coffer RESTIC=~/.cache/coffer-bench/restic \
-#   RUSTIC=~/.cache/coffer-bench/rustic/bin/rustic bash bench/copy_vs_peers.sh [FILES]
+#   RUSTIC=~/.cache/coffer-bench/rustic/bin/rustic [NO_CACHE=1] bash bench/copy_vs_peers.sh [FILES]
 set -e
 B=${COFFER:-target/release/coffer}
 R=${RESTIC:-$HOME/.cache/coffer-bench/restic}
 U=${RUSTIC:-$HOME/.cache/coffer-bench/rustic/bin/rustic}
+if [ "${NO_CACHE:-0}" = 1 ]; then R="$R --no-cache"; U="$U --no-cache"; fi
 FILES=${1:-50}
 W=$(mktemp -d /tmp/copy-vs-restic.XXXX)
 trap 'rm -rf "$W"' EXIT

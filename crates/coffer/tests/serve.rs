@@ -120,9 +120,12 @@ fn raw(srv: &Server, key: &(String, String)) -> OpendalBackend {
     OpendalBackend::open(&loc, &opts).expect("open the server as S3")
 }
 
-/// This client's writer key for `env`'s repository, as `coffer writers` prints it.
-fn own_writer(env: &Env) -> String {
-    let v = env.json(&["writers"]);
+/// This client's writer key for the served repository, as `coffer writers` prints it
+/// through the server.
+fn own_writer(env: &Env, srv: &Server, key: &(String, String)) -> String {
+    let out = client(env, srv, key).args(["--json", "writers"]).output().unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v.as_array()
         .unwrap()
         .iter()
@@ -149,7 +152,7 @@ fn repo_state(env: &Env) -> Vec<(PathBuf, Vec<u8>)> {
 fn first_backup(env: &Env, srv: &Server, key: &(String, String), src: &Path) -> String {
     let out = client(env, srv, key).args(["backup", src.to_str().unwrap()]).output().unwrap();
     let err = assert_code(&out, 23);
-    let writer = own_writer(env);
+    let writer = own_writer(env, srv, key);
     assert!(err.contains("allow-list") && err.contains(&writer), "{err}");
     let out = serve_cmd(env, &srv.state).args(["writer", "allow", &writer, "--note", "test"]).output().unwrap();
     assert_success(&out);
@@ -747,14 +750,7 @@ fn a_server_in_front_of_s3_serves_backups_copies_and_prunes() {
     let pruner = add_key(&env, &srv, "pruner", "prune");
     let src = env.path("src");
     make_tree(&src);
-    // The first backup is refused until the admin allows this client's writer.
-    assert_code(&client(&env, &srv, &append).args(["backup", src.to_str().unwrap()]).output().unwrap(), 23);
-    let out = client(&env, &srv, &append).args(["--json", "writers"]).output().unwrap();
-    assert_success(&out);
-    let writers: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let w = writers.as_array().unwrap().iter().find(|w| w["this_client"] == true).unwrap()["public_key"].clone();
-    assert_success(&serve_cmd(&env, &srv.state).args(["writer", "allow", w.as_str().unwrap()]).output().unwrap());
-    assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
+    first_backup(&env, &srv, &append, &src);
     std::fs::write(src.join("f3"), random_bytes(70_000, 77)).unwrap();
     assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
     assert_eq!(raw(&srv, &append).read_max("sync/snapshots/96", 1 << 20).unwrap().len(), 96 * 48);

@@ -47,13 +47,17 @@ impl Followed {
 
     /// The head as a snapshot records it.
     pub fn mark(&self) -> LogMark {
-        LogMark { size: self.head.head.size, root: Id(self.head.head.root) }
+        LogMark { key: self.head.public, size: self.head.head.size, root: Id(self.head.head.root) }
     }
 
     /// Whether `mark`, a head another client recorded in snapshot `id`, agrees
     /// with this log: the same root at its size, which is not beyond this log's.
-    /// `None` when it agrees; else what the server did.
+    /// `None` when it agrees, or is of another log (a snapshot copied from
+    /// another server); else what the server did.
     pub fn disagreement(&self, id: &Id, mark: &LogMark) -> Option<String> {
+        if mark.key != self.head.public {
+            return None;
+        }
         let ours = self.head.head.size;
         if mark.size > ours {
             return Some(format!(
@@ -287,7 +291,7 @@ mod tests {
         let be = MemBackend::new();
         let log = serve(&be, &key, &[1, 2, 3]);
         let f = follow(&be, &LocalState::new(dir.path(), &Id([1; 32])), None).unwrap();
-        let mark = |size: u64, log: &Log| LogMark { size, root: Id(log.root_at(size).unwrap()) };
+        let mark = |size: u64, log: &Log| LogMark { key: key.public(), size, root: Id(log.root_at(size).unwrap()) };
         let id = Id([9; 32]);
         // Every prefix of the same log agrees, the whole head too.
         for size in 0..=3 {
@@ -301,6 +305,9 @@ mod tests {
         let other = serve(&MemBackend::new(), &key, &[1, 7]);
         assert!(f.disagreement(&id, &mark(2, &other)).unwrap().contains("forked its log"));
         assert_eq!(f.disagreement(&id, &mark(1, &other)), None, "the shared prefix agrees");
+        // Another server's log (a snapshot copied from it): not this log's to judge.
+        let elsewhere = LogMark { key: SigningKey::from_seed(&[6; 32]).public(), ..mark(2, &other) };
+        assert_eq!(f.disagreement(&id, &elsewhere), None);
     }
 
     #[test]

@@ -170,6 +170,8 @@ pub struct Snapshot {
 /// A head of a server's transparency log, as a snapshot records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogMark {
+    /// The key that signs the log's heads: which server's log it is.
+    pub key: PublicKey,
     /// The number of entries.
     pub size: u64,
     /// The Merkle root of those entries.

@@ -164,10 +164,10 @@ fn prune_announces_its_wait_and_its_dry_run_figures_match_the_real_run() {
         assert_eq!(dry["report"][field], real["report"][field], "{field}: dry {dry} real {real}");
     }
     assert!(real["report"]["packs_deleted"].as_u64().unwrap() + real["report"]["packs_repacked"].as_u64().unwrap() > 0);
-    // What repacking writes: the blobs the dry run counts, plus new headers and
-    // index files (a little).
+    // What repacking writes (whether a pack is repacked depends on how the
+    // backups' blobs were packed): the blobs the dry run counts, plus new
+    // headers and index files (a little).
     let repacked = |v: &serde_json::Value| v["report"]["bytes_repacked"].as_u64().unwrap() as f64;
-    assert!(repacked(&real) > 0.0, "{real}");
     assert!(repacked(&dry) <= repacked(&real) && repacked(&dry) >= repacked(&real) * 0.95, "dry {dry} real {real}");
     // Text without a terminal: one line saying what it waits for and how long.
     std::fs::remove_file(src.join("g")).unwrap();

@@ -200,6 +200,23 @@ fn plan_counts_a_real_repository() {
 }
 
 #[test]
+fn a_dry_run_counts_the_blobs_repacking_writes() {
+    let t = test_repo();
+    // A data pack and a tree pack, each holding both live and unreferenced blobs.
+    let saver = BlobSaver::new(&t.repo);
+    garbage_tree().store(&saver).unwrap();
+    let root = live_tree().store(&saver).unwrap();
+    saver.finish().unwrap();
+    t.repo.save_snapshot(&snapshot_of(root, &t.key), &t.key).unwrap();
+    let dry = prune(&t.reopen(), &PruneOptions { dry_run: true, ..fast(5.0) }, &NoProgress).unwrap();
+    let real = prune(&t.reopen(), &fast(5.0), &NoProgress).unwrap();
+    assert_eq!((dry.packs_repacked, real.packs_repacked), (2, 2));
+    // The used blobs' bytes; the real run adds the new packs' headers and index files.
+    assert!(dry.bytes_repacked > 0 && dry.bytes_repacked < real.bytes_repacked, "{dry:?} {real:?}");
+    assert_eq!(dry.bytes_deleted, real.bytes_deleted);
+}
+
+#[test]
 fn repack_copies_every_used_blob_and_nothing_else() {
     let t = test_repo();
     // A data pack and a tree pack, each holding both live and unreferenced blobs.

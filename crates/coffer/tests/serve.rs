@@ -162,6 +162,16 @@ fn first_backup(env: &Env, srv: &Server, key: &(String, String), src: &Path) -> 
     v["snapshot_id"].as_str().unwrap().to_string()
 }
 
+/// `srv` (just started) with an `append` key and a first backup of
+/// a tree under `src/` through it: (server, key, source).
+fn served_backup(env: &Env, srv: Server) -> (Server, (String, String), PathBuf) {
+    let append = add_key(env, &srv, "laptop", "append");
+    let src = env.path("src");
+    make_tree(&src);
+    first_backup(env, &srv, &append, &src);
+    (srv, append, src)
+}
+
 #[test]
 fn round_trip_through_the_server() {
     let env = Env::new();
@@ -555,11 +565,7 @@ fn refused_with(out: &std::process::Output, what: &str) {
 #[test]
 fn the_transparency_log_catches_a_server_that_rolls_back_forks_or_hides() {
     let env = Env::new();
-    let srv = start(&env, &[]);
-    let append = add_key(&env, &srv, "laptop", "append");
-    let src = env.path("src");
-    make_tree(&src);
-    first_backup(&env, &srv, &append, &src);
+    let (srv, append, src) = served_backup(&env, start(&env, &[]));
     std::fs::write(src.join("f3"), random_bytes(70_000, 4242)).unwrap();
     let out = client(&env, &srv, &append).args(["--json", "backup", src.to_str().unwrap()]).output().unwrap();
     assert_success(&out);
@@ -661,11 +667,7 @@ fn quotas_hold_across_a_restart() {
 #[test]
 fn copy_to_and_from_the_server_reads_sketches_not_listings() {
     let env = Env::new();
-    let srv = start(&env, &[]);
-    let append = add_key(&env, &srv, "laptop", "append");
-    let src = env.path("src");
-    make_tree(&src);
-    first_backup(&env, &srv, &append, &src);
+    let (srv, append, src) = served_backup(&env, start(&env, &[]));
     let server = format!("coffer:https://{}", srv.addr);
     let mirror = env.path("mirror").display().to_string();
     // Commands on a local mirror, with the server as the other side.
@@ -745,12 +747,8 @@ fn a_server_in_front_of_s3_serves_backups_copies_and_prunes() {
     let env = Env::new();
     let out = env.cmd().envs(vars.iter().cloned()).args(["init", "--kdf-log-n", "10", "--insecure-kdf"]).output();
     assert_success(&out.unwrap());
-    let srv = start_with(&env, &["--prune-grace", "1"], &vars);
-    let append = add_key(&env, &srv, "laptop", "append");
+    let (srv, append, src) = served_backup(&env, start_with(&env, &["--prune-grace", "1"], &vars));
     let pruner = add_key(&env, &srv, "pruner", "prune");
-    let src = env.path("src");
-    make_tree(&src);
-    first_backup(&env, &srv, &append, &src);
     std::fs::write(src.join("f3"), random_bytes(70_000, 77)).unwrap();
     assert_success(&client(&env, &srv, &append).args(["-q", "backup", src.to_str().unwrap()]).output().unwrap());
     assert_eq!(raw(&srv, &append).read_max("sync/snapshots/96", 1 << 20).unwrap().len(), 96 * 48);

@@ -50,32 +50,45 @@ impl Followed {
         LogMark { key: self.head.public, size: self.head.head.size, root: Id(self.head.head.root) }
     }
 
-    /// Whether `mark`, a head another client recorded in snapshot `id`, agrees
-    /// with this log: the same root at its size, which is not beyond this log's.
-    /// `None` when it agrees, or is of another log (a snapshot copied from
-    /// another server); else what the server did.
-    pub fn disagreement(&self, id: &Id, mark: &LogMark) -> Option<String> {
-        if mark.key != self.head.public {
-            return None;
-        }
+    /// Which of `marks`, heads other clients recorded in their snapshots (by
+    /// snapshot id), disagree with this log: each must be of a size within
+    /// this log's and have this log's root at that size. Marks of another log
+    /// (a snapshot copied from another server) are not judged. One message per
+    /// disagreement, saying what the server did. The roots are taken in one
+    /// pass over the entries, however many snapshots there are.
+    pub fn disagreements(&self, marks: &[(Id, LogMark)]) -> Vec<String> {
         let ours = self.head.head.size;
-        if mark.size > ours {
-            return Some(format!(
-                "snapshot {}: its writer was shown the server's transparency log at {} entries, but the server shows \
-                 this client only {ours}: the server rolled back or forked the log it shows this client",
-                id.short(),
-                mark.size
-            ));
+        let mut mine: Vec<&(Id, LogMark)> = marks.iter().filter(|(_, m)| m.key == self.head.public).collect();
+        mine.sort_by_key(|(_, m)| m.size);
+        let mut found = Vec::new();
+        let mut tree = crate::merkle::Builder::new();
+        let mut leaves = self.entries.iter().map(|(k, n)| translog::entry_leaf(*k, n));
+        for (id, mark) in mine {
+            if mark.size > ours {
+                found.push(format!(
+                    "snapshot {}: its writer was shown the server's transparency log at {} entries, but the server \
+                     shows this client only {ours}: the server rolled back or forked the log it shows this client",
+                    id.short(),
+                    mark.size
+                ));
+                continue;
+            }
+            // `follow` checked that the entries are the head's; were they fewer,
+            // the root would differ and be reported.
+            while tree.count() < mark.size {
+                let Some(leaf) = leaves.next() else { break };
+                tree.push(leaf);
+            }
+            if tree.root() != mark.root.0 {
+                found.push(format!(
+                    "snapshot {}: its writer was shown a different transparency log than this client at {} \
+                     entries: the server forked its log, showing clients different histories",
+                    id.short(),
+                    mark.size
+                ));
+            }
         }
-        let log = Log::from_leaves(self.entries.iter().map(|(k, n)| translog::entry_leaf(*k, n)).collect());
-        (log.root_at(mark.size) != Some(mark.root.0)).then(|| {
-            format!(
-                "snapshot {}: its writer was shown a different transparency log than this client at {} entries: \
-                 the server forked its log, showing clients different histories",
-                id.short(),
-                mark.size
-            )
-        })
+        found
     }
 
     /// The snapshots the log records, in the order the server accepted them.
@@ -293,21 +306,26 @@ mod tests {
         let f = follow(&be, &LocalState::new(dir.path(), &Id([1; 32])), None).unwrap();
         let mark = |size: u64, log: &Log| LogMark { key: key.public(), size, root: Id(log.root_at(size).unwrap()) };
         let id = Id([9; 32]);
+        let judged = |m: LogMark| f.disagreements(&[(id, m)]);
         // Every prefix of the same log agrees, the whole head too.
-        for size in 0..=3 {
-            assert_eq!(f.disagreement(&id, &mark(size, &log)), None, "{size}");
-        }
+        let all: Vec<(Id, LogMark)> = (0..=3).map(|size| (Id([size as u8; 32]), mark(size, &log))).rev().collect();
+        assert!(f.disagreements(&all).is_empty());
         assert_eq!(f.mark(), mark(3, &log));
         // A writer shown more than this client: rolled back or forked here.
         let longer = serve(&MemBackend::new(), &key, &[1, 2, 3, 4]);
-        assert!(f.disagreement(&id, &mark(4, &longer)).unwrap().contains("rolled back or forked"));
+        assert!(judged(mark(4, &longer))[0].contains("rolled back or forked"));
         // A writer shown other entries at the same size: forked.
         let other = serve(&MemBackend::new(), &key, &[1, 7]);
-        assert!(f.disagreement(&id, &mark(2, &other)).unwrap().contains("forked its log"));
-        assert_eq!(f.disagreement(&id, &mark(1, &other)), None, "the shared prefix agrees");
+        assert!(judged(mark(2, &other))[0].contains("forked its log"));
+        assert!(judged(mark(1, &other)).is_empty(), "the shared prefix agrees");
+        // Several at once: only the forked one is named.
+        let found =
+            f.disagreements(&[(Id([1; 32]), mark(1, &log)), (id, mark(2, &other)), (Id([3; 32]), mark(3, &log))]);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains(&id.short()));
         // Another server's log (a snapshot copied from it): not this log's to judge.
         let elsewhere = LogMark { key: SigningKey::from_seed(&[6; 32]).public(), ..mark(2, &other) };
-        assert_eq!(f.disagreement(&id, &elsewhere), None);
+        assert!(judged(elsewhere).is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
+use crate::format::snapshot::LogMark;
 use crate::format::snapshot::Snapshot;
 use crate::format::tombstone::{Forgotten, Tombstone};
 use crate::id::Id;
@@ -305,11 +306,9 @@ pub fn check(
             ));
         }
         // Heads other clients followed, as their snapshots record them.
-        for (id, s) in &history.snapshots {
-            if let Some(why) = s.server_log.as_ref().and_then(|m| log.disagreement(id, m)) {
-                f.errors.push(why);
-            }
-        }
+        let marks: Vec<(Id, LogMark)> =
+            history.snapshots.iter().filter_map(|(id, s)| Some((*id, s.server_log?))).collect();
+        f.errors.extend(log.disagreements(&marks));
     }
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
     f.errors.extend(repo.writer_records()?.1.iter().map(|e| e.to_string()));

@@ -6,6 +6,7 @@ mod args;
 mod cmd;
 mod foreign;
 mod interrupt;
+mod key_copy;
 mod output;
 mod password;
 mod profile;

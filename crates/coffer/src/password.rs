@@ -38,6 +38,12 @@ pub fn stdin_is_data() {
     STDIN_IS_DATA.store(true, Ordering::Relaxed);
 }
 
+/// Whether the passphrase comes without a prompt: from `COFFER_PASSWORD`,
+/// `--password-file` or `--password-command`.
+pub fn given(global: &GlobalArgs) -> bool {
+    std::env::var_os("COFFER_PASSWORD").is_some() || global.password_file.is_some() || global.password_command.is_some()
+}
+
 /// Reads the passphrase. Never logs or prints it. One for a new repository may
 /// not be empty.
 pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<Passphrase> {

@@ -343,7 +343,8 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
     }
     crate::foreign::check_probed(be.as_ref(), &probe)?;
     let pw = password::read_source(password_file)?;
-    let repo = Repository::open_probed(be, probe, pw.as_bytes()).context("the source repository (--from-repo)")?;
+    let repo =
+        Repository::open_probed(be, probe, pw.as_bytes(), None).context("the source repository (--from-repo)")?;
     Ok((repo, counts))
 }
 
@@ -407,17 +408,38 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
     let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
+    // With a copy of the key file that opened this location last time and a
+    // passphrase that needs no prompt, the key derivation runs during the probe.
+    let copy = crate::key_copy::place(global, loc, settings().no_cache);
+    let kept = copy.as_ref().and_then(crate::key_copy::read);
+    let early = match kept {
+        Some(_) if password::given(global) => Some(password::read(global, Purpose::Open)?),
+        _ => None,
+    };
     // One round trip: the config and the listings read next, together
     // (docs/design.md#round-trips).
-    let probe = Repository::probe(be.as_ref());
+    let (probe, ahead) = std::thread::scope(|s| {
+        let ahead = early
+            .as_ref()
+            .zip(kept.clone())
+            .map(|(pw, bytes)| s.spawn(move || Repository::unlock_ahead(bytes, pw.as_bytes())));
+        let probe = Repository::probe(be.as_ref());
+        (probe, ahead.and_then(|h| h.join().ok().flatten()))
+    });
     if !probe.exists() {
         // What is there may be a repository whose config was lost: say so.
         Repository::check_new_location(be.as_ref())?;
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
     crate::foreign::check_probed(be.as_ref(), &probe)?;
-    let pw = password::read(global, Purpose::Open)?;
-    let repo = Repository::open_probed(be.clone(), probe, pw.as_bytes())?;
+    let pw = match early {
+        Some(pw) => pw,
+        None => password::read(global, Purpose::Open)?,
+    };
+    let repo = Repository::open_probed(be.clone(), probe, pw.as_bytes(), ahead)?;
+    if let Some(place) = &copy {
+        crate::key_copy::keep(place, kept.as_deref(), repo.key_file());
+    }
     // A repository over several backends: the same one over all of them.
     let repo = crate::replicas::compose(global, repo, be, &loc.to_string())?;
     attach_cache(global, loc, &repo, &slot);
@@ -477,7 +499,11 @@ fn create_as(
         eprintln!("creating a new coffer repository at {loc}");
     }
     let pw = password::read(global, Purpose::Create)?;
-    Ok(init(be, pw.as_bytes())?)
+    let repo = init(be, pw.as_bytes())?;
+    if let Some(place) = crate::key_copy::place(global, loc, settings().no_cache) {
+        crate::key_copy::keep(&place, None, repo.key_file());
+    }
+    Ok(repo)
 }
 
 /// Where this client keeps what it remembers about repositories:

@@ -89,9 +89,13 @@ impl Setup {
         (text(&out.stdout), storage)
     }
 
-    /// The one cache directory below the base.
+    /// The one cache directory below the base (named by the repository id).
     fn cache_dir(&self) -> PathBuf {
-        let dirs: Vec<_> = std::fs::read_dir(self.cache_base()).unwrap().map(|e| e.unwrap().path()).collect();
+        let dirs: Vec<_> = std::fs::read_dir(self.cache_base())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().len() == 64)
+            .collect();
         assert_eq!(dirs.len(), 1, "one repository, one cache: {dirs:?}");
         dirs.into_iter().next().unwrap()
     }
@@ -147,14 +151,29 @@ fn scenario(s: &Setup) {
     // Without the cache: every snapshot and writer record is fetched.
     let (plain_snaps, cold) = s.counted(&["--no-cache", "snapshots"]);
     assert!(cold["cache"].is_null());
-    // With it: none of them (the key file and config are read before the
-    // repository id, which names the cache, is known).
+    // With it: none of them (the config is read before the repository id,
+    // which names the cache, is known; so is the key file of a local
+    // repository, while a remote one's comes from the copy kept of it).
     let (snaps, warm) = s.counted(&["snapshots"]);
     same(&snaps, &plain_snaps, "snapshots");
     assert_eq!(warm["cache"]["misses"], 0, "{warm}");
     assert!(warm["cache"]["hits"].as_u64().unwrap() >= 2, "{warm}");
     assert!(gets(&warm) + 2 <= gets(&cold), "warm {warm}, cold {cold}");
     let opening = gets(&warm);
+    let copies = s.cache_base().join("locations");
+    if s.explicit_cache {
+        assert_eq!(opening, 2, "config and key file: {warm}");
+        assert!(!copies.exists());
+    } else {
+        assert_eq!(opening, 1, "config only: {warm}");
+        // A damaged copy is no key file the storage lists: the key files are read.
+        let copy = files(&copies).into_iter().find(|p| p.parent() == Some(copies.as_path())).expect("a key copy");
+        corrupt(&copy);
+        let (snaps, damaged) = s.counted(&["snapshots"]);
+        same(&snaps, &plain_snaps, "snapshots with a damaged key copy");
+        assert_eq!(gets(&damaged), 2, "{damaged}");
+        assert_eq!(gets(&s.counted(&["snapshots"]).1), 1, "the copy was written again");
+    }
 
     // `ls` reads the trees: from the cache, with no GET of pack data.
     let (plain_ls, cold_ls) = s.counted(&["--no-cache", "ls", "latest"]);

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use coffer_backend::{Backend, BackendError, ErrorKind, ObjectInfo, fan_out};
 
-use super::{Repository, read_bounded};
+use super::{KeyFileRead, Repository, read_bounded};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
+use crate::format::keyfile::{KeyFile, MasterKeys};
+use crate::id::Id;
 
 /// A listing fetched ahead is served only this soon after it was taken: one that
 /// waited longer (its reader came late) is dropped and the prefix listed again.
@@ -67,7 +69,26 @@ impl Probe {
     }
 }
 
+/// A key file unlocked before its repository is opened, from a copy the client
+/// kept of the key file that opened the same location last time
+/// ([`Repository::key_file`]): its key derivation runs while the storage is
+/// probed, and the open needs no read of the key files. It is used only if the
+/// storage still lists that key file (docs/design.md#round-trips).
+pub struct UnlockedAhead {
+    keys: MasterKeys,
+    file: KeyFileRead,
+}
+
 impl Repository {
+    /// Unlocks the key file `bytes` with `passphrase`, without the storage: `None`
+    /// if they do not decode as a key file or the passphrase does not open it.
+    /// The id is the hash of the bytes, so a copy that was altered names another
+    /// key file, one the storage does not list.
+    pub fn unlock_ahead(bytes: Vec<u8>, passphrase: &[u8]) -> Option<UnlockedAhead> {
+        let keys = KeyFile::decode(&bytes).ok()?.open(passphrase).ok()??;
+        Some(UnlockedAhead { keys, file: KeyFileRead { id: Id::hash_of(&bytes), bytes } })
+    }
+
     /// Reads `config` and lists the key files, the layout and the writers, all at
     /// once (one round trip on a remote storage). A listing that fails is left to
     /// its reader, which lists again and reports the error.
@@ -103,10 +124,16 @@ impl Repository {
     }
 
     /// Opens the repository that `probe` found at `backend` with `passphrase`:
-    /// the key files it listed are read together (the second and last round
-    /// trip of an open), then tried in order. The listings the probe took are
-    /// served to their first readers.
-    pub fn open_probed(backend: Arc<dyn Backend>, probe: Probe, passphrase: &[u8]) -> Result<Repository> {
+    /// with the keys of `ahead` if the probe listed its key file; else the key
+    /// files listed are read together (the second and last round trip of an
+    /// open), then tried in order. The listings the probe took are served to
+    /// their first readers.
+    pub fn open_probed(
+        backend: Arc<dyn Backend>,
+        probe: Probe,
+        passphrase: &[u8],
+        ahead: Option<UnlockedAhead>,
+    ) -> Result<Repository> {
         if !probe.exists() {
             Self::check_new_location(backend.as_ref())?;
             return Err(Error::RepoNotFound { location: backend.location() });
@@ -116,9 +143,13 @@ impl Repository {
             // Too large, or a failed read: read again for the error it gives.
             Err(_) => read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?,
         };
-        let keys = probe.keys.map_err(Error::Backend)?;
-        let (keys, key_id) = Self::unlock_listed(backend.as_ref(), keys, passphrase)?;
-        let repo = Self::from_sealed_config(backend, keys, key_id, &sealed)?;
+        let listed = probe.keys.map_err(Error::Backend)?;
+        let ahead = ahead.filter(|a| listed.iter().any(|k| k.name == ObjectKind::Key.path(&a.file.id)));
+        let (keys, opener) = match ahead {
+            Some(a) => (a.keys, a.file),
+            None => Self::unlock_listed(backend.as_ref(), listed, passphrase)?,
+        };
+        let repo = Self::from_sealed_config(backend, keys, opener, &sealed)?;
         {
             let mut pre = repo.prefetched.lock().expect("poisoned");
             for (prefix, listing) in probe.others {
@@ -200,7 +231,7 @@ mod tests {
         let counting = Arc::new(CountingBackend::new(mem.clone()));
         let probe = Repository::probe(counting.as_ref());
         assert!(probe.exists() && probe.config().is_some());
-        let repo = Repository::open_probed(counting.clone(), probe, b"pw").unwrap();
+        let repo = Repository::open_probed(counting.clone(), probe, b"pw", None).unwrap();
         let c = counting.counts();
         assert_eq!((c.get, c.head, c.list), (2, 0, 3), "{c:?}");
         // The writers' listing is served from the probe, once.
@@ -211,11 +242,42 @@ mod tests {
     }
 
     #[test]
+    fn a_key_file_unlocked_ahead_saves_reading_the_key_files_while_it_is_listed() {
+        let mem = init();
+        let first = Repository::open(mem.clone(), b"pw").unwrap();
+        let copy = first.key_file().to_vec();
+        assert!(Repository::unlock_ahead(copy.clone(), b"wrong").is_none());
+        let mut altered = copy.clone();
+        *altered.last_mut().unwrap() ^= 1;
+        assert!(Repository::unlock_ahead(altered, b"pw").is_none(), "an altered copy does not open");
+
+        let counting = Arc::new(CountingBackend::new(mem.clone()));
+        let ahead = Repository::unlock_ahead(copy.clone(), b"pw").unwrap();
+        let probe = Repository::probe(counting.as_ref());
+        let repo = Repository::open_probed(counting.clone(), probe, b"pw", Some(ahead)).unwrap();
+        assert_eq!((counting.counts().get, repo.key_id()), (1, first.key_id()), "config only");
+        assert_eq!(repo.config().id, first.config().id);
+
+        // Once that key file is gone (removed, or replaced by `key passwd`), the
+        // copy is not used: the key files listed are read and tried.
+        let other = crate::ops::keys::add(&repo, b"pw", FAST_KDF).unwrap();
+        mem.delete(&ObjectKind::Key.path(&first.key_id())).unwrap();
+        let counting = Arc::new(CountingBackend::new(mem.clone()));
+        let ahead = Repository::unlock_ahead(copy, b"pw").unwrap();
+        let probe = Repository::probe(counting.as_ref());
+        let repo = Repository::open_probed(counting.clone(), probe, b"pw", Some(ahead)).unwrap();
+        assert_eq!((counting.counts().get, repo.key_id()), (2, other));
+    }
+
+    #[test]
     fn a_location_without_config_is_no_repository() {
         let be: Arc<dyn Backend> = Arc::new(MemBackend::new());
         let probe = Repository::probe(be.as_ref());
         assert!(!probe.exists());
-        assert!(matches!(Repository::open_probed(be, probe, b"pw"), Err(crate::error::Error::RepoNotFound { .. })));
+        assert!(matches!(
+            Repository::open_probed(be, probe, b"pw", None),
+            Err(crate::error::Error::RepoNotFound { .. })
+        ));
     }
 
     #[test]

@@ -21,7 +21,7 @@ mod trees;
 mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
-pub use listing::Probe;
+pub use listing::{Probe, UnlockedAhead};
 pub use saver::{BlobSaver, SaverEvent, SaverStats};
 pub use signed::{WRITER_KEY_FILE, Writers};
 pub use trees::{TREE_CUT_CONTEXT, TreeNodes};
@@ -95,7 +95,8 @@ pub struct Repository {
     cipher: Cipher,
     chunker: Chunker,
     index: RwLock<MasterIndex>,
-    key_id: Id,
+    /// The key file that opened the repository (or that `init` wrote).
+    opener: KeyFileRead,
     tree_id_key: Key,
     writers: RwLock<Option<Writers>>,
     /// Copies of blobs that failed to read while another copy served.
@@ -107,6 +108,14 @@ pub struct Repository {
     prefetched: Mutex<listing::Prefetched>,
     /// Where tree blobs lie, for reading them pack-wide into the cache.
     tree_places: tree_runs::TreePlaces,
+}
+
+/// A key file as read from the storage: its id (the hash of its bytes) and its
+/// bytes.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyFileRead {
+    id: Id,
+    bytes: Vec<u8>,
 }
 
 /// Which snapshots a name like `latest` may pick.
@@ -281,8 +290,8 @@ impl Repository {
         )
         .map_err(Error::InvalidInput)?;
         let kbytes = kf.encode();
-        let key_id = Id::hash_of(&kbytes);
-        backend.write(&ObjectKind::Key.path(&key_id), kbytes)?;
+        let opener = KeyFileRead { id: Id::hash_of(&kbytes), bytes: kbytes };
+        backend.write(&ObjectKind::Key.path(&opener.id), opener.bytes.clone())?;
         // The config is sealed under epoch 0 for good: every key file, even one made
         // before a rotation, opens it.
         let config_key = keys.data.get(0).expect("a new repository has epoch 0");
@@ -293,10 +302,10 @@ impl Repository {
         if !backend.write_new("config", sealed)? {
             return Err(Error::RepoExists { location: backend.location() });
         }
-        Ok(Self::assemble(backend, keys, config, key_id))
+        Ok(Self::assemble(backend, keys, config, opener))
     }
 
-    fn assemble(backend: Arc<dyn Backend>, keys: MasterKeys, config: Config, key_id: Id) -> Repository {
+    fn assemble(backend: Arc<dyn Backend>, keys: MasterKeys, config: Config, opener: KeyFileRead) -> Repository {
         let chunker = Chunker::new(&keys.chunker, config.chunker);
         let tree_id_key = keys.id.derive(TREE_ID_CONTEXT, b"");
         Repository {
@@ -306,7 +315,7 @@ impl Repository {
             cipher: Cipher::preferred(),
             chunker,
             index: RwLock::new(MasterIndex::default()),
-            key_id,
+            opener,
             tree_id_key,
             writers: RwLock::new(None),
             bad_copies: Mutex::new(Vec::new()),
@@ -320,14 +329,14 @@ impl Repository {
     /// not loaded; call [`Repository::load_index`].
     pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
         let probe = Self::probe(backend.as_ref());
-        Self::open_probed(backend, probe, passphrase)
+        Self::open_probed(backend, probe, passphrase, None)
     }
 
     /// The repository whose `config` is `sealed`, opened with `keys`.
     fn from_sealed_config(
         backend: Arc<dyn Backend>,
         keys: MasterKeys,
-        key_id: Id,
+        opener: KeyFileRead,
         sealed: &[u8],
     ) -> Result<Repository> {
         if envelope::epoch(sealed).is_some_and(|e| e != 0) {
@@ -335,7 +344,7 @@ impl Repository {
         }
         let plain = envelope::open(&keys.data, SealedKind::Config, sealed).map_err(|e| Error::corrupt("config", e))?;
         let config = Config::decode(&plain).map_err(|e| Error::corrupt("config", e))?;
-        Ok(Self::assemble(backend, keys, config, key_id))
+        Ok(Self::assemble(backend, keys, config, opener))
     }
 
     /// Writes a new `config` for a repository whose config was lost, sealed under
@@ -353,7 +362,7 @@ impl Repository {
             return Err(Error::RepoExists { location: backend.location() });
         }
         let config = new_config(opts)?;
-        let (keys, key_id) = Self::unlock(backend.as_ref(), passphrase)?;
+        let (keys, opener) = Self::unlock(backend.as_ref(), passphrase)?;
         let config_key = keys.data.get(0).expect("a key file holds epoch 0");
         let sealed = envelope::seal(config_key, 0, Cipher::preferred(), SealedKind::Config, &config.encode());
         check_storable(ObjectKind::Config, sealed.len())?;
@@ -375,11 +384,11 @@ impl Repository {
             format!("compression level: {}", config.compression_level),
             format!("pack size: {} bytes", config.pack_size),
         ];
-        Ok((Self::assemble(backend, keys, config, key_id), reset))
+        Ok((Self::assemble(backend, keys, config, opener), reset))
     }
 
-    /// The master keys from the first key file that `passphrase` opens, and its id.
-    fn unlock(backend: &dyn Backend, passphrase: &[u8]) -> Result<(MasterKeys, Id)> {
+    /// The master keys from the first key file that `passphrase` opens, and that file.
+    fn unlock(backend: &dyn Backend, passphrase: &[u8]) -> Result<(MasterKeys, KeyFileRead)> {
         Self::unlock_listed(backend, backend.list(ObjectKind::Key.prefix())?, passphrase)
     }
 
@@ -389,7 +398,7 @@ impl Repository {
         backend: &dyn Backend,
         mut key_names: Vec<coffer_backend::ObjectInfo>,
         passphrase: &[u8],
-    ) -> Result<(MasterKeys, Id)> {
+    ) -> Result<(MasterKeys, KeyFileRead)> {
         key_names.retain(|info| ObjectKind::Key.id_from_path(&info.name).is_some());
         if key_names.is_empty() {
             return Err(Error::NoKey);
@@ -425,7 +434,7 @@ impl Repository {
         passphrase: &[u8],
         damaged: &mut Vec<Error>,
         tried: &mut usize,
-    ) -> Result<Option<(MasterKeys, Id)>> {
+    ) -> Result<Option<(MasterKeys, KeyFileRead)>> {
         let bytes = match bytes {
             Ok(b) => b,
             Err(e @ Error::Corrupt { .. }) => {
@@ -446,7 +455,7 @@ impl Repository {
             }
         };
         match kf.open(passphrase) {
-            Ok(Some(keys)) => return Ok(Some((keys, id))),
+            Ok(Some(keys)) => return Ok(Some((keys, KeyFileRead { id, bytes }))),
             Ok(None) => *tried += 1,
             Err(e) => damaged.push(Error::corrupt(ObjectKind::Key.describe(&id), e)),
         }
@@ -458,7 +467,7 @@ impl Repository {
     /// the keys already unlocked. The index is not carried over.
     pub fn with_backend(self, backend: Arc<dyn Backend>) -> Repository {
         let prefetched = self.prefetched;
-        Repository { prefetched, ..Self::assemble(backend, self.keys, self.config, self.key_id) }
+        Repository { prefetched, ..Self::assemble(backend, self.keys, self.config, self.opener) }
     }
 
     /// The storage backend.
@@ -490,7 +499,13 @@ impl Repository {
 
     /// The id of the key file that opened the repository.
     pub fn key_id(&self) -> Id {
-        self.key_id
+        self.opener.id
+    }
+
+    /// The bytes of the key file that opened the repository: a client may keep a
+    /// copy to unlock it ahead of its next open ([`Repository::unlock_ahead`]).
+    pub fn key_file(&self) -> &[u8] {
+        &self.opener.bytes
     }
 
     /// The master secrets.

@@ -210,7 +210,7 @@ RANDOM_KEY=000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f
 make_datasets() {
     local stamp="size=$SIZE_MB roots=${SOURCE_ROOTS[*]} seed=42 v=2"
     mkdir -p "$DATA"
-    if [[ "$(cat "$DATA/tree.stamp" 2>/dev/null)" != "$stamp" || ! -f $V2_MANIFEST ]]; then
+    if [[ "$(cat "$DATA/tree.stamp" 2>/dev/null)" != "$stamp" || ! -f $V2_MANIFEST || ! -d $V2 ]]; then
         log "data: selecting ~$SIZE_MB MiB of files from ${SOURCE_ROOTS[*]} (ordered by sha1 of path)"
         rm -rf "$V1" "$V2" "$V2_MANIFEST" "$DATA/tree.stamp"
         mkdir -p "$V1"

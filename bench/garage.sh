@@ -65,7 +65,7 @@ rpc_bind_addr = "127.0.0.1:$((PORT0 + 10 * i + 1))"
 rpc_public_addr = "127.0.0.1:$((PORT0 + 10 * i + 1))"
 rpc_secret = "$SECRET"
 [s3_api]
-s3_region = "us-east-1"
+s3_region = "garage"
 api_bind_addr = "127.0.0.1:$((PORT0 + 10 * i))"
 root_domain = ".s3.garage.localhost"
 EOF

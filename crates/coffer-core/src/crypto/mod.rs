@@ -296,31 +296,11 @@ pub const MAX_SCRYPT_MEMORY: u128 = 1 << 30;
 /// The most work (p * r * N) a key file may ask for: 32 times the default.
 pub const MAX_SCRYPT_WORK: u128 = 1 << 25;
 
-/// The most memory the lanes of one scrypt evaluation may take at once: two
-/// lanes of the default parameters. Lanes beyond it wait for a free one.
-pub const SCRYPT_LANES_MEMORY: u128 = 64 << 20;
-
-/// How many of the `p` lanes of one evaluation run at once: as many as there are
-/// cores, within [`SCRYPT_LANES_MEMORY`], and always at least one.
-pub fn scrypt_lanes_at_once(params: ScryptParams, cores: usize) -> usize {
-    let lane = 128 * u128::from(params.r) * (1u128 << params.log_n.min(24));
-    let by_memory = usize::try_from(SCRYPT_LANES_MEMORY / lane.max(1)).unwrap_or(usize::MAX);
-    (params.p as usize).min(cores).min(by_memory).max(1)
-}
-
-/// Derives a key-encryption key from a passphrase with scrypt. The `p` lanes
-/// are independent: they run on threads of their own, as many at once as
-/// [`scrypt_lanes_at_once`] allows (docs/design.md#key-derivation-from-a-passphrase).
+/// Derives a key-encryption key from a passphrase with scrypt.
 pub fn scrypt_kdf(passphrase: &[u8], salt: &[u8], params: ScryptParams) -> Result<Key, String> {
     let p = params.validate()?;
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(scrypt_lanes_at_once(params, cores))
-        .thread_name(|i| format!("coffer-kdf-{i}"))
-        .build()
-        .map_err(|e| format!("no thread for the key derivation: {e}"))?;
     let mut out = [0u8; KEY_LEN];
-    pool.install(|| scrypt::scrypt(passphrase, salt, &p, &mut out)).map_err(|e| e.to_string())?;
+    scrypt::scrypt(passphrase, salt, &p, &mut out).map_err(|e| e.to_string())?;
     Ok(Key(out))
 }
 
@@ -362,19 +342,6 @@ mod tests {
         assert_ne!(k.derive("a", b"s"), k.derive("b", b"s"));
         assert_ne!(k.derive("a", b"s"), k.derive("a", b"t"));
         assert_eq!(k.derive("a", b"s"), k.derive("a", b"s"));
-    }
-
-    #[test]
-    fn scrypt_lanes_run_together_within_the_memory_budget() {
-        let default = ScryptParams::DEFAULT; // 32 MiB lanes, p = 4
-        assert_eq!(scrypt_lanes_at_once(default, 1), 1);
-        assert_eq!(scrypt_lanes_at_once(default, 2), 2);
-        assert_eq!(scrypt_lanes_at_once(default, 64), 2, "two 32 MiB lanes fill the budget");
-        let small = ScryptParams { log_n: 10, r: 8, p: 16 }; // 1 MiB lanes
-        assert_eq!(scrypt_lanes_at_once(small, 8), 8);
-        assert_eq!(scrypt_lanes_at_once(ScryptParams { p: 1, ..small }, 8), 1);
-        // A lane larger than the budget (a planted key file) still runs, alone.
-        assert_eq!(scrypt_lanes_at_once(ScryptParams { log_n: 20, r: 8, p: 32 }, 64), 1);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! individual blob lengths). The ranges are fetched in waves of at most
 //! [`WAVE_BYTES`], the ranges of a wave concurrently; the blobs of the wave are
 //! then decrypted, verified (each once) and written in parallel, with positioned
-//! writes, to every place that needs them. One wave is in memory at a time.
+//! writes, to every place that needs them, while the next wave is fetched. Two
+//! waves are in memory at a time.
 //! Files are created at their full length first, so the chunks of zeros skipped
 //! in sparse files stay holes.
 
@@ -30,9 +31,11 @@ use crate::repo::{PackInfo, Repository};
 /// and discarded).
 const MAX_GAP: u64 = 1 << 20;
 /// The longest single read.
-const MAX_RANGE: u64 = 32 << 20;
-/// The most bytes one wave fetches (unless a single range is longer).
-const WAVE_BYTES: u64 = 16 << 20;
+const MAX_RANGE: u64 = 8 << 20;
+/// The most bytes one wave fetches (unless a single range is longer). One wave
+/// is written while the next is fetched: 16 MiB in all, so that a remote store's
+/// round trip overlaps the decryption and the writes.
+const WAVE_BYTES: u64 = 8 << 20;
 
 /// One place a blob goes: a file and an offset in it.
 #[derive(Clone, Copy)]
@@ -118,10 +121,17 @@ pub(super) fn write_contents(
     let (sizes, packs) = locate_chunks(repo, files, &errors);
     let created = create_files(files, &sizes, overwrite, &errors);
     let ranges: Vec<Range> = packs.iter().flat_map(|(pack, targets)| split_ranges(pack, targets)).collect();
-    for wave in waves(&ranges) {
-        let fetched = fetch_wave(repo, wave, &errors);
-        write_wave(repo, files, &created, &fetched, &errors, progress);
-    }
+    let errors_ref = &errors;
+    std::thread::scope(|s| {
+        let mut waves = waves(&ranges);
+        let mut next = waves.next().map(|w| fetch_wave(repo, w, errors_ref));
+        while let Some(fetched) = next.take() {
+            let ahead = waves.next().map(|w| s.spawn(move || fetch_wave(repo, w, errors_ref)));
+            write_wave(repo, files, &created, &fetched, errors_ref, progress);
+            drop(fetched);
+            next = ahead.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+    });
     errors.into_results(sizes, created)
 }
 

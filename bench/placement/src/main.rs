@@ -5,7 +5,9 @@
 //! no storage, a fixed seed.
 //!
 //! Run: `cargo run -p coffer-placement-bench` (about half a minute; the package is
-//! built with optimisations in the dev profile). `--quick` runs 10^5 packs only.
+//! built with optimisations in the dev profile). `--quick` runs 10^5 packs only;
+//! `--scale` only times tables at the layout limits (1023-1024 backends, 65,536
+//! partitions, R = 3 and 16).
 //! Writes bench/results/placement/placement.csv and placement.svg, and prints a
 //! Markdown summary. Results are described in docs/performance.md#placement.
 
@@ -46,6 +48,14 @@ pub struct Row {
     pub moved_add: Option<f64>,
     /// copies moved on removing a backend, over the copies it held.
     pub moved_remove: Option<f64>,
+    /// coffer only: (partition, backend) pairs the table added on adding a
+    /// backend, over the least any table meeting rule 1 adds.
+    pub least_add: Option<f64>,
+    /// coffer only: the same on removing a backend.
+    pub least_remove: Option<f64>,
+    /// coffer only: the least pairs any table adds on removing a backend, over
+    /// the pairs the removed backend held (what the new optimum forces).
+    pub forced_remove: Option<f64>,
     pub usable_after_add: Option<f64>,
     pub usable_after_remove: Option<f64>,
     /// coffer only: the table's usable capacity with packs spread exactly evenly.
@@ -206,30 +216,52 @@ fn measure(
         usable: usable(&c.base.0, &c.base.1, &loads, packs, opt(&c.base.0)),
         moved_add: None,
         moved_remove: None,
+        least_add: None,
+        least_remove: None,
+        forced_remove: None,
         usable_after_add: None,
         usable_after_remove: None,
         usable_table: base.usable_table().map(|u| u / opt(&c.base.0)),
         partitions: base.partitions(),
         millis: 0.0,
     };
+    let mut after_add = None;
+    let mut after_remove = None;
     if consistent {
         if let Some(add) = base.next(&c.add.0, &c.add.1).or_else(|| build(&c.add.0, &c.add.1)) {
             let (loads_add, after) = place_all(add.as_ref(), ids, universe);
             let landed = loads_add[s.backends.len()];
             row.moved_add = (landed > 0).then(|| added_copies(&before, &after) as f64 / landed as f64);
             row.usable_after_add = Some(usable(&c.add.0, &c.add.1, &loads_add, packs, opt(&c.add.0)));
+            after_add = Some(add);
         }
         if let Some(rm) = base.next(&c.remove.0, &c.remove.1).or_else(|| build(&c.remove.0, &c.remove.1)) {
             let (loads_rm, after) = place_all(rm.as_ref(), ids, universe);
             row.moved_remove = Some(added_copies(&before, &after) as f64 / loads[removed] as f64);
             row.usable_after_remove = Some(usable(&c.remove.0, &c.remove.1, &loads_rm, packs, opt(&c.remove.0)));
+            after_remove = Some(rm);
         }
     }
+    // The least movement is computed after the clock stops: it is a check of
+    // the table, not part of computing it.
     row.millis = started.elapsed().as_secs_f64() * 1e3;
+    let ratio = |moved: u64, least: u64| if least > 0 { moved as f64 / least as f64 } else { 1.0 };
+    if let Some((moved, least)) = after_add.and_then(|p| p.movement()) {
+        row.least_add = Some(ratio(moved, least));
+    }
+    if let Some((moved, least)) = after_remove.and_then(|p| p.movement()) {
+        row.least_remove = Some(ratio(moved, least));
+        let held = base.held(removed).unwrap_or(0);
+        row.forced_remove = (held > 0).then(|| least as f64 / held as f64);
+    }
     Some(row)
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--scale") {
+        scale();
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/placement");
     let pack_counts: &[u64] = if quick { &[100_000] } else { &[100_000, 1_000_000] };
@@ -325,12 +357,12 @@ fn opt(x: Option<f64>) -> String {
 
 fn to_csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "scenario,method,backends,replicas,packs,partitions,max_over_mean,usable,usable_table,moved_add,moved_remove,usable_after_add,usable_after_remove,millis\n",
+        "scenario,method,backends,replicas,packs,partitions,max_over_mean,usable,usable_table,moved_add,moved_remove,least_add,least_remove,forced_remove,usable_after_add,usable_after_remove,millis\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{:.4},{:.4},{},{},{},{},{},{:.1}",
+            "{},{},{},{},{},{},{:.4},{:.4},{},{},{},{},{},{},{},{},{:.1}",
             r.scenario,
             r.method,
             r.backends,
@@ -342,6 +374,9 @@ fn to_csv(rows: &[Row]) -> String {
             opt(r.usable_table),
             opt(r.moved_add),
             opt(r.moved_remove),
+            opt(r.least_add),
+            opt(r.least_remove),
+            opt(r.forced_remove),
             opt(r.usable_after_add),
             opt(r.usable_after_remove),
             r.millis
@@ -364,9 +399,11 @@ fn summary(rows: &[Row]) -> String {
     }
     for &count in &packs {
         let _ = writeln!(s, "\n{count} packs: worst (median) over the scenarios\n");
-        let _ =
-            writeln!(s, "| method | R | max/mean | usable | moved on add | moved on remove | usable after remove |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "| method | R | max/mean | usable | moved on add | moved on remove | remove: moved / least | remove: least / held | usable after remove |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for m in &methods {
             for r in 1..=3u8 {
                 let sel: Vec<&Row> =
@@ -385,15 +422,84 @@ fn summary(rows: &[Row]) -> String {
                 };
                 let _ = writeln!(
                     s,
-                    "| {m} | {r} | {} | {} | {} | {} | {} |",
+                    "| {m} | {r} | {} | {} | {} | {} | {} | {} | {} |",
                     stat(&|x| Some(x.max_over_mean), true),
                     stat(&|x| Some(x.usable), false),
                     stat(&|x| x.moved_add, true),
                     stat(&|x| x.moved_remove, true),
+                    stat(&|x| x.least_remove, true),
+                    stat(&|x| x.forced_remove, true),
                     stat(&|x| x.usable_after_remove, false),
                 );
             }
         }
     }
+    let largest = packs.iter().copied().max().unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "\ncoffer (recommended P) per scenario, {largest} packs: copies moved / copies received or held; pairs moved / least any table moves; least / pairs held\n"
+    );
+    let _ = writeln!(
+        s,
+        "| scenario | R | P | moved on add | moved on remove | add: moved / least | remove: moved / least | remove: least / held |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for x in rows.iter().filter(|x| x.packs == largest && x.method == "coffer") {
+        let f = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.3}"));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            x.scenario,
+            x.replicas,
+            x.partitions.unwrap_or(0),
+            f(x.moved_add),
+            f(x.moved_remove),
+            f(x.least_add),
+            f(x.least_remove),
+            f(x.forced_remove),
+        );
+    }
     s
+}
+
+/// `--scale`: the time to compute tables at the layout limits (1023 backends
+/// of log-uniform capacity in 64 zones, 65,536 partitions), fresh, then with
+/// one backend removed and with a 1024th added, and the least movement of each
+/// change.
+fn scale() {
+    let n = 1023usize;
+    let backends: Vec<BackendSpec> = (0..n)
+        .map(|i| {
+            let u = (mix(0x5ca1e ^ i as u64) >> 11) as f64 / (1u64 << 53) as f64;
+            tb(&format!("b{i}"), (1000.0 * 16f64.powf(u)).round() as u64).in_zone(format!("z{}", i % 64))
+        })
+        .collect();
+    let partitions = placement::MAX_PARTITIONS;
+    println!("| R | fresh table (s) | remove: table (s) | moved | least | add: table (s) | moved | least |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for replicas in [3u8, 16] {
+        let timed = |specs: &[BackendSpec], previous: Option<&placement::Table>| {
+            let started = Instant::now();
+            let table = placement::assign(specs, replicas, partitions, previous).expect("table");
+            (table, started.elapsed().as_secs_f64())
+        };
+        let (base, fresh) = timed(&backends, None);
+        let mut removed = backends.clone();
+        removed[1].capacity = 0;
+        let (rm, rm_time) = timed(&removed, Some(&base));
+        let mut added = backends.clone();
+        added.push(tb("new", 8000).in_zone("z0"));
+        let (add, add_time) = timed(&added, Some(&base));
+        let least = |specs: &[BackendSpec]| {
+            placement::least_moved(specs, replicas, partitions, &base, &placement::Options::default())
+                .map_or_else(|e| e.to_string(), |v| v.to_string())
+        };
+        println!(
+            "| {replicas} | {fresh:.2} | {rm_time:.2} | {} | {} | {add_time:.2} | {} | {} |",
+            placement::moved(&base, &rm),
+            least(&removed),
+            placement::moved(&base, &add),
+            least(&added),
+        );
+    }
 }

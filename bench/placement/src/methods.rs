@@ -21,6 +21,16 @@ pub trait Placer {
     fn next(&self, _specs: &[BackendSpec], _uids: &[usize]) -> Option<Box<dyn Placer>> {
         None
     }
+    /// For a placement made by [`Placer::next`] from a table: the (partition,
+    /// backend) pairs it added to the previous table, and the least any table
+    /// meeting the same bounds must add ([`placement::least_moved`]).
+    fn movement(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// The partitions a table gives the backend of universe index `uid`.
+    fn held(&self, _uid: usize) -> Option<u64> {
+        None
+    }
 }
 
 /// The SplitMix64 finaliser.
@@ -71,6 +81,8 @@ pub struct Coffer {
     replicas: u8,
     options: Options,
     table: Table,
+    /// The table this one was computed from, by [`Placer::next`].
+    previous: Option<Table>,
 }
 
 impl Coffer {
@@ -83,9 +95,14 @@ impl Coffer {
     ) -> Option<Box<dyn Placer>> {
         let options = Options { slack_ppm, ..Options::default() };
         match placement::assign_with(specs, replicas, partitions, None, &options) {
-            Ok(table) => {
-                Some(Box::new(Coffer { specs: specs.to_vec(), uids: uids.to_vec(), replicas, options, table }))
-            }
+            Ok(table) => Some(Box::new(Coffer {
+                specs: specs.to_vec(),
+                uids: uids.to_vec(),
+                replicas,
+                options,
+                table,
+                previous: None,
+            })),
             Err(e) => {
                 eprintln!("coffer: {e}");
                 None
@@ -103,6 +120,21 @@ impl Placer for Coffer {
     }
     fn partitions(&self) -> Option<u32> {
         Some(self.table.partitions)
+    }
+    fn held(&self, uid: usize) -> Option<u64> {
+        let index = self.uids.iter().position(|&u| u == uid)?;
+        Some(u64::from(self.table.partitions_held(self.specs.len())[index]))
+    }
+    fn movement(&self) -> Option<(u64, u64)> {
+        let previous = self.previous.as_ref()?;
+        let least = placement::least_moved(&self.specs, self.replicas, self.table.partitions, previous, &self.options);
+        match least {
+            Ok(least) => Some((placement::moved(previous, &self.table), least)),
+            Err(e) => {
+                eprintln!("coffer: {e}");
+                None
+            }
+        }
     }
     /// Keeps every backend at its position: a removed one stays with capacity
     /// 0, an added one is appended.
@@ -129,6 +161,7 @@ impl Placer for Coffer {
                 replicas: self.replicas,
                 options: self.options,
                 table,
+                previous: Some(self.table.clone()),
             })),
             Err(e) => {
                 eprintln!("coffer: {e}");

@@ -17,12 +17,14 @@
 //! 2. **Zones.** No two replicas of a partition are in the same zone (a backend
 //!    without a zone is its own zone).
 //! 3. **Movement.** Among the tables that reach `s*`, one that keeps as many
-//!    (partition, backend) pairs of the previous table as it can: pairs stay
+//!    (partition, backend) pairs of the previous table as any can: pairs stay
 //!    unless a bound forces them out, a backend over its bound hands partitions
 //!    straight to backends with room, and the gaps are filled by the backend
 //!    with the largest claim `c / (held + 1)`, then by augmenting paths that move
-//!    the fewest previous pairs. [`Options::slack_ppm`] trades usable capacity
-//!    for less movement.
+//!    the fewest previous pairs; finally negative cycles of moves between
+//!    backends are cancelled until none is left, which makes the table a
+//!    min-cost flow: it adds exactly [`least_moved`] pairs.
+//!    [`Options::slack_ppm`] trades usable capacity for less movement.
 //!
 //! Everything is deterministic: the same backends, replica count, partition
 //! count, previous table and [`Options::seed`] give the same table. Ties are
@@ -34,6 +36,7 @@
 //! 0 (it is then drained: it holds nothing in the new table) until no table
 //! names it.
 
+mod least;
 mod solve;
 #[cfg(test)]
 mod tests;
@@ -329,6 +332,24 @@ pub fn moved(previous: &Table, next: &Table) -> u64 {
         added += next.owners_of(q).iter().filter(|v| !before.contains(v)).count() as u64;
     }
     added
+}
+
+/// The least [`moved`] any table can reach from `previous`: the fewest
+/// (partition, backend) pairs that a table meeting rule 1 for these inputs
+/// (every backend within the bound [`assign_with`] gives it under `options`, R
+/// owners in distinct zones for every partition) must have that `previous` did
+/// not. It is exact, computed by a min-cost flow over the partitions grouped by
+/// their previous owners, independently of how [`assign_with`] builds its
+/// table, which reaches it (docs/design.md#placement). Errors as
+/// [`assign_with`] does for the same inputs.
+pub fn least_moved(
+    backends: &[BackendSpec],
+    replicas: u8,
+    partitions: u32,
+    previous: &Table,
+    options: &Options,
+) -> Result<u64, PlacementError> {
+    least::least_moved(backends, replicas, partitions, previous, options)
 }
 
 /// The owners `previous` gives to the id prefixes of partition `q` of a table

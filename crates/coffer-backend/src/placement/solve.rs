@@ -1,6 +1,7 @@
 //! How [`super::assign`] builds a table: the input checks, the bound on each
-//! backend's partitions (apportionment), then kept pairs, forced drops, the fill
-//! and augmenting paths. See docs/design.md#placement.
+//! backend's partitions (apportionment), then kept pairs, forced drops, the fill,
+//! augmenting paths, and the cancelling of negative cycles that makes the
+//! movement the least possible. See docs/design.md#placement.
 
 use super::{BackendSpec, MAX_BACKENDS, MAX_PARTITIONS, MAX_REPLICAS, Options, PlacementError, Table, previous_owners};
 use std::cmp::Ordering;
@@ -13,12 +14,8 @@ pub(super) fn assign(
     previous: Option<&Table>,
     options: &Options,
 ) -> Result<Table, PlacementError> {
-    let zone = check(backends, replicas, partitions, previous)?;
+    let (zone, bound) = prepare(backends, replicas, partitions, previous, options)?;
     let capacity: Vec<u64> = backends.iter().map(|b| b.capacity).collect();
-    let mut bound = bounds(&capacity, &zone, usize::from(replicas), partitions);
-    if options.slack_ppm > 0 {
-        loosen(&mut bound, &capacity, partitions, options.slack_ppm);
-    }
     let mut state = State::new(zone, capacity, bound, usize::from(replicas), partitions, options.seed);
     if let Some(previous) = previous {
         state.keep(previous);
@@ -26,7 +23,28 @@ pub(super) fn assign(
     state.shed_over_bounds();
     state.fill();
     state.augment()?;
+    if previous.is_some() {
+        state.improve();
+    }
     state.into_table()
+}
+
+/// Checks the inputs and returns each backend's zone (a small integer) and the
+/// most partitions it may hold (rule 1, loosened by the slack).
+pub(super) fn prepare(
+    backends: &[BackendSpec],
+    replicas: u8,
+    partitions: u32,
+    previous: Option<&Table>,
+    options: &Options,
+) -> Result<(Vec<usize>, Vec<u32>), PlacementError> {
+    let zone = check(backends, replicas, partitions, previous)?;
+    let capacity: Vec<u64> = backends.iter().map(|b| b.capacity).collect();
+    let mut bound = bounds(&capacity, &zone, usize::from(replicas), partitions);
+    if options.slack_ppm > 0 {
+        loosen(&mut bound, &capacity, partitions, options.slack_ppm);
+    }
+    Ok((zone, bound))
 }
 
 /// Checks the inputs; returns each backend's zone as a small integer.
@@ -530,6 +548,143 @@ impl State {
         }
     }
 
+    /// Makes the movement exact (rule 2): the complete table is a flow of
+    /// `replicas * partitions` units from partitions through (partition, zone)
+    /// slots to backends (at most `bound` each), where a unit costs 1 when its
+    /// pair is not in the previous table. A flow is of least cost exactly when
+    /// its residual graph has no cycle of negative cost. Every such cycle passes
+    /// from backend to backend by moving one partition `q` from a backend `a` to
+    /// a backend `b` (allowed when `b` is in `a`'s zone or `q` has no replica in
+    /// `b`'s zone), at cost `was(q, a) - was(q, b)`, or through the sink: a path
+    /// from any backend to one below its bound. So the residual graph is
+    /// summarised by a graph over the backends and the sink whose edge `a -> b`
+    /// weighs the cheapest such move, and any residual cycle costs at least the
+    /// closed walk it maps to there: once that small graph has no negative cycle,
+    /// no table meeting the bounds and the zone rule keeps more pairs. Each
+    /// negative cycle found (Bellman-Ford) is applied with distinct partitions,
+    /// which keeps every bound and zone, and keeps at least one more pair.
+    ///
+    /// The weights need no scan of every partition against every backend: a
+    /// move costs -1 or 0 only for a partition that is new on `a` or has lost a
+    /// previous owner that may hold it again (few of them, listed per backend);
+    /// every other partition on `a` is a kept pair whose other previous owners
+    /// all hold it, so moving it costs 1, and whether one of them may go to `b`
+    /// is read from a count, per backend and zone, of those partitions with a
+    /// replica in the zone.
+    fn improve(&mut self) {
+        let n = self.zone.len();
+        let zones = self.zone.iter().max().map_or(0, |z| z + 1);
+        loop {
+            self.held = vec![0; n];
+            for row in &self.rows {
+                for &v in row {
+                    self.held[usize::from(v)] += 1;
+                }
+            }
+            // Partitions whose moves may cost less than 1, per backend; the
+            // others counted, per backend and per zone they have a replica in.
+            let mut cheap: Vec<Vec<u32>> = vec![Vec::new(); n];
+            let mut firm = vec![0u32; n];
+            let mut firm_in_zone = vec![0u32; n * zones];
+            for (q, row) in self.rows.iter().enumerate() {
+                let lost = self.previous[q].iter().any(|&v| self.bound[usize::from(v)] > 0 && !row.contains(&v));
+                for &a in row {
+                    let a = usize::from(a);
+                    if lost || !self.was(q, a) {
+                        cheap[a].push(q as u32);
+                    } else {
+                        firm[a] += 1;
+                        for &c in row {
+                            firm_in_zone[a * zones + self.zone[usize::from(c)]] += 1;
+                        }
+                    }
+                }
+            }
+            let m = n + 1; // the backends, then the sink
+            let mut weight = vec![NO_EDGE; m * m];
+            for a in 0..n {
+                if self.held[a] > 0 {
+                    weight[n * m + a] = 0;
+                }
+                if self.spare(a) > 0 {
+                    weight[a * m + n] = 0;
+                }
+                for b in 0..n {
+                    if b == a || self.bound[b] == 0 {
+                        continue;
+                    }
+                    let za = self.zone[a];
+                    let zb = self.zone[b];
+                    if firm[a] > 0 && (za == zb || firm_in_zone[a * zones + zb] < firm[a]) {
+                        weight[a * m + b] = 1;
+                    }
+                }
+                for &q in &cheap[a] {
+                    let q = q as usize;
+                    for b in 0..n {
+                        if b == a || self.bound[b] == 0 || !self.movable(q, a, b) {
+                            continue;
+                        }
+                        let w = i8::from(self.was(q, a)) - i8::from(self.was(q, b));
+                        let slot = &mut weight[a * m + b];
+                        if *slot == NO_EDGE || w < *slot {
+                            *slot = w;
+                        }
+                    }
+                }
+            }
+            let Some(cycle) = negative_cycle(&weight, m) else { return };
+            if !self.apply_cycle(&cycle, &cheap) {
+                return;
+            }
+        }
+    }
+
+    /// Whether partition `q` may move from backend `a` to backend `b`.
+    fn movable(&self, q: usize, a: usize, b: usize) -> bool {
+        let row = &self.rows[q];
+        !row.contains(&(b as u16))
+            && (self.zone[a] == self.zone[b] || row.iter().all(|&c| self.zone[usize::from(c)] != self.zone[b]))
+    }
+
+    /// Applies a negative cycle of the backend graph (the sink is index
+    /// `zone.len()`): each edge `a -> b` moves the cheapest partition on `a`
+    /// that may go to `b` and no other edge of the cycle moves (ties by hash).
+    /// Returns false, changing nothing, when distinct partitions cannot make
+    /// the cycle negative.
+    fn apply_cycle(&mut self, cycle: &[usize], cheap: &[Vec<u32>]) -> bool {
+        let n = self.zone.len();
+        let mut moves: Vec<(usize, usize, usize)> = Vec::with_capacity(cycle.len());
+        let mut total = 0i64;
+        for (i, &a) in cycle.iter().enumerate() {
+            let b = cycle[(i + 1) % cycle.len()];
+            if a == n || b == n {
+                continue;
+            }
+            let key = |q: usize| {
+                let fresh = !moves.iter().any(|&(p, _, _)| p == q) && self.movable(q, a, b);
+                fresh.then(|| (i64::from(self.was(q, a)) - i64::from(self.was(q, b)), tie(self.seed, q, b), q))
+            };
+            let mut best = cheap[a].iter().filter_map(|&q| key(q as usize)).min();
+            if best.is_none_or(|(c, _, _)| c > 0) {
+                let firm = (0..self.rows.len()).filter(|&q| self.rows[q].contains(&(a as u16))).filter_map(key).min();
+                best = best.into_iter().chain(firm).min();
+            }
+            let Some((cost, _, q)) = best else { return false };
+            total += cost;
+            moves.push((q, a, b));
+        }
+        if total >= 0 {
+            return false;
+        }
+        for &(q, a, b) in &moves {
+            if let Some(slot) = self.rows[q].iter_mut().find(|v| usize::from(**v) == a) {
+                *slot = b as u16;
+            }
+        }
+        true
+    }
+
     fn into_table(self) -> Result<Table, PlacementError> {
         let mut owners = Vec::with_capacity(self.rows.len() * self.replicas);
         for (p, row) in self.rows.iter().enumerate() {
@@ -546,6 +701,80 @@ impl State {
         }
         Ok(Table { partitions: self.partitions, replicas: self.replicas as u8, owners })
     }
+}
+
+/// No edge in the backend graph of [`State::improve`].
+const NO_EDGE: i8 = i8::MAX;
+
+/// A cycle of negative weight in the dense graph `weight` (`m * m`, row `a`
+/// holding the edges leaving `a`, [`NO_EDGE`] where there is none), as the
+/// nodes in edge order; `None` when there is none. Bellman-Ford from a virtual
+/// source joined to every node at weight 0, relaxing from the nodes that
+/// improved in the last pass: when a pass improves anything, the predecessor
+/// graph is searched for a cycle, which then has negative weight; a pass that
+/// improves nothing proves there is none.
+fn negative_cycle(weight: &[i8], m: usize) -> Option<Vec<usize>> {
+    let mut dist = vec![0i64; m];
+    let mut parent = vec![usize::MAX; m];
+    let mut active = vec![true; m];
+    for _ in 0..=m {
+        let mut next = vec![false; m];
+        let mut changed = false;
+        for a in 0..m {
+            if !active[a] {
+                continue;
+            }
+            for b in 0..m {
+                let w = weight[a * m + b];
+                if w == NO_EDGE {
+                    continue;
+                }
+                let d = dist[a] + i64::from(w);
+                if d < dist[b] {
+                    dist[b] = d;
+                    parent[b] = a;
+                    next[b] = true;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return None;
+        }
+        if let Some(cycle) = parent_cycle(&parent, weight, m) {
+            return Some(cycle);
+        }
+        active = next;
+    }
+    None
+}
+
+/// A cycle of negative weight in the predecessor graph `parent`, in edge order.
+fn parent_cycle(parent: &[usize], weight: &[i8], m: usize) -> Option<Vec<usize>> {
+    let mut mark = vec![usize::MAX; m];
+    for start in 0..m {
+        let mut v = start;
+        while v != usize::MAX && mark[v] == usize::MAX {
+            mark[v] = start;
+            v = parent[v];
+        }
+        if v == usize::MAX || mark[v] != start {
+            continue;
+        }
+        // v is on a cycle: walk it once.
+        let mut cycle = vec![v];
+        let mut u = parent[v];
+        while u != v {
+            cycle.push(u);
+            u = parent[u];
+        }
+        cycle.reverse();
+        let total: i64 = (0..cycle.len()).map(|i| i64::from(weight[cycle[i] * m + cycle[(i + 1) % cycle.len()]])).sum();
+        if total < 0 {
+            return Some(cycle);
+        }
+    }
+    None
 }
 
 /// Whether backend `a` is on the path that reaches backend `b` (or is `b`).

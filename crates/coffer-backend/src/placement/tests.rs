@@ -372,3 +372,162 @@ fn large_layouts_are_computed() {
     let after = assign(&backends, 3, 8192, Some(&before)).unwrap();
     assert_eq!(moved(&before, &after), u64::from(after.partitions_held(101)[100]));
 }
+
+/// The design notes' 10 backends in 5 zones (TB).
+fn ten_in_five_zones() -> Vec<BackendSpec> {
+    let caps = [1, 1, 2, 2, 3, 4, 4, 6, 8, 10];
+    caps.iter()
+        .enumerate()
+        .map(|(i, &c)| BackendSpec::new(format!("b{i}"), c * 1000).in_zone(format!("z{}", i / 2)))
+        .collect()
+}
+
+#[test]
+fn removal_in_five_zones_moves_the_least_any_table_can() {
+    for replicas in [2u8, 3] {
+        for seed in 0..3u64 {
+            let options = Options { seed, ..Options::default() };
+            let mut backends = ten_in_five_zones();
+            let before = assign_with(&backends, replicas, 1024, None, &options).unwrap();
+            let held = u64::from(before.partitions_held(10)[4]);
+            backends[4].capacity = 0;
+            let after = assign_with(&backends, replicas, 1024, Some(&before), &options).unwrap();
+            after.validate(&backends).unwrap();
+            assert_usable(&after, &backends, replicas);
+            let least = least_moved(&backends, replicas, 1024, &before, &options).unwrap();
+            // The new optimum forces more than the removed backend held: the
+            // largest zone must cover partitions it did not.
+            assert!(least > held, "R = {replicas}, seed {seed}: least {least}, held {held}");
+            assert_eq!(moved(&before, &after), least, "R = {replicas}, seed {seed}: held {held}");
+        }
+    }
+}
+
+#[test]
+fn random_changes_move_the_least_any_table_can() {
+    // Removals, additions, new capacities and new zones, up to three at once,
+    // with and without slack: the table moves exactly the least any table
+    // meeting the bounds can (computed by the independent flow of least.rs).
+    let mut rng = Rng(11);
+    let mut checked = 0;
+    for round in 0..1500 {
+        let n = 3 + rng.below(12) as usize;
+        let zones = rng.below(6);
+        let mut backends = rng.backends(n, zones);
+        let replicas = 1 + rng.below(4) as u8;
+        let partitions = [16, 64, 256, 1024][rng.below(4) as usize];
+        let options = Options { seed: rng.next(), slack_ppm: [0, 0, 10_000, 50_000][rng.below(4) as usize] };
+        let Ok(before) = assign_with(&backends, replicas, partitions, None, &options) else { continue };
+        for _ in 0..1 + rng.below(3) {
+            let v = rng.below(n as u64) as usize;
+            match rng.below(5) {
+                0 => backends[v].capacity = 0,
+                1 => backends.push(BackendSpec::new(format!("new{}", backends.len()), 1 + rng.below(50))),
+                2 => backends[v].zone = Some(format!("z{}", rng.below(4))),
+                _ => backends[v].capacity = 1 + rng.below(50),
+            }
+        }
+        let Ok(after) = assign_with(&backends, replicas, partitions, Some(&before), &options) else { continue };
+        after.validate(&backends).unwrap();
+        let least = least_moved(&backends, replicas, partitions, &before, &options).unwrap();
+        assert_eq!(moved(&before, &after), least, "round {round}: {backends:?}, R = {replicas}, P = {partitions}");
+        checked += 1;
+    }
+    assert!(checked > 1000, "only {checked} changes were placeable");
+}
+
+#[test]
+fn least_moved_counts_what_is_forced() {
+    let backends = specs(&[3, 5, 7, 11, 13]);
+    let before = assign(&backends, 2, 1024, None).unwrap();
+    assert_eq!(least_moved(&backends, 2, 1024, &before, &Options::default()).unwrap(), 0);
+    // Without bounds (full slack) only the removed backend's pairs must move.
+    let mut removed = backends.clone();
+    removed[2].capacity = 0;
+    let all = Options { slack_ppm: 1_000_000, ..Options::default() };
+    let held = u64::from(before.partitions_held(5)[2]);
+    assert_eq!(least_moved(&removed, 2, 1024, &before, &all).unwrap(), held);
+    // A table that ignores the previous one moves more than the least.
+    let fresh = assign_with(&removed, 2, 1024, None, &Options { seed: 99, ..Options::default() }).unwrap();
+    let least = least_moved(&removed, 2, 1024, &before, &Options::default()).unwrap();
+    assert!(moved(&before, &fresh) > least);
+    assert!(least >= held);
+}
+
+/// The least movement by trying every table: for each partition every set of
+/// R backends in distinct zones, within the bounds.
+fn least_by_search(backends: &[BackendSpec], replicas: u8, partitions: u32, previous: &Table) -> u64 {
+    let (zone, bound) =
+        super::solve::prepare(backends, replicas, partitions, Some(previous), &Options::default()).unwrap();
+    let live: Vec<usize> = (0..backends.len()).filter(|&v| bound[v] > 0).collect();
+    let mut rows: Vec<Vec<usize>> = Vec::new();
+    for mask in 0u32..(1 << live.len()) {
+        if mask.count_ones() != u32::from(replicas) {
+            continue;
+        }
+        let row: Vec<usize> = (0..live.len()).filter(|i| mask & (1 << i) != 0).map(|i| live[i]).collect();
+        let mut zones: Vec<usize> = row.iter().map(|&v| zone[v]).collect();
+        zones.sort_unstable();
+        zones.dedup();
+        if zones.len() == row.len() {
+            rows.push(row);
+        }
+    }
+    fn search(
+        p: u32,
+        held: &mut [u32],
+        rows: &[Vec<usize>],
+        bound: &[u32],
+        previous: &Table,
+        cost: u64,
+        best: &mut u64,
+    ) {
+        if cost >= *best {
+            return;
+        }
+        if p == previous.partitions {
+            *best = cost;
+            return;
+        }
+        for row in rows {
+            if row.iter().any(|&v| held[v] >= bound[v]) {
+                continue;
+            }
+            let added = row.iter().filter(|&&v| !previous.owners_of(p).contains(&(v as u16))).count() as u64;
+            row.iter().for_each(|&v| held[v] += 1);
+            search(p + 1, held, rows, bound, previous, cost + added, best);
+            row.iter().for_each(|&v| held[v] -= 1);
+        }
+    }
+    let mut best = u64::MAX;
+    search(0, &mut vec![0; backends.len()], &rows, &bound, previous, 0, &mut best);
+    best
+}
+
+#[test]
+fn least_moved_is_the_least_of_every_table() {
+    let mut rng = Rng(8);
+    let mut checked = 0;
+    for round in 0..200 {
+        let n = 2 + rng.below(5) as usize;
+        let mut backends = rng.backends(n, 3);
+        let replicas = 1 + rng.below(3) as u8;
+        let partitions = 3 + rng.below(4) as u32;
+        let Ok(before) = assign(&backends, replicas, partitions, None) else { continue };
+        match rng.below(3) {
+            0 => backends[rng.below(n as u64) as usize].capacity = 0,
+            1 => backends.push(BackendSpec::new("new", 1 + rng.below(50))),
+            _ => {
+                let v = rng.below(n as u64) as usize;
+                backends[v].capacity = 1 + rng.below(50);
+                backends[v].zone = Some(format!("z{}", rng.below(3)));
+            }
+        }
+        let Ok(after) = assign(&backends, replicas, partitions, Some(&before)) else { continue };
+        let least = least_moved(&backends, replicas, partitions, &before, &Options::default()).unwrap();
+        assert_eq!(least, least_by_search(&backends, replicas, partitions, &before), "round {round}: {backends:?}");
+        assert_eq!(moved(&before, &after), least, "round {round}");
+        checked += 1;
+    }
+    assert!(checked > 100, "only {checked} changes were placeable");
+}

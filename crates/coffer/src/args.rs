@@ -432,7 +432,7 @@ pub struct FilterArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct ForgetFilterArgs {
     /// Only snapshots of this host.
-    #[arg(long = "host")]
+    #[arg(long = "host", env = "COFFER_HOST")]
     pub host: Option<String>,
     /// Only snapshots with this tag (repeat for several).
     #[arg(long = "tag")]

@@ -109,6 +109,13 @@ fn policy_forgets_what_no_rule_keeps_and_dry_run_changes_nothing() {
 fn filters_and_grouping_narrow_what_the_policy_sees() {
     let (env, a, b) = setup();
 
+    // COFFER_HOST stands for --host, as it does for backups.
+    let out =
+        env.cmd().env("COFFER_HOST", "beta").args(["--json", "forget", "--keep-last", "1", "-n"]).output().unwrap();
+    assert_success(&out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids(&v["forgotten"]), set(&[&b[0]]), "{v}");
+
     // Only beta's snapshots are considered; alpha's are left alone.
     let v = env.json(&["forget", "--keep-last", "1", "--host", "beta"]);
     assert_eq!(ids(&v["forgotten"]), set(&[&b[0]]));

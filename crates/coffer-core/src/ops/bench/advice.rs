@@ -222,6 +222,15 @@ pub(crate) fn project_seconds(m: &Measured, bytes: f64) -> f64 {
     m.kdf_seconds + bytes * m.per_byte(read_per_byte) + m.files_in(bytes) * m.per_file_seconds()
 }
 
+/// What a backup pays besides the blob saver's work, as measured.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Beyond<'a> {
+    /// Seconds of one key derivation at the configured cost.
+    pub kdf_seconds: f64,
+    /// The backup of the sample's whole directories, when there was one.
+    pub walk: Option<&'a WalkRow>,
+}
+
 /// Recommends settings and projects the backup time; may add the measured rows
 /// of the recommended settings to `pipe`.
 pub(crate) fn advise(
@@ -230,11 +239,11 @@ pub(crate) fn advise(
     rows: &[StageRow],
     dedup: &[DedupRow],
     pipe: &mut Vec<PipelineRow>,
-    walk: Option<&WalkRow>,
-    kdf_seconds: f64,
+    beyond: Beyond<'_>,
     storage: Option<&StorageReport>,
 ) -> Result<(Recommendation, Projection)> {
     let opts = ctx.opts;
+    let Beyond { kdf_seconds, walk } = beyond;
     let total = sample.len() as f64;
     // CPU time is shared by the cores the runs actually got.
     let threads = super::effective_cores(rows, ctx.threads);

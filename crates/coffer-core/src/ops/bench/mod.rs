@@ -340,8 +340,9 @@ pub fn run(
     let walk = walk::measure_walk(&ctx, sample, setup)?;
 
     let effective_cores = effective_cores(&rows, threads);
+    let beyond = advice::Beyond { kdf_seconds, walk: walk.as_ref() };
     let (recommendation, projection) =
-        advice::advise(&ctx, sample, &rows, &dedup, &mut pipe, walk.as_ref(), kdf_seconds, storage.as_ref())?;
+        advice::advise(&ctx, sample, &rows, &dedup, &mut pipe, beyond, storage.as_ref())?;
     Ok(BenchReport {
         machine: Machine {
             threads,

@@ -334,10 +334,10 @@ fn text(r: &BenchReport) -> String {
     if p.per_file_seconds > 0.0 {
         let _ = writeln!(
             o,
-            "  per file: {:.1} µs beyond its bytes, for the {} files {} of data like the sample holds ({:.1} s)",
+            "  per file: {:.1} µs beyond its bytes; {} of data like the sample holds {} files: {:.1} s",
             p.per_file_seconds * 1e6,
-            p.files,
             output::bytes(p.bytes),
+            p.files,
             p.per_file_seconds * p.files as f64
         );
     } else if r.walk.is_none() && s.source == "files" {

@@ -158,6 +158,17 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
     assert!(num(proj, "/seconds") > 0.0);
     assert!(proj["text"].as_str().unwrap().contains("the bottleneck is"), "{proj}");
     assert!(!proj["shares"].as_array().unwrap().is_empty());
+    // The sample's directories were read whole: a real backup walked them (the
+    // link included), and the projection counts files like the sample's.
+    let walk = &v["walk"];
+    assert_eq!(num(walk, "/directories"), 2.0, "{walk}");
+    assert_eq!(num(walk, "/files"), num(&v, "/sample/files"), "{walk}");
+    assert_eq!(num(walk, "/bytes"), num(&v, "/sample/bytes"), "{walk}");
+    assert!(num(walk, "/other_entries") >= 3.0, "{walk}");
+    check_figure(&walk["all_cores"], "walk");
+    let files = num(&v, "/sample/files") * (10u64 << 30) as f64 / num(&v, "/sample/bytes");
+    assert!((num(proj, "/files") - files).abs() <= 1.0, "{proj}");
+    assert!(num(proj, "/per_file_seconds") >= 0.0);
     assert!(v["storage"].is_null());
 }
 

@@ -279,6 +279,9 @@ fn text(r: &BenchReport) -> String {
     o.push_str(&table(&["chunks min/avg/max", "chunks", "distinct", "distinct bytes", "of the sample"], 1..=4, &rows));
     o.push_str("\nPipeline (in memory; pass 2: every blob already stored)\n");
     o.push_str(&table(&PIPE_HEADER, 4..=11, &r.pipeline.iter().map(pipe_cells).collect::<Vec<_>>()));
+    if let Some(w) = &r.walk {
+        o.push_str(&walk_text(w));
+    }
     if let Some(st) = &r.storage {
         let _ = writeln!(o, "\nStorage at {} (scratch prefix {}, deleted afterwards)", st.location, st.prefix);
         let rows: Vec<Vec<String>> = st
@@ -324,10 +327,43 @@ fn text(r: &BenchReport) -> String {
         output::bytes(rec.default_stored_bytes)
     );
     let _ = writeln!(o, "  {}", rec.reason);
-    let _ = writeln!(o, "\nProjection\n  {}", r.projection.text);
-    let shares: Vec<String> = r.projection.shares.iter().map(|(n, s)| format!("{n} {:.0}%", s * 100.0)).collect();
+    let p = &r.projection;
+    let _ = writeln!(o, "\nProjection\n  {}", p.text);
+    let shares: Vec<String> = p.shares.iter().map(|(n, s)| format!("{n} {:.0}%", s * 100.0)).collect();
     let _ = writeln!(o, "  time per byte: {}", shares.join(", "));
+    if p.per_file_seconds > 0.0 {
+        let _ = writeln!(
+            o,
+            "  per file: {:.1} µs beyond its bytes; {} of data like the sample holds {} files: {:.1} s",
+            p.per_file_seconds * 1e6,
+            output::bytes(p.bytes),
+            p.files,
+            p.per_file_seconds * p.files as f64
+        );
+    } else if r.walk.is_none() && s.source == "files" {
+        o.push_str(
+            "  per file: not measured (no directory was read whole: give directories, or a larger --sample-size)\n",
+        );
+    }
     o
+}
+
+/// The backup of the sample's whole directories.
+fn walk_text(w: &bench::WalkRow) -> String {
+    let f = &w.all_cores;
+    format!(
+        "\nBackup of the sample's whole directories (in-memory repository, all cores)\n  {} directories: {} files, \
+         {} other entries, {} read; {:.3} s p50, {:.3} s worst of {} runs ({}, {:.0} files/s)\n",
+        w.directories,
+        w.files,
+        w.other_entries,
+        output::bytes(w.bytes),
+        f.seconds.p50,
+        f.seconds.max,
+        f.runs,
+        rate("B", f.rate.p50),
+        w.files as f64 / f.seconds.p50.max(1e-9)
+    )
 }
 
 fn esc(s: &str) -> String {
@@ -409,6 +445,9 @@ fn html(r: &BenchReport) -> String {
         esc(&r.recommendation.reason),
         esc(&r.projection.text)
     );
+    if let Some(w) = &r.walk {
+        let _ = write!(o, "<pre>{}</pre>", esc(walk_text(w).trim()));
+    }
     o.push_str("<h2>Stages, one core</h2><p>Bar: median run; dark line: slowest run.</p>");
     let bars: Vec<(String, f64, f64)> = r
         .stages

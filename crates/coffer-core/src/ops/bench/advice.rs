@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::pipeline::{self, Config, PipelineRow, Setup};
 use super::stages::{cipher_name, describe_chunker};
 use super::storage::StorageReport;
+use super::walk::WalkRow;
 use super::{Ctx, DedupRow, Sample, StageRow};
 use crate::chunker::ChunkerParams;
 use crate::crypto::{Cipher, TAG_LEN};
@@ -78,6 +79,15 @@ pub struct Projection {
     pub seconds: f64,
     /// Seconds with the recommended settings.
     pub seconds_recommended: f64,
+    /// Regular files in the data projected: the sample's files per byte times `bytes`.
+    #[serde(default)]
+    pub files: u64,
+    /// Seconds a file costs on all cores besides storing and reading its bytes
+    /// (its metadata, opening it, its place in the trees, its share of the
+    /// snapshot), from the backup of the sample's whole directories; 0 when not
+    /// measured.
+    #[serde(default)]
+    pub per_file_seconds: f64,
     /// What bounds the backup.
     pub bottleneck: String,
     /// Each part's share of the time per byte, largest first.
@@ -158,14 +168,67 @@ pub(crate) struct Measured {
     pub read_seconds: f64,
     /// Cores the reading is shared by (the effective cores).
     pub cores: f64,
+    /// Regular files in the sample.
+    pub sample_files: f64,
+    /// The backup of the sample's whole directories, when there was one.
+    pub walk: Option<WalkMeasured>,
+}
+
+/// What the backup of the sample's whole directories took.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WalkMeasured {
+    /// Seconds of one backup on all cores (p50).
+    pub seconds: f64,
+    /// Bytes it read.
+    pub bytes: f64,
+    /// Regular files it stored.
+    pub files: f64,
+    /// Seconds one core takes to read a byte of the sample's files from the page
+    /// cache (0 when not measured).
+    pub warm_read_per_byte: f64,
+}
+
+impl Measured {
+    /// Seconds per byte on all cores of storing the bytes (the saver) and of
+    /// reading them (`read_per_byte` seconds on one core, shared by the cores).
+    fn per_byte(&self, read_per_byte: f64) -> f64 {
+        self.saver_seconds / self.sample_bytes.max(1.0) + read_per_byte / self.cores.max(1e-9)
+    }
+
+    /// Seconds a file costs on all cores besides its bytes: the walk's backup
+    /// time less what the saver and a warm read of its bytes account for, per
+    /// file; never below 0, and 0 without a walk.
+    pub(crate) fn per_file_seconds(&self) -> f64 {
+        let Some(w) = self.walk else { return 0.0 };
+        if w.files < 1.0 {
+            return 0.0;
+        }
+        ((w.seconds - w.bytes * self.per_byte(w.warm_read_per_byte)) / w.files).max(0.0)
+    }
+
+    /// Regular files in `bytes` of data like the sample.
+    pub(crate) fn files_in(&self, bytes: f64) -> f64 {
+        bytes * self.sample_files / self.sample_bytes.max(1.0)
+    }
 }
 
 /// Seconds a backup of `bytes` like the sample takes: one key derivation, plus
 /// per byte the saver's measured time and the sample's read time shared by the
-/// cores (docs/design.md#coffer-bench, "Projection").
+/// cores, plus per file (as many per byte as in the sample) the work the backup
+/// of the sample's whole directories did besides those two
+/// (docs/design.md#coffer-bench, "Projection").
 pub(crate) fn project_seconds(m: &Measured, bytes: f64) -> f64 {
-    let total = m.sample_bytes.max(1.0);
-    m.kdf_seconds + bytes * (m.saver_seconds / total + m.read_seconds / total / m.cores.max(1e-9))
+    let read_per_byte = m.read_seconds / m.sample_bytes.max(1.0);
+    m.kdf_seconds + bytes * m.per_byte(read_per_byte) + m.files_in(bytes) * m.per_file_seconds()
+}
+
+/// What a backup pays besides the blob saver's work, as measured.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Beyond<'a> {
+    /// Seconds of one key derivation at the configured cost.
+    pub kdf_seconds: f64,
+    /// The backup of the sample's whole directories, when there was one.
+    pub walk: Option<&'a WalkRow>,
 }
 
 /// Recommends settings and projects the backup time; may add the measured rows
@@ -176,10 +239,11 @@ pub(crate) fn advise(
     rows: &[StageRow],
     dedup: &[DedupRow],
     pipe: &mut Vec<PipelineRow>,
-    kdf_seconds: f64,
+    beyond: Beyond<'_>,
     storage: Option<&StorageReport>,
 ) -> Result<(Recommendation, Projection)> {
     let opts = ctx.opts;
+    let Beyond { kdf_seconds, walk } = beyond;
     let total = sample.len() as f64;
     // CPU time is shared by the cores the runs actually got.
     let threads = super::effective_cores(rows, ctx.threads);
@@ -287,14 +351,31 @@ pub(crate) fn advise(
     // The projection.
     let bytes = opts.projected_bytes as f64;
     let read_per_byte = sample.info.read_seconds.map_or(0.0, |s| s / total.max(1.0));
+    let warm_read_per_byte = rows
+        .iter()
+        .find(|r| r.stage == "read files" && r.choice == "warm page cache")
+        .map(|r| r.per_core.rate.mean)
+        .filter(|r| *r > 0.0)
+        .map_or(0.0, |r| 1.0 / r);
+    let walk = walk.filter(|w| w.files > 0 && w.all_cores.seconds.p50 > 0.0).map(|w| WalkMeasured {
+        seconds: w.all_cores.seconds.p50,
+        bytes: w.bytes as f64,
+        files: w.files as f64,
+        warm_read_per_byte,
+    });
     let measured = |saver_seconds: f64| Measured {
         kdf_seconds,
         sample_bytes: total,
         saver_seconds,
         read_seconds: sample.info.read_seconds.unwrap_or(0.0),
         cores: threads,
+        sample_files: sample.info.files as f64,
+        walk,
     };
-    let mut seconds = project_seconds(&measured(default_secs), bytes);
+    let configured = measured(default_secs);
+    let per_file_seconds = configured.per_file_seconds();
+    let files = configured.files_in(bytes);
+    let mut seconds = project_seconds(&configured, bytes);
     let mut seconds_recommended = project_seconds(&measured(rec.recommended_seconds), bytes);
     let mut shares: Vec<(String, f64)> = Vec::new();
     if let Some(m) = &model_default {
@@ -309,6 +390,12 @@ pub(crate) fn advise(
         }
         if read_per_byte > 0.0 {
             shares.push(("reading the files".into(), read_per_byte / threads));
+        }
+        if per_file_seconds > 0.0 {
+            shares.push((
+                "per-file work of the walk (metadata, opening, trees, snapshot)".into(),
+                per_file_seconds * configured.files_in(1.0),
+            ));
         }
         let sum = shares.iter().map(|s| s.1).sum::<f64>().max(1e-18);
         shares.iter_mut().for_each(|s| s.1 /= sum);
@@ -336,7 +423,19 @@ pub(crate) fn advise(
         human_seconds(seconds),
         human_seconds(seconds_recommended),
     );
-    Ok((rec, Projection { bytes: opts.projected_bytes, seconds, seconds_recommended, bottleneck, shares, text }))
+    Ok((
+        rec,
+        Projection {
+            bytes: opts.projected_bytes,
+            seconds,
+            seconds_recommended,
+            files: files.round() as u64,
+            per_file_seconds,
+            bottleneck,
+            shares,
+            text,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -353,6 +452,8 @@ mod tests {
             saver_seconds: 1.0,
             read_seconds: 0.5,
             cores: 2.0,
+            sample_files: 1000.0,
+            walk: None,
         };
         let s = project_seconds(&m, (100u64 << 30) as f64);
         assert!((s - (0.4 + 1600.0 * 1.25)).abs() < 1e-6, "{s}");
@@ -363,5 +464,43 @@ mod tests {
         let generated = Measured { read_seconds: 0.0, ..m };
         assert!((project_seconds(&generated, m.sample_bytes) - 1.4).abs() < 1e-9);
         assert_eq!(project_seconds(&m, 0.0), 0.4);
+    }
+
+    #[test]
+    fn the_walk_adds_what_a_file_costs_beyond_its_bytes() {
+        // The saver stores 64 MiB in 1 s on all cores; one core reads them warm
+        // in 0.2 s, so 0.1 s on 2 cores. The walk backed up 32 MiB in 2000 files
+        // in 1.15 s: 0.5 s saver, 0.05 s reading, 0.6 s for the files: 0.3 ms each.
+        let sample_bytes = (64u64 << 20) as f64;
+        let m = Measured {
+            kdf_seconds: 0.5,
+            sample_bytes,
+            saver_seconds: 1.0,
+            read_seconds: 0.8,
+            cores: 2.0,
+            sample_files: 4000.0,
+            walk: Some(WalkMeasured {
+                seconds: 1.15,
+                bytes: sample_bytes / 2.0,
+                files: 2000.0,
+                warm_read_per_byte: 0.2 / sample_bytes,
+            }),
+        };
+        assert!((m.per_file_seconds() - 0.0003).abs() < 1e-12, "{}", m.per_file_seconds());
+        // 10 x the sample: 40,000 files; the sample's own read time (0.8 s, cold)
+        // counts, not the walk's warm one.
+        assert!((m.files_in(10.0 * sample_bytes) - 40_000.0).abs() < 1e-6);
+        let s = project_seconds(&m, 10.0 * sample_bytes);
+        assert!((s - (0.5 + 10.0 * (1.0 + 0.4) + 40_000.0 * 0.0003)).abs() < 1e-9, "{s}");
+        // A walk faster than its bytes (noise) adds nothing rather than taking away.
+        let fast = Measured { walk: Some(WalkMeasured { seconds: 0.3, ..m.walk.unwrap() }), ..m };
+        assert_eq!(fast.per_file_seconds(), 0.0);
+        assert!((project_seconds(&fast, sample_bytes) - (0.5 + 1.0 + 0.4)).abs() < 1e-9);
+        // A walk that stored no file adds nothing either.
+        let empty = Measured { walk: Some(WalkMeasured { files: 0.0, ..m.walk.unwrap() }), ..m };
+        assert_eq!(empty.per_file_seconds(), 0.0);
+        // Without a warm read figure the whole of the walk but the saver is per file.
+        let no_read = Measured { walk: Some(WalkMeasured { warm_read_per_byte: 0.0, ..m.walk.unwrap() }), ..m };
+        assert!((no_read.per_file_seconds() - 0.65 / 2000.0).abs() < 1e-12);
     }
 }

@@ -18,6 +18,11 @@ pub struct Sample {
     pub files: Vec<Vec<u8>>,
     /// Where each of `files` was read from (empty for generated data).
     pub paths: Vec<PathBuf>,
+    /// The largest directories whose regular files the sample holds whole, in
+    /// the order read (none of them below another): what a backup can walk to
+    /// find files like the sample's. Empty for generated data, and when the
+    /// sample size stopped the reading inside the first directory.
+    pub whole_dirs: Vec<PathBuf>,
     /// What it is, for the report.
     pub info: SampleInfo,
 }
@@ -41,6 +46,9 @@ pub struct SampleInfo {
     /// read, so that `read_seconds` is a read from the disk.
     #[serde(default)]
     pub cold: bool,
+    /// Directories in [`Sample::whole_dirs`].
+    #[serde(default)]
+    pub whole_dirs: u64,
 }
 
 impl Sample {
@@ -48,7 +56,7 @@ impl Sample {
     pub fn from_buffers(source: &str, files: Vec<Vec<u8>>) -> Sample {
         let bytes = files.iter().map(|f| f.len() as u64).sum();
         let info = SampleInfo { source: source.into(), files: files.len() as u64, bytes, ..SampleInfo::default() };
-        Sample { files, paths: Vec::new(), info }
+        Sample { files, paths: Vec::new(), whole_dirs: Vec::new(), info }
     }
 
     /// Total bytes.
@@ -74,6 +82,10 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
     let mut total = 0u64;
     let mut skipped = 0u64;
     let mut truncated = false;
+    // Directories in the order entered, and the files the reading stopped at
+    // (their directories are not held whole).
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut stopped: Vec<PathBuf> = Vec::new();
     let mut stack: Vec<PathBuf> = Vec::new();
     for p in paths.iter().rev() {
         std::fs::symlink_metadata(p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
@@ -92,9 +104,11 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
             let mut names: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
             names.sort();
             stack.extend(names.into_iter().rev());
+            dirs.push(p);
         } else if meta.is_file() {
             if total >= limit {
                 truncated = true;
+                stopped.push(p);
                 break 'walk;
             }
             if cold {
@@ -104,6 +118,9 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
             match read_prefix(&p, limit - total) {
                 Ok((data, cut)) => {
                     truncated |= cut;
+                    if cut {
+                        stopped.push(p.clone());
+                    }
                     total += data.len() as u64;
                     files.push(data);
                     read_from.push(p);
@@ -114,13 +131,30 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
             skipped += 1;
         }
     }
+    let read_seconds = start.elapsed().as_secs_f64();
     let mut s = Sample::from_buffers("files", files);
     s.paths = read_from;
+    s.whole_dirs = whole_dirs(&dirs, &stopped);
+    s.info.whole_dirs = s.whole_dirs.len() as u64;
     s.info.cold = cold;
     s.info.truncated = truncated;
     s.info.skipped = skipped;
-    s.info.read_seconds = Some(start.elapsed().as_secs_f64());
+    s.info.read_seconds = Some(read_seconds);
     Ok(s)
+}
+
+/// Of `dirs`, entered in depth-first order, the largest ones that hold none of
+/// the files in `stopped` (where the reading stopped): every file below them was
+/// read whole. Each is kept only if no directory kept before holds it.
+fn whole_dirs(dirs: &[PathBuf], stopped: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        if stopped.iter().any(|f| f.starts_with(d)) || out.last().is_some_and(|w| d.starts_with(w)) {
+            continue;
+        }
+        out.push(d.clone());
+    }
+    out
 }
 
 /// Opens a file for reading without following a link (nor hanging on a FIFO).

@@ -11,6 +11,7 @@
 //! - [`pipeline`]: the whole pipeline.
 //! - [`advice`]: the recommendation and the projection.
 //! - [`storage`]: storage latency and throughput through the backend trait.
+//! - [`walk`]: a real backup of the sample's whole directories, for the per-file work.
 
 pub mod advice;
 pub mod data;
@@ -18,6 +19,7 @@ pub mod pipeline;
 pub mod stages;
 pub mod stats;
 pub mod storage;
+pub mod walk;
 
 use std::collections::HashSet;
 
@@ -33,6 +35,7 @@ pub use data::{Sample, SampleInfo};
 pub use pipeline::{Config, PipelineRow};
 pub use stats::{Figure, Rates, Spread, percentile};
 pub use storage::{StorageReport, StorageRow, measure_storage};
+pub use walk::WalkRow;
 
 /// What to measure and how long.
 #[derive(Clone, Debug)]
@@ -158,6 +161,10 @@ pub struct BenchReport {
     pub dedup: Vec<DedupRow>,
     /// The whole pipeline.
     pub pipeline: Vec<PipelineRow>,
+    /// A real backup of the sample's whole directories (none for generated
+    /// data, or when no directory was read whole).
+    #[serde(default)]
+    pub walk: Option<WalkRow>,
     /// The settings recommended.
     pub recommendation: Recommendation,
     /// How long a backup of data like the sample would take.
@@ -330,9 +337,12 @@ pub fn run(
     let nocut = data::no_cut(&stages::chunker_key(), opts.chunker, ctx.adversarial_len);
     pipe.extend(pipeline::measure_config(&ctx, Config::Coffer, setup, "no-cut", &[&nocut], false, true)?);
 
+    let walk = walk::measure_walk(&ctx, sample, setup)?;
+
     let effective_cores = effective_cores(&rows, threads);
+    let beyond = advice::Beyond { kdf_seconds, walk: walk.as_ref() };
     let (recommendation, projection) =
-        advice::advise(&ctx, sample, &rows, &dedup, &mut pipe, kdf_seconds, storage.as_ref())?;
+        advice::advise(&ctx, sample, &rows, &dedup, &mut pipe, beyond, storage.as_ref())?;
     Ok(BenchReport {
         machine: Machine {
             threads,
@@ -348,6 +358,7 @@ pub fn run(
         stages: rows,
         dedup,
         pipeline: pipe,
+        walk,
         recommendation,
         projection,
         storage,

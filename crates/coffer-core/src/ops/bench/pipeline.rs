@@ -196,7 +196,7 @@ fn add(a: PassOut, b: PassOut) -> PassOut {
 }
 
 /// A new in-memory repository with `setup`'s settings and a cheap key derivation.
-fn mem_repo(setup: Setup) -> Result<Repository> {
+pub(crate) fn mem_repo(setup: Setup) -> Result<Repository> {
     let be: Arc<dyn Backend> = Arc::new(MemBackend::new());
     let opts = InitOptions {
         chunker: setup.chunker,

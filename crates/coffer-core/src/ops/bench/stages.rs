@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::data;
-use super::stats::{Figure, measure, timed};
+use super::stats::{Figure, measure_at_least, timed};
 use super::{Ctx, StageRow};
 use crate::chunker::{Chunker, ChunkerParams};
 use crate::compress;
@@ -62,16 +62,34 @@ impl Ctx<'_> {
         let (_, secs) = timed(|| probe.iter().for_each(|p| f(p)));
         let rate = total(&probe) / secs.max(1e-7);
         let w = (rate * self.target_run).clamp(1.0, total(pieces).max(1.0));
-        let per_core = measure(self.runs, |r| {
+        let per_core = measure_at_least(self.runs, self.target_run, |r| {
             let win = window(pieces, r, w);
             win.iter().for_each(|p| f(p));
             total(&win)
         });
         let all = self.pool.install(|| {
-            measure(self.runs, |r| {
+            measure_at_least(self.runs, self.target_run, |r| {
                 let win = window(pieces, r, w * self.threads as f64);
                 win.par_iter().for_each(|p| f(p));
                 total(&win)
+            })
+        });
+        (per_core, all)
+    }
+
+    /// Times `f` over all of `pieces` in every run (the same work each time: for
+    /// slow stages, whose speed depends on the data a window would hold): on one
+    /// core, then on all cores (each run covers `pieces` once per thread).
+    pub(crate) fn fixed_bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
+        let per_core = measure_at_least(self.runs, self.target_run, |_| {
+            pieces.iter().for_each(|p| f(p));
+            total(pieces)
+        });
+        let copies: Vec<&[u8]> = (0..self.threads).flat_map(|_| pieces.iter().copied()).collect();
+        let all = self.pool.install(|| {
+            measure_at_least(self.runs, self.target_run, |_| {
+                copies.par_iter().for_each(|p| f(p));
+                total(&copies)
             })
         });
         (per_core, all)
@@ -81,13 +99,13 @@ impl Ctx<'_> {
     pub(crate) fn ops_stage(&self, f: &(dyn Fn(usize) + Sync)) -> (Figure, Figure) {
         let (_, secs) = timed(|| (0..4).for_each(f));
         let n = ((4.0 / secs.max(1e-9)) * self.target_run).clamp(1.0, 1e7) as usize;
-        let per_core = measure(self.runs, |_| {
+        let per_core = measure_at_least(self.runs, self.target_run, |_| {
             (0..n).for_each(f);
             n as f64
         });
         let m = n * self.threads;
         let all = self.pool.install(|| {
-            measure(self.runs, |_| {
+            measure_at_least(self.runs, self.target_run, |_| {
                 (0..m).into_par_iter().for_each(f);
                 m as f64
             })
@@ -221,16 +239,21 @@ fn stored_len(ctx: &Ctx<'_>, chunks: &[&[u8]], level: i32) -> f64 {
     })
 }
 
-/// A slice of every chunk, about `bytes` in all: the middle of each, at least
-/// 64 KiB (so the probe runs on it as on a whole chunk) and at most the chunk.
-/// Every chunk is represented, so the compression ratio measured on the slices
-/// follows the sample's mix even when the chunks are few and large.
+/// Slices of the chunks, about `bytes` in all: the middle of every chunk, at
+/// least 64 KiB (so the probe runs on it as on a whole chunk) and at most the
+/// chunk, so the compression ratio measured on the slices follows the sample's
+/// mix even when the chunks are few and large; when the chunks are too many for
+/// 64 KiB of each, the [`fixed_slices`] of every `k`-th chunk instead (a sample
+/// of small files would otherwise be compressed nearly whole at every level).
 pub(crate) fn spread<'a>(chunks: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
     let all = total(chunks);
     if all <= bytes || chunks.is_empty() {
         return chunks.to_vec();
     }
-    let each = ((bytes / chunks.len() as f64) as usize).max(64 << 10);
+    if bytes / (chunks.len() as f64) < (64 << 10) as f64 {
+        return fixed_slices(chunks, bytes);
+    }
+    let each = (bytes / chunks.len() as f64) as usize;
     chunks
         .iter()
         .map(|c| {
@@ -239,6 +262,45 @@ pub(crate) fn spread<'a>(chunks: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
             &c[start..start + n]
         })
         .collect()
+}
+
+/// The slowest zstd level timed on a window that follows the run time: from
+/// this level on, every run compresses the same [`fixed_slices`].
+const FIXED_FROM_LEVEL: i32 = 6;
+
+/// Bytes of [`fixed_slices`] per run for `level`: about 30 to 250 ms on one core
+/// of a machine of 2026, whatever the timing of this run.
+fn fixed_bytes(level: i32, quick: bool) -> f64 {
+    let kib = match level {
+        ..=9 => 1024.0,
+        10..=15 => 512.0,
+        _ => 256.0,
+    };
+    kib * 1024.0 / if quick { 2.0 } else { 1.0 }
+}
+
+/// About `bytes` of slices of the chunks, the same on every call with the same
+/// chunks: the middle 64 KiB (at most) of each chunk, then every `k`-th of
+/// those slices, `k` chosen so that they add up to about `bytes`. Spread over
+/// the whole sample, and independent of any timing, so that two runs of the
+/// command on the same data compress the same bytes.
+pub(crate) fn fixed_slices<'a>(chunks: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
+    const SLICE: usize = 64 << 10;
+    let slices: Vec<&[u8]> = chunks
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            let n = SLICE.min(c.len());
+            let start = (c.len() - n) / 2;
+            &c[start..start + n]
+        })
+        .collect();
+    let all = total(&slices);
+    if all <= bytes {
+        return slices;
+    }
+    let k = ((all / bytes.max(1.0)).floor() as usize).max(1);
+    slices.into_iter().step_by(k).collect()
 }
 
 /// The compression stage: each level on the sample (with the ratio it reaches on
@@ -256,9 +318,19 @@ pub(crate) fn compression(ctx: &Ctx<'_>, chunks: &[&[u8]], out: &mut Vec<StageRo
         let f = |p: &[u8]| {
             std::hint::black_box(compress::with_compressed(p, level, |z| z.map(<[u8]>::len)));
         };
-        let mut r = ctx.row("zstd", &format!("level {level}"), "sample", BYTES, ctx.bytes_stage(chunks, &f));
+        let (figs, timed_on) = if level >= FIXED_FROM_LEVEL {
+            let slices = fixed_slices(chunks, fixed_bytes(level, ctx.opts.quick));
+            let on = format!("; timed on the same {:.2} MiB of slices every run", total(&slices) / 1048576.0);
+            (ctx.fixed_bytes_stage(&slices, &f), on)
+        } else {
+            (ctx.bytes_stage(chunks, &f), String::new())
+        };
+        let mut r = ctx.row("zstd", &format!("level {level}"), "sample", BYTES, figs);
         r.ratio = Some(stored_len(ctx, &subset, level) / subset_len.max(1.0));
-        r.note = Some(format!("ratio (stored/read) on {:.1} MiB taken from every chunk", subset_len / 1048576.0));
+        r.note = Some(format!(
+            "ratio (stored/read) on {:.1} MiB taken from across the sample{timed_on}",
+            subset_len / 1048576.0
+        ));
         out.push(r);
     }
     ctx.say("zstd hard cases");
@@ -505,5 +577,34 @@ impl Ctx<'_> {
             }
         }
         (a, b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_slices_are_the_same_bytes_every_time() {
+        let a = data::text_like(3 << 20, 1);
+        let b = data::incompressible(5000, 2);
+        let chunks: Vec<&[u8]> = a.chunks(300_000).chain([&b[..], &[][..]]).collect();
+        let s1 = fixed_slices(&chunks, 256.0 * 1024.0);
+        let s2 = fixed_slices(&chunks, 256.0 * 1024.0);
+        assert_eq!(s1, s2);
+        // Slices of at most 64 KiB, from the middle of chunks, about the bytes asked.
+        assert!(s1.iter().all(|s| s.len() <= 64 << 10 && !s.is_empty()));
+        let got = total(&s1);
+        assert!((256.0 * 1024.0..=3.0 * 256.0 * 1024.0).contains(&got), "{got}");
+        assert_eq!(s1[0], &chunks[0][(300_000 - 65536) / 2..][..65536]);
+        // Asking for more than the slices hold gives them all.
+        assert_eq!(fixed_slices(&chunks, 1e9).len(), chunks.len() - 1);
+        // The ratio's slices: the middle of every chunk while 64 KiB of each fit
+        // in the bytes asked, else every k-th chunk's.
+        let every = spread(&chunks, 1.5 * 1048576.0);
+        assert_eq!(every.len(), chunks.len());
+        assert!(every.iter().zip(&chunks).all(|(s, c)| s.len() == c.len().min((1.5 * 1048576.0 / 13.0) as usize)));
+        assert_eq!(spread(&chunks, 256.0 * 1024.0), s1);
+        assert_eq!(spread(&chunks, 1e9), chunks);
     }
 }

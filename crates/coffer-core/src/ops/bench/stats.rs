@@ -95,12 +95,27 @@ impl Figure {
 
 /// Runs `f(run)` once untimed (warm-up) and then `runs` times timed; `f` returns
 /// the units of work it did.
-pub fn measure(runs: usize, mut f: impl FnMut(usize) -> f64) -> Figure {
+pub fn measure(runs: usize, f: impl FnMut(usize) -> f64) -> Figure {
+    measure_at_least(runs, 0.0, f)
+}
+
+/// Like [`measure`], but a timed run calls `f(run)` again until it has taken at
+/// least `min_seconds`, and counts the units of all its calls: a run sized too
+/// small (from a probe the clock could hardly time) still lasts long enough to
+/// be timed.
+pub fn measure_at_least(runs: usize, min_seconds: f64, mut f: impl FnMut(usize) -> f64) -> Figure {
     f(usize::MAX);
     let mut out = Vec::with_capacity(runs);
     for r in 0..runs.max(1) {
         let t = Instant::now();
-        let units = f(r);
+        let mut units = f(r);
+        // A bound on the calls, for an `f` that does nothing.
+        for _ in 0..1_000_000 {
+            if t.elapsed().as_secs_f64() >= min_seconds {
+                break;
+            }
+            units += f(r);
+        }
         out.push((units, t.elapsed().as_secs_f64()));
     }
     Figure::from_runs(&out)
@@ -147,5 +162,30 @@ mod tests {
         assert!(f.rate.p50 >= f.rate.p90 && f.rate.p90 >= f.rate.p99 && f.rate.p99 >= f.rate.worst);
         assert_eq!(f.units_per_run, 100.0);
         assert_eq!(f.rate.mean, 400.0 / 7.5);
+    }
+
+    #[test]
+    fn runs_last_at_least_the_minimum() {
+        let mut calls = Vec::new();
+        let f = measure_at_least(3, 0.002, |r| {
+            calls.push(r);
+            std::thread::sleep(std::time::Duration::from_micros(300));
+            10.0
+        });
+        assert_eq!(f.runs, 3);
+        assert!(f.seconds.p50 >= 0.002 && f.seconds.max < 0.5, "{:?}", f.seconds);
+        // Each run repeats its own call, and counts the units of all its calls.
+        assert_eq!(calls[0], usize::MAX);
+        assert!(calls[1..].windows(2).all(|w| w[0] <= w[1]), "{calls:?}");
+        let per_run: Vec<f64> = (0..3).map(|r| 10.0 * calls.iter().filter(|&&c| c == r).count() as f64).collect();
+        assert_eq!(f.units_per_run, percentile(&per_run, 0.5).unwrap());
+        assert!(per_run.iter().all(|&u| u >= 10.0));
+        // No minimum: one call per run.
+        let mut n = 0;
+        measure(4, |_| {
+            n += 1;
+            1.0
+        });
+        assert_eq!(n, 5);
     }
 }

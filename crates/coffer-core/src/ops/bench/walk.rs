@@ -1,0 +1,114 @@
+//! A real backup of the sample's whole directories: coffer's backup operation
+//! walks them (metadata and the link-safe open of every entry, reading, trees,
+//! the snapshot and the history) into an in-memory repository. It measures the
+//! per-file work a backup does besides storing the files' bytes, which the
+//! pipeline leaves out. See docs/design.md#coffer-bench, "Projection".
+
+use serde::{Deserialize, Serialize};
+
+use super::pipeline::{Setup, mem_repo};
+use super::stats::{Figure, timed};
+use super::{Ctx, Sample};
+use crate::crypto::sign::SigningKey;
+use crate::error::Result;
+use crate::ops::backup::{BackupOptions, backup};
+use crate::progress::NoProgress;
+
+/// What the backup of the sample's whole directories found and how long it took.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WalkRow {
+    /// Directories given to the backup as its paths ([`Sample::whole_dirs`]).
+    pub directories: u64,
+    /// Regular files it stored.
+    pub files: u64,
+    /// Its other entries: directories (the ones given included), symbolic links, special files.
+    pub other_entries: u64,
+    /// Bytes of the regular files it read.
+    pub bytes: u64,
+    /// Each backup on all cores, from the start of the walk to the snapshot
+    /// written (the repository opened before, with a cheap key derivation);
+    /// units are bytes read.
+    pub all_cores: Figure,
+}
+
+/// Backs up the sample's whole directories into a new in-memory repository with
+/// `setup`'s settings, `ctx.pipeline_runs` times; `None` when the sample has no
+/// whole directory (generated data, files given one by one, or the sample size
+/// reached inside the first directory).
+pub(crate) fn measure_walk(ctx: &Ctx<'_>, sample: &Sample, setup: Setup) -> Result<Option<WalkRow>> {
+    if sample.whole_dirs.is_empty() {
+        return Ok(None);
+    }
+    ctx.say("backup of the sample's whole directories (in-memory repository)");
+    let key = SigningKey::from_seed(&[0x57; 32]);
+    let opts = BackupOptions {
+        paths: sample.whole_dirs.clone(),
+        hostname: Some("coffer-bench".into()),
+        ..BackupOptions::default()
+    };
+    let mut runs = Vec::new();
+    let mut last = None;
+    for _ in 0..ctx.pipeline_runs {
+        let repo = mem_repo(setup)?;
+        repo.register_writer(&key.public(), "coffer-bench".into(), "coffer-bench".into())?;
+        let (result, seconds) = timed(|| ctx.pool.install(|| backup(&repo, &opts, &key, &NoProgress)));
+        let summary = result?.snapshot.summary;
+        runs.push((summary.bytes_read as f64, seconds));
+        last = Some(summary);
+    }
+    Ok(last.map(|s| WalkRow {
+        directories: sample.whole_dirs.len() as u64,
+        files: s.files_new + s.files_changed + s.files_unchanged,
+        other_entries: s.dirs + s.others,
+        bytes: s.bytes_read,
+        all_cores: Figure::from_runs(&runs),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunker::ChunkerParams;
+    use crate::ops::bench::{BenchOptions, data};
+
+    #[test]
+    fn backs_up_the_whole_directories_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for (d, n) in [("a", 3), ("a/deep", 2), ("b", 4)] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+            for i in 0..n {
+                std::fs::write(root.join(d).join(format!("f{i}")), data::text_like(10_000, i)).unwrap();
+            }
+        }
+        std::os::unix::fs::symlink("f0", root.join("a/link")).unwrap();
+        // 5 files of `a` whole; the reading stops in `b`.
+        let sample = data::read_sample(&[root.to_path_buf()], 62_000, false).unwrap();
+        assert_eq!(sample.whole_dirs, vec![root.join("a")]);
+        assert_eq!(sample.info.whole_dirs, 1);
+        let opts = BenchOptions::quick(2);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let ctx = Ctx {
+            opts: &opts,
+            pool: &pool,
+            single: &single,
+            threads: 2,
+            runs: 1,
+            pipeline_runs: 2,
+            target_run: 0.001,
+            ratio_bytes: 1e5,
+            adversarial_len: 1 << 16,
+            progress: &|_| {},
+        };
+        let setup = Setup { chunker: ChunkerParams::default(), level: 3 };
+        let w = measure_walk(&ctx, &sample, setup).unwrap().unwrap();
+        assert_eq!((w.directories, w.files, w.bytes), (1, 5, 50_000));
+        // `a`, `a/deep` and the link (the directories above `a` are not counted).
+        assert!(w.other_entries >= 3, "{w:?}");
+        assert_eq!(w.all_cores.runs, 2);
+        assert!(w.all_cores.seconds.p50 > 0.0);
+        // Generated data has no directory to walk.
+        assert!(measure_walk(&ctx, &data::generated(1 << 20), setup).unwrap().is_none());
+    }
+}

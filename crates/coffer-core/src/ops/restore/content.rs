@@ -4,8 +4,8 @@
 //! Every chunk reference of the batch's files is planned first and grouped by
 //! the pack that holds the blob; each pack's references are cut into few large
 //! ranges (neighbouring blobs are fetched together, so the storage does not see
-//! individual blob lengths). The ranges are fetched in waves of at most
-//! [`WAVE_BYTES`], the ranges of a wave concurrently; the blobs of the wave are
+//! individual blob lengths). The ranges are fetched in waves ([`Sizing`]), the
+//! ranges of a wave concurrently; the blobs of the wave are
 //! then decrypted, verified (each once) and written in parallel, with positioned
 //! writes, to every place that needs them, while the next wave is fetched. Two
 //! waves are in memory at a time.
@@ -30,12 +30,30 @@ use crate::repo::{PackInfo, Repository};
 /// Blobs closer than this in a pack are read with one request (the gap is read
 /// and discarded).
 const MAX_GAP: u64 = 1 << 20;
-/// The longest single read.
-const MAX_RANGE: u64 = 8 << 20;
-/// The most bytes one wave fetches (unless a single range is longer). One wave
-/// is written while the next is fetched: 16 MiB in all, so that a remote store's
-/// round trip overlaps the decryption and the writes.
-const WAVE_BYTES: u64 = 8 << 20;
+/// How much one wave fetches, and in how long reads. One wave is written while
+/// the next is fetched, so that the storage's round trips overlap the decryption
+/// and the writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sizing {
+    /// The longest single read.
+    max_range: u64,
+    /// The most bytes one wave fetches (unless a single range is longer).
+    wave_bytes: u64,
+}
+
+impl Sizing {
+    /// For a backend with `connections` requests in flight: on a local disk (a
+    /// few), waves of 8 MiB in reads of up to 8 MiB; on a remote store (many),
+    /// waves of up to 32 MiB in reads of up to 4 MiB, so that a wave is several
+    /// requests at once and one round trip fetches what a batch of files needs.
+    fn for_connections(connections: usize) -> Sizing {
+        const MIB: u64 = 1 << 20;
+        if connections < 8 {
+            return Sizing { max_range: 8 * MIB, wave_bytes: 8 * MIB };
+        }
+        Sizing { max_range: 4 * MIB, wave_bytes: (connections as u64 * MIB).min(32 * MIB) }
+    }
+}
 
 /// One place a blob goes: a file and an offset in it.
 #[derive(Clone, Copy)]
@@ -120,10 +138,12 @@ pub(super) fn write_contents(
     let errors = Errors::new(files.len());
     let (sizes, packs) = locate_chunks(repo, files, &errors);
     let created = create_files(files, &sizes, overwrite, &errors);
-    let ranges: Vec<Range> = packs.iter().flat_map(|(pack, targets)| split_ranges(pack, targets)).collect();
+    let sizing = Sizing::for_connections(repo.backend().connections());
+    let ranges: Vec<Range> =
+        packs.iter().flat_map(|(pack, targets)| split_ranges(pack, targets, sizing.max_range)).collect();
     let errors_ref = &errors;
     std::thread::scope(|s| {
-        let mut waves = waves(&ranges);
+        let mut waves = waves(&ranges, sizing.wave_bytes);
         let mut next = waves.next().map(|w| fetch_wave(repo, w, errors_ref));
         while let Some(fetched) = next.take() {
             let ahead = waves.next().map(|w| s.spawn(move || fetch_wave(repo, w, errors_ref)));
@@ -199,8 +219,8 @@ fn create_files(files: &[FileJob], sizes: &[u64], overwrite: bool, errors: &Erro
 }
 
 /// Cuts a pack's sorted targets into ranges: blobs less than [`MAX_GAP`] apart
-/// share a range, up to [`MAX_RANGE`] bytes.
-fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target]) -> Vec<Range<'a>> {
+/// share a range, up to `max_range` bytes.
+fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target], max_range: u64) -> Vec<Range<'a>> {
     let mut ranges = Vec::new();
     let mut start = 0;
     while start < targets.len() {
@@ -210,7 +230,7 @@ fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target]) -> Vec<Range<'a>>
         while stop < targets.len() {
             let e = &targets[stop].entry;
             let e_end = e.offset + e.length as u64;
-            if e.offset > end + MAX_GAP || e_end - first > MAX_RANGE {
+            if e.offset > end + MAX_GAP || e_end - first > max_range {
                 break;
             }
             end = end.max(e_end);
@@ -222,9 +242,9 @@ fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target]) -> Vec<Range<'a>>
     ranges
 }
 
-/// Consecutive runs of ranges of at most [`WAVE_BYTES`] together (or a single
+/// Consecutive runs of ranges of at most `wave_bytes` together (or a single
 /// longer range).
-fn waves<'r, 'a>(ranges: &'r [Range<'a>]) -> impl Iterator<Item = &'r [Range<'a>]> {
+fn waves<'r, 'a>(ranges: &'r [Range<'a>], wave_bytes: u64) -> impl Iterator<Item = &'r [Range<'a>]> {
     let mut rest = ranges;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -235,7 +255,7 @@ fn waves<'r, 'a>(ranges: &'r [Range<'a>]) -> impl Iterator<Item = &'r [Range<'a>
             .iter()
             .take_while(|r| {
                 bytes += r.end - r.start;
-                bytes <= WAVE_BYTES
+                bytes <= wave_bytes
             })
             .count()
             .max(1);
@@ -347,5 +367,20 @@ fn write_blob(
             }
         }
         progress.add_bytes(data.len() as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sizing;
+
+    #[test]
+    fn remote_waves_are_several_reads_and_local_ones_stay_small() {
+        let local = Sizing::for_connections(2);
+        assert_eq!((local.max_range, local.wave_bytes), (8 << 20, 8 << 20));
+        let s3 = Sizing::for_connections(32);
+        assert_eq!((s3.max_range, s3.wave_bytes), (4 << 20, 32 << 20), "eight reads at once");
+        assert_eq!(Sizing::for_connections(8).wave_bytes, 8 << 20);
+        assert_eq!(Sizing::for_connections(1000).wave_bytes, 32 << 20, "bounded");
     }
 }

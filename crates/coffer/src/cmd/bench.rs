@@ -254,7 +254,16 @@ fn text(r: &BenchReport) -> String {
         s.source,
         s.files,
         output::bytes(s.bytes),
-        if s.truncated { ", cut at the sample size" } else { "" },
+        if s.truncated {
+            format!(
+                ", cut at the sample size, of {}{} files and {} counted below the paths",
+                if s.census_complete { "" } else { "at least " },
+                s.census_files,
+                output::bytes(s.census_bytes)
+            )
+        } else {
+            String::new()
+        },
         s.read_seconds.map_or(String::new(), |t| format!(", read in {t:.2} s")),
         r.runs,
         r.pipeline_runs,

@@ -170,6 +170,9 @@ pub(crate) struct Measured {
     pub cores: f64,
     /// Regular files in the sample.
     pub sample_files: f64,
+    /// Regular files and their bytes counted below the paths given
+    /// ([`super::data::SampleInfo::census_files`]), when more than the sample.
+    pub census: Option<(f64, f64)>,
     /// The backup of the sample's whole directories, when there was one.
     pub walk: Option<WalkMeasured>,
 }
@@ -206,9 +209,15 @@ impl Measured {
         ((w.seconds - w.bytes * self.per_byte(w.warm_read_per_byte)) / w.files).max(0.0)
     }
 
-    /// Regular files in `bytes` of data like the sample.
+    /// Regular files in `bytes` of data like the sample: as many per byte as the
+    /// count below the paths given found, else as the sample holds. (A sample is
+    /// the first files in name order, which may be smaller or larger than the
+    /// rest.)
     pub(crate) fn files_in(&self, bytes: f64) -> f64 {
-        bytes * self.sample_files / self.sample_bytes.max(1.0)
+        match self.census {
+            Some((files, counted)) if counted > 0.0 => bytes * files / counted,
+            _ => bytes * self.sample_files / self.sample_bytes.max(1.0),
+        }
     }
 }
 
@@ -370,6 +379,8 @@ pub(crate) fn advise(
         read_seconds: sample.info.read_seconds.unwrap_or(0.0),
         cores: threads,
         sample_files: sample.info.files as f64,
+        census: (sample.info.census_bytes > sample.info.bytes)
+            .then_some((sample.info.census_files as f64, sample.info.census_bytes as f64)),
         walk,
     };
     let configured = measured(default_secs);
@@ -453,6 +464,7 @@ mod tests {
             read_seconds: 0.5,
             cores: 2.0,
             sample_files: 1000.0,
+            census: None,
             walk: None,
         };
         let s = project_seconds(&m, (100u64 << 30) as f64);
@@ -479,6 +491,7 @@ mod tests {
             read_seconds: 0.8,
             cores: 2.0,
             sample_files: 4000.0,
+            census: None,
             walk: Some(WalkMeasured {
                 seconds: 1.15,
                 bytes: sample_bytes / 2.0,
@@ -502,5 +515,11 @@ mod tests {
         // Without a warm read figure the whole of the walk but the saver is per file.
         let no_read = Measured { walk: Some(WalkMeasured { warm_read_per_byte: 0.0, ..m.walk.unwrap() }), ..m };
         assert!((no_read.per_file_seconds() - 0.65 / 2000.0).abs() < 1e-12);
+        // Files counted below the paths given (half as many per byte as in the
+        // sample) set the files per byte, and with them the per-file term.
+        let counted = Measured { census: Some((10_000.0, 5.0 * sample_bytes)), ..m };
+        assert!((counted.files_in(10.0 * sample_bytes) - 20_000.0).abs() < 1e-6);
+        let s = project_seconds(&counted, 10.0 * sample_bytes);
+        assert!((s - (0.5 + 10.0 * (1.0 + 0.4) + 20_000.0 * 0.0003)).abs() < 1e-9, "{s}");
     }
 }

@@ -49,7 +49,22 @@ pub struct SampleInfo {
     /// Directories in [`Sample::whole_dirs`].
     #[serde(default)]
     pub whole_dirs: u64,
+    /// Regular files at or below the paths given, counted from their metadata
+    /// without reading them once the sample is full (for at most
+    /// [`CENSUS_SECONDS`]): the projection takes its files per byte from them.
+    /// The sample's own files when it holds everything.
+    #[serde(default)]
+    pub census_files: u64,
+    /// The bytes of those files.
+    #[serde(default)]
+    pub census_bytes: u64,
+    /// Whether the count reached every entry below the paths given.
+    #[serde(default)]
+    pub census_complete: bool,
 }
+
+/// The longest the count of the files beyond the sample may take.
+pub const CENSUS_SECONDS: f64 = 3.0;
 
 impl Sample {
     /// A sample of the given buffers.
@@ -87,29 +102,47 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
     let mut dirs: Vec<PathBuf> = Vec::new();
     let mut stopped: Vec<PathBuf> = Vec::new();
     let mut stack: Vec<PathBuf> = Vec::new();
+    // Once the sample is full: when, and the files and bytes counted in all.
+    let mut full: Option<std::time::Instant> = None;
+    let (mut census_files, mut census_bytes) = (0u64, 0u64);
     for p in paths.iter().rev() {
         std::fs::symlink_metadata(p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
         stack.push(p.clone());
     }
-    'walk: while let Some(p) = stack.pop() {
+    let mut read_seconds = None;
+    while let Some(p) = stack.pop() {
+        if full.is_some_and(|at| at.elapsed().as_secs_f64() > CENSUS_SECONDS) {
+            break;
+        }
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
-            skipped += 1;
+            skipped += u64::from(full.is_none());
             continue;
         };
         if meta.is_dir() {
             let Ok(rd) = std::fs::read_dir(&p) else {
-                skipped += 1;
+                skipped += u64::from(full.is_none());
                 continue;
             };
             let mut names: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
             names.sort();
             stack.extend(names.into_iter().rev());
-            dirs.push(p);
+            if full.is_none() {
+                dirs.push(p);
+            }
         } else if meta.is_file() {
+            if full.is_some() {
+                census_files += 1;
+                census_bytes += meta.len();
+                continue;
+            }
             if total >= limit {
                 truncated = true;
                 stopped.push(p);
-                break 'walk;
+                read_seconds = Some(start.elapsed().as_secs_f64());
+                full = Some(std::time::Instant::now());
+                census_files += 1;
+                census_bytes += meta.len();
+                continue;
             }
             if cold {
                 // A file that cannot be evicted is read all the same.
@@ -122,16 +155,18 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
                         stopped.push(p.clone());
                     }
                     total += data.len() as u64;
+                    census_files += 1;
+                    census_bytes += meta.len().max(data.len() as u64);
                     files.push(data);
                     read_from.push(p);
                 }
                 Err(_) => skipped += 1,
             }
         } else {
-            skipped += 1;
+            skipped += u64::from(full.is_none());
         }
     }
-    let read_seconds = start.elapsed().as_secs_f64();
+    let read_seconds = read_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
     let mut s = Sample::from_buffers("files", files);
     s.paths = read_from;
     s.whole_dirs = whole_dirs(&dirs, &stopped);
@@ -140,6 +175,9 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
     s.info.truncated = truncated;
     s.info.skipped = skipped;
     s.info.read_seconds = Some(read_seconds);
+    s.info.census_files = census_files;
+    s.info.census_bytes = census_bytes;
+    s.info.census_complete = stack.is_empty();
     Ok(s)
 }
 
@@ -411,9 +449,12 @@ mod tests {
         assert_eq!(s.info.bytes, 4000);
         assert_eq!(s.info.skipped, 1);
         assert!(!s.info.truncated);
+        assert_eq!((s.info.census_files, s.info.census_bytes, s.info.census_complete), (2, 4000, true));
         let s = read_sample(&[dir.path().to_path_buf()], 2000, false).unwrap();
         assert_eq!(s.info.bytes, 2000);
         assert!(s.info.truncated);
+        // The files beyond the sample are counted, not read; the link is not a file.
+        assert_eq!((s.info.census_files, s.info.census_bytes, s.info.census_complete), (2, 4000, true));
         assert!(read_sample(&[dir.path().join("absent")], 100, false).is_err());
         // Cold: the same bytes, each file evicted before it was read, and the
         // paths kept for reading again.
@@ -426,5 +467,9 @@ mod tests {
         assert_eq!(buf, vec![2u8; 100]);
         assert_eq!(read_again(&dir.path().join("link"), 100, &mut buf), 0, "a link is not followed");
         evict(&cold.paths[0]).unwrap();
+        std::fs::write(dir.path().join("sub/c"), vec![3u8; 5000]).unwrap();
+        let s = read_sample(&[dir.path().to_path_buf()], 500, false).unwrap();
+        assert_eq!((s.info.files, s.info.bytes, s.info.skipped), (1, 500, 1));
+        assert_eq!((s.info.census_files, s.info.census_bytes), (3, 9000));
     }
 }

@@ -530,7 +530,8 @@ pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> 
         && let Ok(state) = local_state(repo)
     {
         let remembered = state.read_ids(HEADS_FILE)?;
-        let missing = if remembered.is_empty() { Vec::new() } else { History::load(repo)?.missing_heads(&remembered) };
+        let history = if remembered.is_empty() { None } else { Some(History::load(repo)?) };
+        let missing = history.as_ref().map(|h| h.missing_heads(&remembered)).unwrap_or_default();
         if !missing.is_empty() {
             let ids: Vec<String> = missing.iter().map(|id| id.short()).collect();
             return Err(coffer_core::Error::corrupt(
@@ -546,6 +547,17 @@ pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> 
                 ),
             )
             .into());
+        }
+        // The history just loaded holds every snapshot stored, loaded and sorted
+        // as `Repository::snapshots` does: `latest` is its newest that passes the
+        // filter, without listing and reading them again.
+        if let Some(h) = history {
+            return h
+                .snapshots
+                .into_iter()
+                .rev()
+                .find(|(_, s)| filter.matches(s))
+                .ok_or_else(|| coffer_core::Error::SnapshotNotFound(name.to_string()).into());
         }
     }
     Ok(repo.find_snapshot(name, filter)?)

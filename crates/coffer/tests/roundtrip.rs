@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Instant;
 
-use common::{Env, assert_code, assert_same_tree, assert_success, random_bytes, text};
+use common::{Env, assert_code, assert_same_tree, assert_success, data_extents, random_bytes, text};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -485,28 +485,6 @@ fn show_xattrs(x: &Result<BTreeMap<Vec<u8>, Vec<u8>>, String>) -> String {
             format!("{{{}}}", items.join(", "))
         }
     }
-}
-
-/// The data extents of `f` (SEEK_DATA/SEEK_HOLE), or the whole file if the file
-/// system cannot tell.
-fn data_extents(f: &File, size: u64) -> Vec<(u64, u64)> {
-    use rustix::fs::SeekFrom;
-    let mut out = Vec::new();
-    let mut off = 0;
-    while off < size {
-        let start = match rustix::fs::seek(f, SeekFrom::Data(off)) {
-            Ok(s) => s,
-            Err(rustix::io::Errno::NXIO) => break,
-            Err(_) => return vec![(0, size)],
-        };
-        let end = rustix::fs::seek(f, SeekFrom::Hole(start)).unwrap_or(size).min(size);
-        if end <= start {
-            return vec![(0, size)];
-        }
-        out.push((start, end));
-        off = end;
-    }
-    out
 }
 
 /// Compares two files' content. Only the union of both files' data extents is

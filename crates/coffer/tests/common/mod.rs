@@ -168,3 +168,25 @@ pub fn interrupt_once_stored(env: &Env, dir: &str, child: &std::process::Child) 
     let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
 }
+
+/// The data extents of `f` (SEEK_DATA/SEEK_HOLE), or the whole file if the file
+/// system cannot tell.
+pub fn data_extents(f: &std::fs::File, size: u64) -> Vec<(u64, u64)> {
+    use rustix::fs::SeekFrom;
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off < size {
+        let start = match rustix::fs::seek(f, SeekFrom::Data(off)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(_) => return vec![(0, size)],
+        };
+        let end = rustix::fs::seek(f, SeekFrom::Hole(start)).unwrap_or(size).min(size);
+        if end <= start {
+            return vec![(0, size)];
+        }
+        out.push((start, end));
+        off = end;
+    }
+    out
+}

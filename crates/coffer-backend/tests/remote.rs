@@ -95,16 +95,17 @@ fn s3_connections_default_and_configured() {
 
 /// Makes `ssh` (which OpenDAL's sftp service runs) use the test server's
 /// known-hosts file: a wrapper script first in PATH. Set once, before any
-/// thread of this test starts a connection.
-fn sftp_setup() -> Option<(String, String, u16, String, RemoteOptions)> {
+/// thread of this test starts a connection. The wrapper's directory is removed
+/// when the returned guard drops.
+fn sftp_setup() -> Option<(tempfile::TempDir, String, String, u16, String, RemoteOptions)> {
     let host = var("COFFER_TEST_SFTP_HOST")?;
     let port: u16 = var("COFFER_TEST_SFTP_PORT")?.parse().ok()?;
     let user = var("COFFER_TEST_SFTP_USER")?;
     let key = var("COFFER_TEST_SFTP_KEY")?;
     let known = var("COFFER_TEST_SFTP_KNOWN_HOSTS")?;
     let root = var("COFFER_TEST_SFTP_ROOT")?;
-    let dir = std::env::temp_dir().join(unique("coffer-ssh-wrapper"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let guard = tempfile::Builder::new().prefix("coffer-ssh-wrapper").tempdir().unwrap();
+    let dir = guard.path();
     let ssh = dir.join("ssh");
     std::fs::write(
         &ssh,
@@ -119,12 +120,12 @@ fn sftp_setup() -> Option<(String, String, u16, String, RemoteOptions)> {
     let mut opts = RemoteOptions::default();
     opts.vars.insert("COFFER_SFTP_KEY".into(), key);
     opts.connections = Some(4);
-    Some((user, host, port, root, opts))
+    Some((guard, user, host, port, root, opts))
 }
 
 #[test]
 fn sftp_conforms() {
-    let Some((user, host, port, root, opts)) = sftp_setup() else {
+    let Some((_wrapper, user, host, port, root, opts)) = sftp_setup() else {
         eprintln!("skipped: the COFFER_TEST_SFTP_* variables are not set");
         return;
     };

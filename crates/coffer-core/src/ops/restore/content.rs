@@ -1,19 +1,20 @@
-//! Writing the contents of one batch of files, pack by pack.
-//! See docs/design.md#restore.
+//! The contents of the files of a batch: where they come from, and writing
+//! them. See docs/design.md#restore.
 //!
 //! Every chunk reference of the batch's files is planned first and grouped by
-//! the pack that holds the blob; each pack's references are cut into few large
-//! ranges (neighbouring blobs are fetched together, so the storage does not see
-//! individual blob lengths). The ranges are fetched in waves ([`Sizing`]), the
-//! ranges of a wave concurrently; the blobs of the wave are
-//! then decrypted, verified (each once) and written in parallel, with positioned
-//! writes, to every place that needs them, while the next wave is fetched. Two
-//! waves are in memory at a time.
+//! the pack that holds the blob ([`Sources::locate`]); each pack's references are
+//! cut into few large reads (neighbouring blobs are fetched together, so the
+//! storage does not see individual blob lengths), and the reads into waves
+//! ([`Sizing`]). The fetch stage (module `fetch`) has the waves read; the writer
+//! creates the files, then decrypts, verifies (each blob once) and writes the
+//! blobs of each wave in parallel, with positioned writes, to every place that
+//! needs them ([`write_wave`]).
 //! Files are created at their full length first, so the chunks of zeros skipped
 //! in sparse files stay holes.
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
@@ -30,28 +31,33 @@ use crate::repo::{PackInfo, Repository};
 /// Blobs closer than this in a pack are read with one request (the gap is read
 /// and discarded).
 const MAX_GAP: u64 = 1 << 20;
-/// How much one wave fetches, and in how long reads. One wave is written while
-/// the next is fetched, so that the storage's round trips overlap the decryption
-/// and the writes.
+/// How much one wave fetches, in how long reads, and how far the fetch stage
+/// runs ahead of the writer: waves are fetched while earlier ones are written, so
+/// that the storage's round trips overlap the decryption and the writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sizing {
+pub(super) struct Sizing {
     /// The longest single read.
     max_range: u64,
     /// The most bytes one wave fetches (unless a single range is longer).
     wave_bytes: u64,
+    /// The most bytes fetched (or being fetched) and not yet written.
+    pub ahead: u64,
 }
 
 impl Sizing {
     /// For a backend with `connections` requests in flight: on a local disk (a
-    /// few), waves of 8 MiB in reads of up to 8 MiB; on a remote store (many),
-    /// waves of up to 32 MiB in reads of up to 4 MiB, so that a wave is several
-    /// requests at once and one round trip fetches what a batch of files needs.
-    fn for_connections(connections: usize) -> Sizing {
+    /// few), waves of 8 MiB in reads of up to 8 MiB, one wave ahead (more saved
+    /// no time there: docs/performance.md); on a remote store (many), waves of up
+    /// to 32 MiB in reads of up to 4 MiB, so that a wave is several requests at
+    /// once, and two waves ahead, so that the reads of many small batches are in
+    /// flight together.
+    pub fn for_connections(connections: usize) -> Sizing {
         const MIB: u64 = 1 << 20;
         if connections < 8 {
-            return Sizing { max_range: 8 * MIB, wave_bytes: 8 * MIB };
+            return Sizing { max_range: 8 * MIB, wave_bytes: 8 * MIB, ahead: 8 * MIB };
         }
-        Sizing { max_range: 4 * MIB, wave_bytes: (connections as u64 * MIB).min(32 * MIB) }
+        let wave_bytes = (connections as u64 * MIB).min(32 * MIB);
+        Sizing { max_range: 4 * MIB, wave_bytes, ahead: 2 * wave_bytes }
     }
 }
 
@@ -63,13 +69,14 @@ struct Target {
     offset: u64,
 }
 
-/// One read: `targets`, sorted by their place in the pack, lie in
-/// `start..end` of `pack`.
-struct Range<'a> {
-    pack: &'a PackInfo,
+/// One read: the targets `targets` of pack `pack` (indices in
+/// [`Sources::packs`]), sorted by their place in the pack, lie in `start..end`
+/// of that pack.
+struct Span {
+    pack: usize,
     start: u64,
     end: u64,
-    targets: &'a [Target],
+    targets: Range<usize>,
 }
 
 /// The first error of each file of the batch.
@@ -106,14 +113,14 @@ impl Errors {
         }
     }
 
-    /// Per file: its length and identity, or why it failed.
-    fn into_results(self, sizes: Vec<u64>, created: Vec<Option<(u64, u64)>>) -> Vec<Written> {
+    /// Per file: its length and identity, or why it failed. Takes the errors out.
+    fn results(&self, sizes: &[u64], created: Vec<Option<(u64, u64)>>) -> Vec<Written> {
         self.0
-            .into_iter()
+            .iter()
             .zip(sizes)
             .zip(created)
-            .map(|((e, size), created)| Written {
-                result: e.into_inner().expect("poisoned").map_or(Ok(size), Err),
+            .map(|((e, &size), created)| Written {
+                result: e.lock().expect("poisoned").take().map_or(Ok(size), Err),
                 created,
             })
             .collect()
@@ -128,67 +135,135 @@ pub(super) struct Written {
     pub created: Option<(u64, u64)>,
 }
 
-/// Writes the contents of `files`; returns, per file, its length or why it failed.
-pub(super) fn write_contents(
-    repo: &Repository,
-    files: &[FileJob],
-    overwrite: bool,
-    progress: &dyn Progress,
-) -> Vec<Written> {
-    let errors = Errors::new(files.len());
-    let (sizes, packs) = locate_chunks(repo, files, &errors);
-    let created = create_files(files, &sizes, overwrite, &errors);
-    let sizing = Sizing::for_connections(repo.backend().connections());
-    let ranges: Vec<Range> =
-        packs.iter().flat_map(|(pack, targets)| split_ranges(pack, targets, sizing.max_range)).collect();
-    let errors_ref = &errors;
-    std::thread::scope(|s| {
-        let mut waves = waves(&ranges, sizing.wave_bytes);
-        let mut next = waves.next().map(|w| fetch_wave(repo, w, errors_ref));
-        while let Some(fetched) = next.take() {
-            let ahead = waves.next().map(|w| s.spawn(move || fetch_wave(repo, w, errors_ref)));
-            write_wave(repo, files, &created, &fetched, errors_ref, progress);
-            drop(fetched);
-            next = ahead.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-    });
-    errors.into_results(sizes, created)
+/// Where the contents of one batch's files come from, and which files failed:
+/// shared by the fetch stage and the write stage.
+pub(super) struct Sources {
+    /// Per file: its length.
+    sizes: Vec<u64>,
+    /// Per pack the batch reads from: the places its blobs go, sorted by their
+    /// place in the pack.
+    packs: Vec<(PackInfo, Vec<Target>)>,
+    /// The reads, pack by pack.
+    spans: Vec<Span>,
+    /// The first error of each file.
+    errors: Errors,
 }
 
-/// Where every chunk of every file comes from, grouped by pack and sorted by
-/// place in the pack; and the length of every file.
-fn locate_chunks(repo: &Repository, files: &[FileJob], errors: &Errors) -> (Vec<u64>, Vec<(PackInfo, Vec<Target>)>) {
-    let mut sizes = vec![0u64; files.len()];
-    let mut by_pack: HashMap<u32, (PackInfo, Vec<Target>)> = HashMap::new();
-    let idx = repo.index();
-    for (i, FileJob { node, .. }) in files.iter().enumerate() {
-        let mut offset = 0;
-        for id in &node.content {
-            match idx.get(id) {
-                Some((e, p)) if e.entry.blob_type == BlobType::Data => {
-                    let target = Target { entry: e.entry, file: i, offset };
-                    by_pack.entry(e.pack).or_insert_with(|| (p.clone(), Vec::new())).1.push(target);
-                    offset += e.entry.raw_length as u64;
-                }
-                _ => {
-                    errors.fail(i, Error::corrupt(format!("data blob {}", id.short()), "not in any index"));
-                    break;
+impl Sources {
+    /// Where every chunk of every file comes from, grouped by pack and sorted by
+    /// place in the pack, cut into reads as `sizing` says; and the length of every
+    /// file. A chunk no index knows fails its file.
+    pub fn locate(repo: &Repository, files: &[FileJob], sizing: Sizing) -> Sources {
+        let errors = Errors::new(files.len());
+        let mut sizes = vec![0u64; files.len()];
+        let mut by_pack: HashMap<u32, (PackInfo, Vec<Target>)> = HashMap::new();
+        let idx = repo.index();
+        for (i, FileJob { node, .. }) in files.iter().enumerate() {
+            let mut offset = 0;
+            for id in &node.content {
+                match idx.get(id) {
+                    Some((e, p)) if e.entry.blob_type == BlobType::Data => {
+                        let target = Target { entry: e.entry, file: i, offset };
+                        by_pack.entry(e.pack).or_insert_with(|| (p.clone(), Vec::new())).1.push(target);
+                        offset += e.entry.raw_length as u64;
+                    }
+                    _ => {
+                        errors.fail(i, Error::corrupt(format!("data blob {}", id.short()), "not in any index"));
+                        break;
+                    }
                 }
             }
+            sizes[i] = offset;
         }
-        sizes[i] = offset;
+        let mut packs: Vec<(PackInfo, Vec<Target>)> = by_pack.into_values().collect();
+        packs.sort_by_key(|(pack, _)| pack.id);
+        for (_, targets) in &mut packs {
+            targets.sort_by_key(|t| (t.entry.offset, t.file, t.offset));
+        }
+        let spans = (packs.iter().enumerate())
+            .flat_map(|(i, (_, targets))| split_ranges(i, targets, sizing.max_range))
+            .collect();
+        Sources { sizes, packs, spans, errors }
     }
-    let mut packs: Vec<(PackInfo, Vec<Target>)> = by_pack.into_values().collect();
-    packs.sort_by_key(|(pack, _)| pack.id);
-    for (_, targets) in &mut packs {
-        targets.sort_by_key(|t| (t.entry.offset, t.file, t.offset));
+
+    fn pack(&self, s: &Span) -> &PackInfo {
+        &self.packs[s.pack].0
     }
-    (sizes, packs)
+
+    fn targets(&self, s: &Span) -> &[Target] {
+        &self.packs[s.pack].1[s.targets.clone()]
+    }
+
+    /// The reads in waves: consecutive runs of reads (their places in
+    /// [`Sources::spans`]) of at most `sizing`'s wave bytes together (or a
+    /// single longer read).
+    pub fn waves(&self, sizing: Sizing) -> impl Iterator<Item = Vec<usize>> + '_ {
+        let mut next = 0;
+        std::iter::from_fn(move || {
+            if next == self.spans.len() {
+                return None;
+            }
+            let mut bytes = 0;
+            let n = self.spans[next..]
+                .iter()
+                .take_while(|s| {
+                    bytes += s.end - s.start;
+                    bytes <= sizing.wave_bytes
+                })
+                .count()
+                .max(1);
+            let wave = (next..next + n).collect();
+            next += n;
+            Some(wave)
+        })
+    }
+
+    /// The bytes the reads `wave` fetch.
+    pub fn bytes(&self, wave: &[usize]) -> u64 {
+        wave.iter().map(|&i| self.spans[i].end - self.spans[i].start).sum()
+    }
+
+    /// Reads span `i`, unless every file it serves has already failed. A storage
+    /// error fails its files; a missing or short pack leaves its blobs to other
+    /// copies (see [`Wave`]).
+    pub fn fetch(&self, repo: &Repository, i: usize) -> Option<Bytes> {
+        let s = &self.spans[i];
+        let targets = self.targets(s);
+        if targets.iter().all(|t| self.errors.failed(t.file)) {
+            return None;
+        }
+        let pack = self.pack(s);
+        match repo.read_pack_range(pack, s.start, s.end - s.start) {
+            Ok(bytes) => Some(Ok(bytes)),
+            Err(Error::Corrupt { object, detail }) => Some(Err((object, detail))),
+            Err(e) => {
+                self.errors.fail_all(targets, pack, &e);
+                None
+            }
+        }
+    }
+
+    /// Per file: its length, or why it failed (taking the errors out), and
+    /// the identity of the file created.
+    pub fn results(&self, created: Vec<Option<(u64, u64)>>) -> Vec<Written> {
+        self.errors.results(&self.sizes, created)
+    }
 }
 
-/// Creates every file at its full length (with `O_EXCL`, in its directory's
-/// handle); returns the device and inode of each file created.
-fn create_files(files: &[FileJob], sizes: &[u64], overwrite: bool, errors: &Errors) -> Vec<Option<(u64, u64)>> {
+/// A fetched wave: per read (its place in [`Sources::spans`]) its bytes, or,
+/// when this copy is missing or damaged, what is wrong with it (as the object
+/// and detail of an [`Error::Corrupt`]): its blobs are then read from other
+/// copies. Reads whose files had all failed, or that met a storage error, are
+/// left out (the error is recorded for their files).
+pub(super) type Wave = Vec<(usize, Bytes)>;
+
+/// The bytes of one read, or what is wrong with that copy.
+pub(super) type Bytes = std::result::Result<Vec<u8>, (String, String)>;
+
+/// Creates every file at its full length, as `sources` says (with `O_EXCL`, in
+/// its directory's handle); returns the device and inode of each file created.
+pub(super) fn create_files(files: &[FileJob], sources: &Sources, overwrite: bool) -> Vec<Option<(u64, u64)>> {
+    let (sizes, errors) = (&sources.sizes, &sources.errors);
     files
         .par_iter()
         .enumerate()
@@ -218,10 +293,10 @@ fn create_files(files: &[FileJob], sizes: &[u64], overwrite: bool, errors: &Erro
         .collect()
 }
 
-/// Cuts a pack's sorted targets into ranges: blobs less than [`MAX_GAP`] apart
-/// share a range, up to `max_range` bytes.
-fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target], max_range: u64) -> Vec<Range<'a>> {
-    let mut ranges = Vec::new();
+/// Cuts the sorted targets of pack `pack` into reads: blobs less than
+/// [`MAX_GAP`] apart share a read, up to `max_range` bytes.
+fn split_ranges(pack: usize, targets: &[Target], max_range: u64) -> Vec<Span> {
+    let mut spans = Vec::new();
     let mut start = 0;
     while start < targets.len() {
         let first = targets[start].entry.offset;
@@ -236,115 +311,61 @@ fn split_ranges<'a>(pack: &'a PackInfo, targets: &'a [Target], max_range: u64) -
             end = end.max(e_end);
             stop += 1;
         }
-        ranges.push(Range { pack, start: first, end, targets: &targets[start..stop] });
+        spans.push(Span { pack, start: first, end, targets: start..stop });
         start = stop;
     }
-    ranges
-}
-
-/// Consecutive runs of ranges of at most `wave_bytes` together (or a single
-/// longer range).
-fn waves<'r, 'a>(ranges: &'r [Range<'a>], wave_bytes: u64) -> impl Iterator<Item = &'r [Range<'a>]> {
-    let mut rest = ranges;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut bytes = 0;
-        let n = rest
-            .iter()
-            .take_while(|r| {
-                bytes += r.end - r.start;
-                bytes <= wave_bytes
-            })
-            .count()
-            .max(1);
-        let (wave, tail) = rest.split_at(n);
-        rest = tail;
-        Some(wave)
-    })
-}
-
-/// A range and its bytes, or, when this copy is missing or damaged, what is
-/// wrong with it (as the object and detail of an [`Error::Corrupt`]): its blobs
-/// are then read from other copies.
-type Fetched<'r, 'a> = (&'r Range<'a>, std::result::Result<Vec<u8>, (String, String)>);
-
-/// Fetches the ranges of a wave concurrently, as many at once as the backend
-/// wants in flight (not one per core: a remote store needs many requests
-/// waiting at once).
-fn fetch_wave<'r, 'a>(repo: &Repository, wave: &'r [Range<'a>], errors: &Errors) -> Vec<Fetched<'r, 'a>> {
-    let positions: Vec<usize> = (0..wave.len()).collect();
-    repo.fetch_many(&positions, |&i| fetch(repo, &wave[i], errors).map(|bytes| (i, bytes)))
-        .into_iter()
-        .flatten()
-        .map(|(i, bytes)| (&wave[i], bytes))
-        .collect()
+    spans
 }
 
 /// Writes the blobs of a fetched wave in parallel.
-fn write_wave(
+pub(super) fn write_wave(
     repo: &Repository,
     files: &[FileJob],
+    sources: &Sources,
     created: &[Option<(u64, u64)>],
-    fetched: &[Fetched],
-    errors: &Errors,
+    wave: &Wave,
     progress: &dyn Progress,
 ) {
-    type Bytes = std::result::Result<Vec<u8>, (String, String)>;
-    let blobs: Vec<(&Range, &Bytes, &[Target])> = fetched
+    let blobs: Vec<(&Span, &Bytes, &[Target])> = wave
         .iter()
-        .flat_map(|(r, bytes)| {
-            r.targets.chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (*r, bytes, blob))
+        .flat_map(|(i, bytes)| {
+            let s = &sources.spans[*i];
+            sources.targets(s).chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (s, bytes, blob))
         })
         .collect();
-    blobs.par_iter().for_each(|(r, bytes, blob)| write_blob(repo, files, created, r, bytes, blob, errors, progress));
+    blobs.par_iter().for_each(|(s, bytes, blob)| write_blob(repo, files, sources, created, s, bytes, blob, progress));
 }
 
-/// Reads a range, unless every file it serves has already failed. A storage
-/// error fails its files; a missing or short pack leaves its blobs to other copies.
-fn fetch(repo: &Repository, r: &Range, errors: &Errors) -> Option<std::result::Result<Vec<u8>, (String, String)>> {
-    if r.targets.iter().all(|t| errors.failed(t.file)) {
-        return None;
-    }
-    match repo.read_pack_range(r.pack, r.start, r.end - r.start) {
-        Ok(bytes) => Some(Ok(bytes)),
-        Err(Error::Corrupt { object, detail }) => Some(Err((object, detail))),
-        Err(e) => {
-            errors.fail_all(r.targets, r.pack, &e);
-            None
-        }
-    }
-}
-
-/// Decrypts and verifies one blob read as part of `r` (`bytes`), and writes it
+/// Decrypts and verifies one blob read as part of `s` (`bytes`), and writes it
 /// to every target in `blob` (all of which name that blob). A blob whose copy in
-/// `r`'s pack is missing or does not verify is read from another copy the index
+/// `s`'s pack is missing or does not verify is read from another copy the index
 /// knows ([`Repository::load_other_copy`]) before its files fail.
 #[allow(clippy::too_many_arguments)]
 fn write_blob(
     repo: &Repository,
     files: &[FileJob],
+    sources: &Sources,
     created: &[Option<(u64, u64)>],
-    r: &Range,
-    bytes: &std::result::Result<Vec<u8>, (String, String)>,
+    s: &Span,
+    bytes: &Bytes,
     blob: &[Target],
-    errors: &Errors,
     progress: &dyn Progress,
 ) {
+    let errors = &sources.errors;
     if blob.iter().all(|t| errors.failed(t.file)) {
         return;
     }
+    let pack = sources.pack(s);
     let e = &blob[0].entry;
-    let at = (e.offset - r.start) as usize;
+    let at = (e.offset - s.start) as usize;
     let decoded = match bytes {
-        Ok(bytes) => repo.decode_blob(r.pack, e, &bytes[at..at + e.length as usize]),
+        Ok(bytes) => repo.decode_blob(pack, e, &bytes[at..at + e.length as usize]),
         Err((object, detail)) => Err(Error::corrupt(object.clone(), detail.clone())),
     };
     // A bad copy gives way to another copy the index knows.
-    let data = match decoded.or_else(|err| repo.load_other_copy(BlobType::Data, &e.id, &r.pack.id, err)) {
+    let data = match decoded.or_else(|err| repo.load_other_copy(BlobType::Data, &e.id, &pack.id, err)) {
         Ok(d) => d,
-        Err(err) => return errors.fail_all(blob, r.pack, &err),
+        Err(err) => return errors.fail_all(blob, pack, &err),
     };
     let zeros = data.iter().all(|&b| b == 0);
     for t in blob {
@@ -378,8 +399,10 @@ mod tests {
     fn remote_waves_are_several_reads_and_local_ones_stay_small() {
         let local = Sizing::for_connections(2);
         assert_eq!((local.max_range, local.wave_bytes), (8 << 20, 8 << 20));
+        assert_eq!(local.ahead, 8 << 20, "one wave ahead");
         let s3 = Sizing::for_connections(32);
         assert_eq!((s3.max_range, s3.wave_bytes), (4 << 20, 32 << 20), "eight reads at once");
+        assert_eq!(s3.ahead, 64 << 20, "two waves ahead");
         assert_eq!(Sizing::for_connections(8).wave_bytes, 8 << 20);
         assert_eq!(Sizing::for_connections(1000).wave_bytes, 32 << 20, "bounded");
     }

@@ -4,8 +4,9 @@
 //! The trees are walked once, in order, to create directories, symlinks and
 //! special files and to plan the regular files, a bounded batch at a time
 //! ([`BatchLimits`]): while the walk plans the next batch, the contents of the
-//! previous one are written in parallel, each blob verified against its id before
-//! it is written ([`content`]). Hard links are linked to the first restored path
+//! batches before it are fetched (module `fetch`, running ahead as far as a
+//! budget of bytes and directory handles allows) and written in parallel, each
+//! blob verified against its id before it is written ([`content`]). Hard links are linked to the first restored path
 //! of their inode once that file is written; a directory's metadata is applied in
 //! the batch that completes it, after everything below it is written, so that
 //! writing into it does not change its mtime afterwards. A file whose content
@@ -32,6 +33,7 @@ use std::sync::Arc;
 use ignore::gitignore::Gitignore;
 
 mod content;
+mod fetch;
 mod handles;
 mod plan;
 #[cfg(test)]
@@ -267,21 +269,31 @@ fn restore_observed(
     let root: handles::Handle = Arc::new(handles::open_target(&opts.target).map_err(|e| Error::io(&opts.target, e))?);
     let policy = RestorePolicy::new(crate::fs::meta::is_root(), opts.privileged);
     let mut writer = write::Writer::new(repo, progress, policy, opts.overwrite.allows_existing(), root.clone());
+    let sizing = content::Sizing::for_connections(repo.backend().connections());
+    let budget = fetch::Budget::new(fetch::Ahead::limit(sizing));
     std::thread::scope(|s| {
-        // A rendezvous channel: the walk plans the next batch while the writer
-        // writes this one, and no further.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<plan::Batch>(0);
-        let handle = s.spawn(move || {
-            for batch in rx {
-                observe(&batch);
-                writer.write(batch);
+        // Three stages, each on its own thread: the walk plans batches, the fetch
+        // stage locates their contents and has them fetched, the writer writes
+        // them. The walk meets the fetch stage at a rendezvous; the fetch stage
+        // runs ahead of the writer as far as `budget` allows.
+        let (tx, batches) = std::sync::mpsc::sync_channel::<plan::Batch>(0);
+        let (to_writer, fetched) = std::sync::mpsc::channel();
+        let budget = &budget;
+        let fetcher = s.spawn(move || fetch::run(repo, batches, to_writer, budget, sizing, observe));
+        let writing = s.spawn(move || {
+            // However the writer ends, the fetch stage must not wait for it.
+            let _closing = fetch::Closing(budget);
+            for f in fetched {
+                writer.write(f, budget);
             }
             writer.into_summary()
         });
         let mut planner = plan::Planner::new(repo, &select, opts, policy, progress, tx);
         let planned = planner.run(located, &snap_root, &opts.target, root);
         drop(planner);
-        let written = handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let fetched = fetcher.join();
+        let written = writing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        fetched.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         planned.map(|mut summary| {
             summary.absorb(written);
             summary

@@ -31,7 +31,9 @@ use crate::repo::{Repository, TreeNodes};
 
 /// The most distinct directory handles one batch holds; the batch is handed
 /// over when it reaches this many, so that the handles open at any time stay
-/// bounded (two batches, the walk's stack, and the files being written).
+/// bounded: the batch being planned, those between the walk and the writer (as
+/// many as the fetch stage's budget of handles allows), the walk's stack, and
+/// the files being written.
 const MAX_BATCH_HANDLES: usize = 256;
 
 /// The spacing of the directory handles the walk keeps; see [`keep`].
@@ -107,6 +109,12 @@ impl Batch {
 
     fn is_empty(&self) -> bool {
         self.entries() == 0
+    }
+
+    /// The distinct directory handles the batch holds (about: counted where
+    /// they change from one entry to the next).
+    pub fn handles(&self) -> usize {
+        self.handles
     }
 
     fn is_full(&self, limits: &BatchLimits) -> bool {

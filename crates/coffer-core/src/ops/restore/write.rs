@@ -1,5 +1,6 @@
-//! Executing one batch of a restore: file contents and their metadata, then hard
-//! links, then the metadata of the directories the batch completes. Every step
+//! Executing one batch of a restore: file contents (as the fetch stage hands
+//! over their waves) and their metadata, then hard links, then the metadata of the
+//! directories the batch completes. Every step
 //! goes through the handle of the entry's directory, or of the entry itself.
 //! See docs/design.md#restore.
 
@@ -7,13 +8,15 @@ use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 
 use rayon::prelude::*;
 
 use super::RestoreSummary;
-use super::content;
+use super::content::{self, Sources};
+use super::fetch::{Ahead, Budget, Fetching, PendingWave};
 use super::handles::{self, Handle};
-use super::plan::{Batch, DirJob, FileJob, Link};
+use super::plan::{DirJob, FileJob, Link};
 use crate::error::Error;
 use crate::fs::meta::{self, RestorePolicy, Withheld};
 use crate::progress::Progress;
@@ -52,11 +55,17 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// Restores everything `batch` holds.
-    pub fn write(&mut self, batch: Batch) {
-        self.write_files(&batch.files);
+    /// Restores everything the batch holds, its files' contents as their waves
+    /// arrive; gives back to `budget` each wave once written, and the batch's
+    /// handles once done.
+    pub fn write(&mut self, fetching: Fetching, budget: &Budget) {
+        let Fetching { batch, sources, waves } = fetching;
+        let held = Ahead { handles: batch.handles(), batches: 1, bytes: 0 };
+        self.write_files(&batch.files, &sources, waves, budget);
         self.make_links(batch.links);
         self.finish_dirs(batch.dirs);
+        drop(batch.files);
+        budget.give_back(held);
     }
 
     /// What the batches written so far restored.
@@ -65,11 +74,17 @@ impl<'a> Writer<'a> {
     }
 
     /// Writes the files' contents, then their metadata; removes those that failed.
-    fn write_files(&mut self, files: &[FileJob]) {
+    fn write_files(&mut self, files: &[FileJob], sources: &Sources, waves: Receiver<PendingWave>, budget: &Budget) {
         if files.is_empty() {
             return;
         }
-        let results = content::write_contents(self.repo, files, self.overwrite, self.progress);
+        let created = content::create_files(files, sources, self.overwrite);
+        for pending in waves {
+            let (wave, held) = pending.wait();
+            content::write_wave(self.repo, files, sources, &created, &wave, self.progress);
+            budget.give_back(held);
+        }
+        let results = sources.results(created);
         let (progress, policy) = (self.progress, &self.policy);
         let warnings = AtomicU64::new(0);
         let bytes = AtomicU64::new(0);

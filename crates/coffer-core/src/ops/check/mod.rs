@@ -262,9 +262,20 @@ pub struct PackVerdict {
     pub storage: Option<BackendError>,
 }
 
-/// Packs read ahead of the one being verified, so that reading overlaps verifying.
-/// The reader holds the last one until the verifier takes it.
-const PACKS_AHEAD: usize = 1;
+/// The pack bytes `--read-data` may have read ahead of the verifier over a
+/// remote store: each reader holds the pack it read until the verifier takes it.
+const REMOTE_READ_AHEAD: u64 = 32 << 20;
+
+/// How many packs are read at once while one is verified: one on a local disk
+/// (reading overlaps verifying; the disk gains nothing from more), and on a
+/// remote store as many as [`REMOTE_READ_AHEAD`] holds (at least one, at most the
+/// backend's connections), so that the round trips of consecutive packs overlap.
+fn pack_readers(connections: usize, pack_size: u64) -> usize {
+    if connections < 8 {
+        return 1;
+    }
+    ((REMOTE_READ_AHEAD / pack_size.max(1)) as usize).clamp(1, connections)
+}
 
 /// Verifies one pack completely. `indexed` lists the blobs the index serves from
 /// it; each is judged as a restore would read it, so that even a pack whose hash,
@@ -404,9 +415,10 @@ fn open_pack(repo: &Repository, bytes: &[u8]) -> std::result::Result<OpenedPack,
     Ok((trailer, key, entries))
 }
 
-/// Reads and verifies `packs` (id, size); returns the packs found intact. One
-/// thread reads the packs in order, at most [`PACKS_AHEAD`] ahead, while each
-/// read pack is verified using every core.
+/// Reads and verifies `packs` (id, size); returns the packs found intact.
+/// [`pack_readers`] threads read the packs in order, each holding the pack it
+/// read until the verifier takes it, while each read pack is verified using
+/// every core.
 fn read_data(
     repo: &Repository,
     packs: &[(Id, u64)],
@@ -421,30 +433,39 @@ fn read_data(
         }
     }
     progress.set_total(packs.iter().map(|(_, s)| s).sum(), packs.len() as u64);
-    let verdicts: Vec<(Id, PackVerdict)> = std::thread::scope(|s| {
-        let (tx, rx) = crossbeam_channel::bounded(PACKS_AHEAD - 1);
-        s.spawn(move || {
-            for (id, _) in packs {
-                if tx.send(read_pack(repo, id)).is_err() {
-                    break;
+    let readers = pack_readers(repo.backend().connections(), u64::from(repo.config().pack_size));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut verdicts: Vec<(usize, Id, PackVerdict)> = std::thread::scope(|s| {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        for _ in 0..readers {
+            let (tx, next) = (tx.clone(), &next);
+            s.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((id, _)) = packs.get(i) else { break };
+                    if tx.send((i, read_pack(repo, id))).is_err() {
+                        break;
+                    }
                 }
-            }
-        });
-        packs
-            .iter()
-            .zip(rx)
-            .map(|((id, size), read)| {
+            });
+        }
+        drop(tx);
+        rx.iter()
+            .map(|(i, read)| {
+                let (id, size) = &packs[i];
                 let v = verify_read_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]), read);
                 progress.add_bytes(*size);
-                (*id, v)
+                (i, *id, v)
             })
             .collect()
     });
+    // In the order of `packs`, whichever reader finished first.
+    verdicts.sort_by_key(|(i, ..)| *i);
     r.packs_read = packs.len() as u64;
     r.packs_read_ids = packs.iter().map(|(id, _)| *id).collect();
     let mut good = HashSet::new();
     let mut problems = Vec::new();
-    for (id, v) in verdicts {
+    for (_, id, v) in verdicts {
         if let Some(e) = v.storage {
             return Err(e.into());
         }
@@ -534,6 +555,14 @@ mod tests {
         fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
             self.0.delete(name)
         }
+    }
+
+    #[test]
+    fn packs_are_read_one_at_a_time_locally_and_several_over_a_remote_store() {
+        assert_eq!(pack_readers(2, 16 << 20), 1, "a local disk");
+        assert_eq!(pack_readers(32, 16 << 20), 2, "32 MiB ahead");
+        assert_eq!(pack_readers(32, 1 << 20), 32, "at most the connections");
+        assert_eq!(pack_readers(8, 64 << 20), 1, "at least one");
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! reads of many small batches are in flight together, so that a restore over a
 //! remote store costs about as many round trips as its bytes need, not one per
 //! batch. What it holds ahead of the writer is bounded by a [`Budget`]: bytes
-//! fetched or being fetched and not yet written, and the directory handles of the
-//! batches not yet written. See docs/design.md#restore.
+//! fetched or being fetched and not yet written, and the batches handed over and
+//! not yet written, and their directory handles. See docs/design.md#restore.
 
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};

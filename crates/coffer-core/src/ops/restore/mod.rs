@@ -5,8 +5,9 @@
 //! special files and to plan the regular files, a bounded batch at a time
 //! ([`BatchLimits`]): while the walk plans the next batch, the contents of the
 //! batches before it are fetched (module `fetch`, running ahead as far as a
-//! budget of bytes and directory handles allows) and written in parallel, each
-//! blob verified against its id before it is written ([`content`]). Hard links are linked to the first restored path
+//! budget of bytes, batches and directory handles allows) and written in
+//! parallel, each blob verified against its id before it is written
+//! ([`content`]). Hard links are linked to the first restored path
 //! of their inode once that file is written; a directory's metadata is applied in
 //! the batch that completes it, after everything below it is written, so that
 //! writing into it does not change its mtime afterwards. A file whose content

@@ -1,7 +1,7 @@
 //! Executing one batch of a restore: file contents (as the fetch stage hands
-//! over their waves) and their metadata, then hard links, then the metadata of the
-//! directories the batch completes. Every step
-//! goes through the handle of the entry's directory, or of the entry itself.
+//! over their waves) and their metadata, then hard links, then the metadata of
+//! the directories the batch completes. Every step goes through the handle of
+//! the entry's directory, or of the entry itself.
 //! See docs/design.md#restore.
 
 use std::collections::HashSet;

@@ -1,6 +1,7 @@
 //! Round trips to a slow storage (docs/design.md#round-trips): an open is two
-//! rounds, and an unchanged backup against a warm cache sends a bounded number of
-//! requests in a bounded number of rounds, and reads no pack.
+//! rounds, an unchanged backup against a warm cache sends a bounded number of
+//! requests in a bounded number of rounds, and reads no pack, and a restore of
+//! many batches has their reads in flight together.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -163,4 +164,50 @@ fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
     assert!(c.list <= 8, "{c:?}");
     assert!(requests(&c) <= 12, "{c:?}");
     assert!(c.rounds <= 5, "marker; listings; listings before the commit; snapshot; marker removed: {c:?}");
+}
+
+#[test]
+fn a_restore_of_many_batches_has_their_reads_in_flight_together() {
+    let slow = new_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    source(&src);
+    let key = SigningKey::generate();
+    let (be, _) = stack(&slow, None);
+    let repo = Repository::open(be, PASSPHRASE).unwrap();
+    repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+    let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
+    let snapshot = backup(&repo, &opts, &key, &NoProgress).unwrap().snapshot;
+
+    let (be, counts) = stack(&slow, None);
+    let repo = Repository::open(be, PASSPHRASE).unwrap();
+    repo.load_index().unwrap();
+    // One entry a batch: the twelve files are twelve batches, each with reads.
+    let target = dir.path().join("out");
+    let opts = crate::ops::restore::RestoreOptions {
+        target: target.clone(),
+        subpath: Some(src.clone()),
+        batch: crate::ops::restore::BatchLimits { entries: 1, chunks: 1 },
+        ..Default::default()
+    };
+    slow.reads.lock().unwrap().clear();
+    let before = counts.get();
+    let summary = crate::ops::restore::restore(&repo, &snapshot, &opts, &NoProgress).unwrap();
+    let c = counts.get();
+    assert!(summary.failures.is_empty(), "{:?}", summary.failures);
+    assert_eq!(summary.files, 12);
+    for d in 0..4 {
+        for f in 0..3 {
+            let name = format!("d{d}/f{f}");
+            assert!(std::fs::read(src.join(&name)).unwrap() == std::fs::read(target.join(&name)).unwrap(), "{name}");
+        }
+    }
+    let reads = std::mem::take(&mut *slow.reads.lock().unwrap());
+    let pack_reads = reads.iter().filter(|n| n.starts_with("data/")).count();
+    // Batches read one after the other took a round each: twelve for the files,
+    // besides the trees' (the walk loads the root and each directory). The fetch
+    // stage keeps up to eight batches' reads in flight at once (9 rounds here).
+    let rounds = c.rounds - before.rounds;
+    assert!(pack_reads >= 12, "one read per file at least: {reads:?}");
+    assert!(rounds < 12, "{rounds} rounds for {pack_reads} reads: {reads:?}");
 }

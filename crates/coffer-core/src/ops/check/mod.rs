@@ -159,6 +159,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
     r.errors.extend(repo.take_bad_copies());
     if let (Some(plan), Some((d, good))) = (plan, data) {
         r.errors.extend(d.errors);
+        r.warnings.extend(d.warnings);
         r.damaged_blobs.extend(d.damaged_blobs);
         (r.packs_read, r.packs_read_ids) = (d.packs_read, d.packs_read_ids);
         r.new_round = plan.new_round;
@@ -472,6 +473,14 @@ fn read_data(
         if v.problems.is_empty() && v.damaged.is_empty() {
             good.insert(id);
         }
+        if !by_pack.contains_key(&id) {
+            // A pack no index lists (an interrupted upload may leave one cut
+            // short): no snapshot uses its data, so what is wrong with it is no
+            // damage to the repository.
+            let why = "in a pack no index lists, left by an interrupted backup: no snapshot uses its data";
+            r.warnings.extend(v.problems.into_iter().map(|p| format!("{p} ({why})")));
+            continue;
+        }
         problems.extend(v.problems);
         // A blob with a good copy elsewhere is not lost: its bad copy is among the
         // pack's problems.
@@ -563,6 +572,29 @@ mod tests {
         assert_eq!(pack_readers(32, 16 << 20), 2, "32 MiB ahead");
         assert_eq!(pack_readers(32, 1 << 20), 32, "at most the connections");
         assert_eq!(pack_readers(8, 64 << 20), 1, "at least one");
+    }
+
+    #[test]
+    fn a_pack_no_index_lists_cut_short_is_a_warning_not_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (be, _, _, _) = backed_up(dir.path());
+        // What a killed upload can leave on a store that shows objects being written.
+        let id = Id::hash_of(b"a whole pack");
+        be.write(&ObjectKind::Pack.path(&id), b"the first bytes of a pa".to_vec()).unwrap();
+        let r = run(&be, true);
+        assert!(r.is_ok(), "{:?}", r.errors);
+        let about: Vec<&String> = r.warnings.iter().filter(|w| w.contains(&id.short())).collect();
+        assert!(about.iter().any(|w| w.contains("not in any index")), "{:?}", r.warnings);
+        assert!(
+            about.iter().any(|w| w.contains("does not match its name") && w.contains("no snapshot uses")),
+            "{about:?}"
+        );
+        assert!(!r.packs_read_ids.is_empty());
+        // An indexed pack cut short stays damage.
+        let indexed = be.list("data/").unwrap().into_iter().find(|o| !o.name.ends_with(&id.to_hex())).unwrap();
+        let bytes = be.read(&indexed.name).unwrap();
+        be.write(&indexed.name, bytes[..bytes.len() / 2].to_vec()).unwrap();
+        assert!(!run(&be, true).is_ok());
     }
 
     #[test]

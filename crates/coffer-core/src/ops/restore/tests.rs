@@ -263,45 +263,19 @@ fn tiny_batches_restore_exactly_what_one_batch_does() {
     }
 }
 
-/// A local repository that says it wants many requests in flight, as a remote
-/// store does: a restore through it takes the remote sizing (waves of several
-/// reads, two waves ahead, the reads of many batches in flight at once).
-struct ManyConnections(OpendalBackend);
-
-impl Backend for ManyConnections {
-    fn location(&self) -> String {
-        self.0.location()
-    }
-    fn connections(&self) -> usize {
-        32
-    }
-    fn read_max(&self, name: &str, max: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-        self.0.read_max(name, max)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-        self.0.read_range(name, offset, len)
-    }
-    fn write(&self, name: &str, data: Vec<u8>) -> coffer_backend::BackendResult<()> {
-        self.0.write(name, data)
-    }
-    fn stat(&self, name: &str) -> coffer_backend::BackendResult<u64> {
-        self.0.stat(name)
-    }
-    fn list(&self, prefix: &str) -> coffer_backend::BackendResult<Vec<coffer_backend::ObjectInfo>> {
-        self.0.list(prefix)
-    }
-    fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
-        self.0.delete(name)
-    }
-}
-
 #[test]
 fn tiny_batches_fetched_ahead_as_over_a_remote_store_restore_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     build_source(&src);
     backed_up(dir.path(), &src);
-    let be = ManyConnections(OpendalBackend::local(&dir.path().join("repo")).unwrap());
+    // The local repository through a backend that wants as many requests in
+    // flight as a remote store: the restore takes the remote sizing (waves of
+    // several reads, two waves ahead, many batches' reads in flight at once).
+    let root = dir.path().join("repo");
+    let op = opendal::Operator::new(opendal::services::Fs::default().root(&root.to_string_lossy())).unwrap();
+    let be = OpendalBackend::from_operator(op, root.display().to_string(), 32).unwrap();
+    assert_eq!(be.connections(), 32);
     let repo = Repository::open(Arc::new(be), b"pw").unwrap();
     assert!(repo.load_index().unwrap().is_empty());
     let snapshot = repo.snapshots().unwrap().0.pop().unwrap().1;

@@ -99,7 +99,7 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
     } else {
         say("reading the sample");
         let limit = if a.quick { a.sample_size.min(16 << 20) } else { a.sample_size };
-        bench::data::read_sample(&a.paths, limit, a.cold)?
+        bench::sample::read_sample(&a.paths, limit, a.cold)?
     };
     if sample.is_empty() {
         bail!(
@@ -256,7 +256,8 @@ fn text(r: &BenchReport) -> String {
         output::bytes(s.bytes),
         if s.truncated {
             format!(
-                ", cut at the sample size, of {}{} files and {} counted below the paths",
+                ", read in {} runs across {}{} files and {} counted below the paths",
+                s.runs,
                 if s.census_complete { "" } else { "at least " },
                 s.census_files,
                 output::bytes(s.census_bytes)
@@ -264,7 +265,13 @@ fn text(r: &BenchReport) -> String {
         } else {
             String::new()
         },
-        s.read_seconds.map_or(String::new(), |t| format!(", read in {t:.2} s")),
+        match (s.read_seconds, s.read_per_file, s.read_per_byte) {
+            (Some(t), Some(f), Some(b)) if b > 0.0 => {
+                format!(", read in {t:.2} s ({:.1} µs a file and {} on one thread)", f * 1e6, rate("B", 1.0 / b))
+            }
+            (Some(t), ..) => format!(", read in {t:.2} s"),
+            _ => String::new(),
+        },
         r.runs,
         r.pipeline_runs,
         r.seconds
@@ -351,17 +358,18 @@ fn text(r: &BenchReport) -> String {
         );
     } else if r.walk.is_none() && s.source == "files" {
         o.push_str(
-            "  per file: not measured (no directory was read whole: give directories, or a larger --sample-size)\n",
+            "  per file: not measured (no directory below the paths is small enough to back up whole: give \
+             directories, or a larger --sample-size)\n",
         );
     }
     o
 }
 
-/// The backup of the sample's whole directories.
+/// The backup of whole directories across the data, and its files' bytes alone.
 fn walk_text(w: &bench::WalkRow) -> String {
     let f = &w.all_cores;
-    format!(
-        "\nBackup of the sample's whole directories (in-memory repository, all cores)\n  {} directories: {} files, \
+    let mut o = format!(
+        "\nBackup of whole directories across the data (in-memory repository, all cores)\n  {} directories: {} files, \
          {} other entries, {} read; {:.3} s p50, {:.3} s worst of {} runs ({}, {:.0} files/s)\n",
         w.directories,
         w.files,
@@ -372,7 +380,15 @@ fn walk_text(w: &bench::WalkRow) -> String {
         f.runs,
         rate("B", f.rate.p50),
         w.files as f64 / f.seconds.p50.max(1e-9)
-    )
+    );
+    if let Some(saver) = &w.saver {
+        let _ = writeln!(
+            o,
+            "  the same files' bytes: blob saver {:.3} s p50 (all cores), read again {:.3} s (one thread)",
+            saver.seconds.p50, w.read_seconds
+        );
+    }
+    o
 }
 
 fn esc(s: &str) -> String {

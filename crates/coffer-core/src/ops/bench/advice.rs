@@ -164,8 +164,11 @@ pub(crate) struct Measured {
     pub sample_bytes: f64,
     /// Seconds the blob saver took for the whole sample on all cores.
     pub saver_seconds: f64,
-    /// Seconds reading the sample's files took on one thread (0 for generated data).
-    pub read_seconds: f64,
+    /// Seconds one thread took to read a byte of the sample's files
+    /// ([`super::data::SampleInfo::read_per_byte`]; 0 for generated data).
+    pub read_per_byte: f64,
+    /// Seconds one thread took to open a file, beyond its bytes.
+    pub read_per_file: f64,
     /// Cores the reading is shared by (the effective cores).
     pub cores: f64,
     /// Regular files in the sample.
@@ -177,42 +180,42 @@ pub(crate) struct Measured {
     pub walk: Option<WalkMeasured>,
 }
 
-/// What the backup of the sample's whole directories took.
+/// What the backup of the walk's directories took, and what the same files'
+/// bytes took alone.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WalkMeasured {
     /// Seconds of one backup on all cores (p50).
     pub seconds: f64,
-    /// Bytes it read.
-    pub bytes: f64,
     /// Regular files it stored.
     pub files: f64,
-    /// Seconds one core takes to read a byte of the sample's files from the page
-    /// cache (0 when not measured).
-    pub warm_read_per_byte: f64,
+    /// Seconds the blob saver took for their contents on all cores (p50).
+    pub saver_seconds: f64,
+    /// Seconds one thread took to read them again, warm.
+    pub read_seconds: f64,
 }
 
 impl Measured {
     /// Seconds per byte on all cores of storing the bytes (the saver) and of
-    /// reading them (`read_per_byte` seconds on one core, shared by the cores).
-    fn per_byte(&self, read_per_byte: f64) -> f64 {
-        self.saver_seconds / self.sample_bytes.max(1.0) + read_per_byte / self.cores.max(1e-9)
+    /// reading them (one thread's, shared by the cores).
+    fn per_byte(&self) -> f64 {
+        self.saver_seconds / self.sample_bytes.max(1.0) + self.read_per_byte / self.cores.max(1e-9)
     }
 
     /// Seconds a file costs on all cores besides its bytes: the walk's backup
-    /// time less what the saver and a warm read of its bytes account for, per
-    /// file; never below 0, and 0 without a walk.
+    /// time less the saver's time on the same files' contents and their warm
+    /// read (one thread's, shared by the cores), per file; never below 0, and 0
+    /// without a walk.
     pub(crate) fn per_file_seconds(&self) -> f64 {
         let Some(w) = self.walk else { return 0.0 };
         if w.files < 1.0 {
             return 0.0;
         }
-        ((w.seconds - w.bytes * self.per_byte(w.warm_read_per_byte)) / w.files).max(0.0)
+        ((w.seconds - w.saver_seconds - w.read_seconds / self.cores.max(1e-9)) / w.files).max(0.0)
     }
 
     /// Regular files in `bytes` of data like the sample: as many per byte as the
-    /// count below the paths given found, else as the sample holds. (A sample is
-    /// the first files in name order, which may be smaller or larger than the
-    /// rest.)
+    /// count below the paths given found, else as the sample holds (generated
+    /// data).
     pub(crate) fn files_in(&self, bytes: f64) -> f64 {
         match self.census {
             Some((files, counted)) if counted > 0.0 => bytes * files / counted,
@@ -223,12 +226,12 @@ impl Measured {
 
 /// Seconds a backup of `bytes` like the sample takes: one key derivation, plus
 /// per byte the saver's measured time and the sample's read time shared by the
-/// cores, plus per file (as many per byte as in the sample) the work the backup
-/// of the sample's whole directories did besides those two
-/// (docs/design.md#coffer-bench, "Projection").
+/// cores, plus per file (as many per byte as counted) the time to open it,
+/// shared likewise, and the work the walk's backup did besides storing and
+/// reading its files (docs/design.md#coffer-bench, "Projection").
 pub(crate) fn project_seconds(m: &Measured, bytes: f64) -> f64 {
-    let read_per_byte = m.read_seconds / m.sample_bytes.max(1.0);
-    m.kdf_seconds + bytes * m.per_byte(read_per_byte) + m.files_in(bytes) * m.per_file_seconds()
+    let per_file = m.per_file_seconds() + m.read_per_file / m.cores.max(1e-9);
+    m.kdf_seconds + bytes * m.per_byte() + m.files_in(bytes) * per_file
 }
 
 /// What a backup pays besides the blob saver's work, as measured.
@@ -359,24 +362,22 @@ pub(crate) fn advise(
 
     // The projection.
     let bytes = opts.projected_bytes as f64;
-    let read_per_byte = sample.info.read_seconds.map_or(0.0, |s| s / total.max(1.0));
-    let warm_read_per_byte = rows
-        .iter()
-        .find(|r| r.stage == "read files" && r.choice == "warm page cache")
-        .map(|r| r.per_core.rate.mean)
-        .filter(|r| *r > 0.0)
-        .map_or(0.0, |r| 1.0 / r);
-    let walk = walk.filter(|w| w.files > 0 && w.all_cores.seconds.p50 > 0.0).map(|w| WalkMeasured {
-        seconds: w.all_cores.seconds.p50,
-        bytes: w.bytes as f64,
-        files: w.files as f64,
-        warm_read_per_byte,
+    let (read_per_byte, read_per_file) =
+        (sample.info.read_per_byte.unwrap_or(0.0), sample.info.read_per_file.unwrap_or(0.0));
+    let walk = walk.filter(|w| w.files > 0 && w.all_cores.seconds.p50 > 0.0).and_then(|w| {
+        Some(WalkMeasured {
+            seconds: w.all_cores.seconds.p50,
+            files: w.files as f64,
+            saver_seconds: w.saver.as_ref()?.seconds.p50,
+            read_seconds: w.read_seconds,
+        })
     });
     let measured = |saver_seconds: f64| Measured {
         kdf_seconds,
         sample_bytes: total,
         saver_seconds,
-        read_seconds: sample.info.read_seconds.unwrap_or(0.0),
+        read_per_byte,
+        read_per_file,
         cores: threads,
         sample_files: sample.info.files as f64,
         census: (sample.info.census_bytes > sample.info.bytes)
@@ -399,8 +400,9 @@ pub(crate) fn advise(
             shares
                 .push(("the rest (packing, spooling, upload, waiting between threads)".into(), measured_pb - modelled));
         }
-        if read_per_byte > 0.0 {
-            shares.push(("reading the files".into(), read_per_byte / threads));
+        if read_per_byte + read_per_file > 0.0 {
+            let read = read_per_byte + read_per_file * configured.files_in(1.0);
+            shares.push(("opening and reading the files".into(), read / threads));
         }
         if per_file_seconds > 0.0 {
             shares.push((
@@ -461,7 +463,8 @@ mod tests {
             kdf_seconds: 0.4,
             sample_bytes: (64u64 << 20) as f64,
             saver_seconds: 1.0,
-            read_seconds: 0.5,
+            read_per_byte: 0.5 / (64u64 << 20) as f64,
+            read_per_file: 0.0,
             cores: 2.0,
             sample_files: 1000.0,
             census: None,
@@ -473,31 +476,27 @@ mod tests {
         let own = project_seconds(&m, m.sample_bytes);
         assert!((own - (0.4 + 1.0 + 0.25)).abs() < 1e-9, "{own}");
         // Generated data has no read term; no data costs the key derivation only.
-        let generated = Measured { read_seconds: 0.0, ..m };
+        let generated = Measured { read_per_byte: 0.0, ..m };
         assert!((project_seconds(&generated, m.sample_bytes) - 1.4).abs() < 1e-9);
         assert_eq!(project_seconds(&m, 0.0), 0.4);
     }
 
     #[test]
     fn the_walk_adds_what_a_file_costs_beyond_its_bytes() {
-        // The saver stores 64 MiB in 1 s on all cores; one core reads them warm
-        // in 0.2 s, so 0.1 s on 2 cores. The walk backed up 32 MiB in 2000 files
-        // in 1.15 s: 0.5 s saver, 0.05 s reading, 0.6 s for the files: 0.3 ms each.
+        // The walk backed up 2000 files in 1.15 s; the saver alone stored their
+        // contents in 0.5 s, one core read them warm in 0.1 s (0.05 s on 2
+        // cores): 0.6 s for the files, 0.3 ms each.
         let sample_bytes = (64u64 << 20) as f64;
         let m = Measured {
             kdf_seconds: 0.5,
             sample_bytes,
             saver_seconds: 1.0,
-            read_seconds: 0.8,
+            read_per_byte: 0.8 / sample_bytes,
+            read_per_file: 0.0,
             cores: 2.0,
             sample_files: 4000.0,
             census: None,
-            walk: Some(WalkMeasured {
-                seconds: 1.15,
-                bytes: sample_bytes / 2.0,
-                files: 2000.0,
-                warm_read_per_byte: 0.2 / sample_bytes,
-            }),
+            walk: Some(WalkMeasured { seconds: 1.15, files: 2000.0, saver_seconds: 0.5, read_seconds: 0.1 }),
         };
         assert!((m.per_file_seconds() - 0.0003).abs() < 1e-12, "{}", m.per_file_seconds());
         // 10 x the sample: 40,000 files; the sample's own read time (0.8 s, cold)
@@ -512,14 +511,20 @@ mod tests {
         // A walk that stored no file adds nothing either.
         let empty = Measured { walk: Some(WalkMeasured { files: 0.0, ..m.walk.unwrap() }), ..m };
         assert_eq!(empty.per_file_seconds(), 0.0);
-        // Without a warm read figure the whole of the walk but the saver is per file.
-        let no_read = Measured { walk: Some(WalkMeasured { warm_read_per_byte: 0.0, ..m.walk.unwrap() }), ..m };
-        assert!((no_read.per_file_seconds() - 0.65 / 2000.0).abs() < 1e-12);
+        // The bytes' cost comes from the walk's own files, not the sample's: a
+        // saver twice as slow per byte on the sample changes nothing.
+        let dear_sample = Measured { saver_seconds: 2.0, ..m };
+        assert!((dear_sample.per_file_seconds() - 0.0003).abs() < 1e-12);
         // Files counted below the paths given (half as many per byte as in the
         // sample) set the files per byte, and with them the per-file term.
         let counted = Measured { census: Some((10_000.0, 5.0 * sample_bytes)), ..m };
         assert!((counted.files_in(10.0 * sample_bytes) - 20_000.0).abs() < 1e-6);
         let s = project_seconds(&counted, 10.0 * sample_bytes);
         assert!((s - (0.5 + 10.0 * (1.0 + 0.4) + 20_000.0 * 0.0003)).abs() < 1e-9, "{s}");
+        // Opening a file (20 µs on one thread beyond its bytes, 10 µs on 2
+        // cores) counts per file counted, not per piece of the sample.
+        let opens = Measured { read_per_file: 20e-6, ..counted };
+        let s = project_seconds(&opens, 10.0 * sample_bytes);
+        assert!((s - (0.5 + 10.0 * (1.0 + 0.4) + 20_000.0 * (0.0003 + 10e-6))).abs() < 1e-9, "{s}");
     }
 }

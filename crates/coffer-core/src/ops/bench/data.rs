@@ -9,19 +9,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::chunker::ChunkerParams;
 use crate::crypto::Key;
-use crate::error::{Error, Result};
 
 /// The data to measure, as a list of files (byte buffers), and where it came from.
 #[derive(Clone, Debug, Default)]
 pub struct Sample {
-    /// The files' contents (each possibly cut short at the sample size).
+    /// The files' contents: whole files, or the pieces of larger files the
+    /// sample's runs read ([`super::sample`]).
     pub files: Vec<Vec<u8>>,
     /// Where each of `files` was read from (empty for generated data).
     pub paths: Vec<PathBuf>,
-    /// The largest directories whose regular files the sample holds whole, in
-    /// the order read (none of them below another): what a backup can walk to
-    /// find files like the sample's. Empty for generated data, and when the
-    /// sample size stopped the reading inside the first directory.
+    /// The directories the walk backs up whole, in name order, none below
+    /// another ([`super::sample`]): directories spread over the files counted,
+    /// for the per-file work of a backup. Empty for generated data, and when no
+    /// directory below the paths is small enough.
     pub whole_dirs: Vec<PathBuf>,
     /// What it is, for the report.
     pub info: SampleInfo,
@@ -32,16 +32,27 @@ pub struct Sample {
 pub struct SampleInfo {
     /// `files` (read from the paths given) or `generated`.
     pub source: String,
-    /// Files in the sample.
+    /// Files in the sample (pieces of one file count once each).
     pub files: u64,
     /// Bytes in the sample.
     pub bytes: u64,
-    /// Whether the sample size stopped the reading before every file was read.
+    /// Whether the sample holds less than every byte counted.
     pub truncated: bool,
-    /// Entries left out: symbolic links, special files, and files that could not be read.
+    /// Entries counted but left out: symbolic links, special files, and
+    /// entries that could not be read.
     pub skipped: u64,
-    /// Wall seconds taken to read the files (none for generated data).
+    /// Wall seconds taken to open and read the sample's files, listing
+    /// directories and counting not included (none for generated data).
     pub read_seconds: Option<f64>,
+    /// Seconds one thread took to read a byte of the sample: the slope of a
+    /// least-squares line through each piece's time against its length (none
+    /// for generated data).
+    #[serde(default)]
+    pub read_per_byte: Option<f64>,
+    /// Seconds one thread took to open a file beyond its bytes: that line's
+    /// time at length 0.
+    #[serde(default)]
+    pub read_per_file: Option<f64>,
     /// Whether each file was evicted from the page cache just before it was
     /// read, so that `read_seconds` is a read from the disk.
     #[serde(default)]
@@ -49,10 +60,14 @@ pub struct SampleInfo {
     /// Directories in [`Sample::whole_dirs`].
     #[serde(default)]
     pub whole_dirs: u64,
+    /// Runs of consecutive files the sample was read in, at even steps of the
+    /// bytes counted ([`super::sample::RUNS`]; 1 when it holds everything).
+    #[serde(default)]
+    pub runs: u64,
     /// Regular files at or below the paths given, counted from their metadata
-    /// without reading them once the sample is full (for at most
-    /// [`CENSUS_SECONDS`]): the projection takes its files per byte from them.
-    /// The sample's own files when it holds everything.
+    /// before the sample is read (for at most
+    /// [`super::sample::CENSUS_SECONDS`]): the projection takes its files per
+    /// byte from them.
     #[serde(default)]
     pub census_files: u64,
     /// The bytes of those files.
@@ -62,9 +77,6 @@ pub struct SampleInfo {
     #[serde(default)]
     pub census_complete: bool,
 }
-
-/// The longest the count of the files beyond the sample may take.
-pub const CENSUS_SECONDS: f64 = 3.0;
 
 impl Sample {
     /// A sample of the given buffers.
@@ -85,118 +97,8 @@ impl Sample {
     }
 }
 
-/// Reads up to `limit` bytes of the regular files at or below `paths`, in name
-/// order, without following symbolic links (a link given as a path is skipped
-/// too). Files that cannot be read are counted as skipped; a path that does not
-/// exist is an error. With `cold`, each file is evicted from the page cache
-/// ([`evict`]) just before it is read.
-pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> {
-    let start = std::time::Instant::now();
-    let mut files = Vec::new();
-    let mut read_from = Vec::new();
-    let mut total = 0u64;
-    let mut skipped = 0u64;
-    let mut truncated = false;
-    // Directories in the order entered, and the files the reading stopped at
-    // (their directories are not held whole).
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let mut stopped: Vec<PathBuf> = Vec::new();
-    let mut stack: Vec<PathBuf> = Vec::new();
-    // Once the sample is full: when, and the files and bytes counted in all.
-    let mut full: Option<std::time::Instant> = None;
-    let (mut census_files, mut census_bytes) = (0u64, 0u64);
-    for p in paths.iter().rev() {
-        std::fs::symlink_metadata(p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
-        stack.push(p.clone());
-    }
-    let mut read_seconds = None;
-    while let Some(p) = stack.pop() {
-        if full.is_some_and(|at| at.elapsed().as_secs_f64() > CENSUS_SECONDS) {
-            break;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&p) else {
-            skipped += u64::from(full.is_none());
-            continue;
-        };
-        if meta.is_dir() {
-            let Ok(rd) = std::fs::read_dir(&p) else {
-                skipped += u64::from(full.is_none());
-                continue;
-            };
-            let mut names: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            names.sort();
-            stack.extend(names.into_iter().rev());
-            if full.is_none() {
-                dirs.push(p);
-            }
-        } else if meta.is_file() {
-            if full.is_some() {
-                census_files += 1;
-                census_bytes += meta.len();
-                continue;
-            }
-            if total >= limit {
-                truncated = true;
-                stopped.push(p);
-                read_seconds = Some(start.elapsed().as_secs_f64());
-                full = Some(std::time::Instant::now());
-                census_files += 1;
-                census_bytes += meta.len();
-                continue;
-            }
-            if cold {
-                // A file that cannot be evicted is read all the same.
-                let _ = evict(&p);
-            }
-            match read_prefix(&p, limit - total) {
-                Ok((data, cut)) => {
-                    truncated |= cut;
-                    if cut {
-                        stopped.push(p.clone());
-                    }
-                    total += data.len() as u64;
-                    census_files += 1;
-                    census_bytes += meta.len().max(data.len() as u64);
-                    files.push(data);
-                    read_from.push(p);
-                }
-                Err(_) => skipped += 1,
-            }
-        } else {
-            skipped += u64::from(full.is_none());
-        }
-    }
-    let read_seconds = read_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
-    let mut s = Sample::from_buffers("files", files);
-    s.paths = read_from;
-    s.whole_dirs = whole_dirs(&dirs, &stopped);
-    s.info.whole_dirs = s.whole_dirs.len() as u64;
-    s.info.cold = cold;
-    s.info.truncated = truncated;
-    s.info.skipped = skipped;
-    s.info.read_seconds = Some(read_seconds);
-    s.info.census_files = census_files;
-    s.info.census_bytes = census_bytes;
-    s.info.census_complete = stack.is_empty();
-    Ok(s)
-}
-
-/// Of `dirs`, entered in depth-first order, the largest ones that hold none of
-/// the files in `stopped` (where the reading stopped): every file below them was
-/// read whole. Each is kept only if no directory kept before holds it.
-fn whole_dirs(dirs: &[PathBuf], stopped: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for d in dirs {
-        if stopped.iter().any(|f| f.starts_with(d)) || out.last().is_some_and(|w| d.starts_with(w)) {
-            continue;
-        }
-        out.push(d.clone());
-    }
-    out
-}
-
 /// Opens a file for reading without following a link (nor hanging on a FIFO).
-fn open_file(path: &Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_file(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
 }
@@ -216,17 +118,6 @@ pub fn read_again(path: &Path, len: u64, buf: &mut Vec<u8>) -> u64 {
     use std::io::Read;
     buf.clear();
     open_file(path).and_then(|f| f.take(len).read_to_end(buf)).map_or(0, |n| n as u64)
-}
-
-/// The first `limit` bytes of a file, opened without following a link, and
-/// whether the file held more.
-fn read_prefix(path: &Path, limit: u64) -> std::io::Result<(Vec<u8>, bool)> {
-    use std::io::Read;
-    let f = open_file(path)?;
-    let size = f.metadata()?.len();
-    let mut data = Vec::with_capacity(size.min(limit) as usize);
-    f.take(limit).read_to_end(&mut data)?;
-    Ok((data, size > limit))
 }
 
 /// Deterministic incompressible bytes: the BLAKE3 output stream keyed by `seed`.
@@ -435,41 +326,5 @@ mod tests {
         assert_eq!(tiny.len(), 100);
         let distinct: std::collections::HashSet<_> = tiny.iter().collect();
         assert_eq!(distinct.len(), 100);
-    }
-
-    #[test]
-    fn reads_a_bounded_sample_without_following_links() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        std::fs::write(dir.path().join("a"), vec![1u8; 1000]).unwrap();
-        std::fs::write(dir.path().join("sub/b"), vec![2u8; 3000]).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link")).unwrap();
-        let s = read_sample(&[dir.path().to_path_buf()], 1 << 20, false).unwrap();
-        assert_eq!(s.info.files, 2);
-        assert_eq!(s.info.bytes, 4000);
-        assert_eq!(s.info.skipped, 1);
-        assert!(!s.info.truncated);
-        assert_eq!((s.info.census_files, s.info.census_bytes, s.info.census_complete), (2, 4000, true));
-        let s = read_sample(&[dir.path().to_path_buf()], 2000, false).unwrap();
-        assert_eq!(s.info.bytes, 2000);
-        assert!(s.info.truncated);
-        // The files beyond the sample are counted, not read; the link is not a file.
-        assert_eq!((s.info.census_files, s.info.census_bytes, s.info.census_complete), (2, 4000, true));
-        assert!(read_sample(&[dir.path().join("absent")], 100, false).is_err());
-        // Cold: the same bytes, each file evicted before it was read, and the
-        // paths kept for reading again.
-        let cold = read_sample(&[dir.path().to_path_buf()], 1 << 20, true).unwrap();
-        assert!(cold.info.cold && !s.info.cold);
-        assert_eq!(cold.files, read_sample(&[dir.path().to_path_buf()], 1 << 20, false).unwrap().files);
-        assert_eq!(cold.paths, vec![dir.path().join("a"), dir.path().join("sub/b")]);
-        let mut buf = Vec::new();
-        assert_eq!(read_again(&cold.paths[1], 100, &mut buf), 100);
-        assert_eq!(buf, vec![2u8; 100]);
-        assert_eq!(read_again(&dir.path().join("link"), 100, &mut buf), 0, "a link is not followed");
-        evict(&cold.paths[0]).unwrap();
-        std::fs::write(dir.path().join("sub/c"), vec![3u8; 5000]).unwrap();
-        let s = read_sample(&[dir.path().to_path_buf()], 500, false).unwrap();
-        assert_eq!((s.info.files, s.info.bytes, s.info.skipped), (1, 500, 1));
-        assert_eq!((s.info.census_files, s.info.census_bytes), (3, 9000));
     }
 }

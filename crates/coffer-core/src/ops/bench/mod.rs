@@ -6,16 +6,18 @@
 //! returns typed results; the binary prints them. See docs/design.md#coffer-bench.
 //!
 //! - [`stats`]: percentiles and timing.
-//! - [`data`]: the sample, generated data and the adversarial inputs.
+//! - [`data`]: the sample's type, generated data and the adversarial inputs.
+//! - [`sample`]: which of the user's files the sample and the walk hold.
 //! - [`stages`]: each stage alone.
 //! - [`pipeline`]: the whole pipeline.
 //! - [`advice`]: the recommendation and the projection.
 //! - [`storage`]: storage latency and throughput through the backend trait.
-//! - [`walk`]: a real backup of the sample's whole directories, for the per-file work.
+//! - [`walk`]: a real backup of whole directories across the data, for the per-file work.
 
 pub mod advice;
 pub mod data;
 pub mod pipeline;
+pub mod sample;
 pub mod stages;
 pub mod stats;
 pub mod storage;

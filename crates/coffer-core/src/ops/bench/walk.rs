@@ -1,20 +1,25 @@
-//! A real backup of the sample's whole directories: coffer's backup operation
-//! walks them (metadata and the link-safe open of every entry, reading, trees,
-//! the snapshot and the history) into an in-memory repository. It measures the
-//! per-file work a backup does besides storing the files' bytes, which the
-//! pipeline leaves out. See docs/design.md#coffer-bench, "Projection".
+//! A real backup of whole directories picked across the data
+//! ([`Sample::whole_dirs`]): coffer's backup operation walks them (metadata and
+//! the link-safe open of every entry, reading, trees, the snapshot and the
+//! history) into an in-memory repository. Then the same files' contents go
+//! through the blob saver alone, and are read once more: what the backup took
+//! beyond those two is the per-file work a backup does besides storing and
+//! reading bytes, which the pipeline leaves out. See
+//! docs/design.md#coffer-bench, "Walk" and "Projection".
+
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::pipeline::{Setup, mem_repo};
+use super::pipeline::{self, Config, Setup, mem_repo};
 use super::stats::{Figure, timed};
-use super::{Ctx, Sample};
+use super::{Ctx, Sample, data};
 use crate::crypto::sign::SigningKey;
 use crate::error::Result;
 use crate::ops::backup::{BackupOptions, backup};
 use crate::progress::NoProgress;
 
-/// What the backup of the sample's whole directories found and how long it took.
+/// What the backup of the walk's directories found and how long it took.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WalkRow {
     /// Directories given to the backup as its paths ([`Sample::whole_dirs`]).
@@ -29,17 +34,26 @@ pub struct WalkRow {
     /// written (the repository opened before, with a cheap key derivation);
     /// units are bytes read.
     pub all_cores: Figure,
+    /// The blob saver alone on the contents of the same regular files, in
+    /// memory, on all cores; units are bytes.
+    #[serde(default)]
+    pub saver: Option<Figure>,
+    /// Seconds one thread took to open and read those files again, warm
+    /// (right after the backups read them).
+    #[serde(default)]
+    pub read_seconds: f64,
 }
 
 /// Backs up the sample's whole directories into a new in-memory repository with
-/// `setup`'s settings, `ctx.pipeline_runs` times; `None` when the sample has no
-/// whole directory (generated data, files given one by one, or the sample size
-/// reached inside the first directory).
+/// `setup`'s settings, `ctx.pipeline_runs` times, then reads their regular files
+/// once more and runs the blob saver alone on their contents; `None` when the
+/// sample has no whole directory (generated data, files given one by one, or
+/// directories too large to walk).
 pub(crate) fn measure_walk(ctx: &Ctx<'_>, sample: &Sample, setup: Setup) -> Result<Option<WalkRow>> {
     if sample.whole_dirs.is_empty() {
         return Ok(None);
     }
-    ctx.say("backup of the sample's whole directories (in-memory repository)");
+    ctx.say("backup of whole directories across the data (in-memory repository)");
     let key = SigningKey::from_seed(&[0x57; 32]);
     let opts = BackupOptions {
         paths: sample.whole_dirs.clone(),
@@ -56,13 +70,51 @@ pub(crate) fn measure_walk(ctx: &Ctx<'_>, sample: &Sample, setup: Setup) -> Resu
         runs.push((summary.bytes_read as f64, seconds));
         last = Some(summary);
     }
-    Ok(last.map(|s| WalkRow {
+    let Some(s) = last else { return Ok(None) };
+    // Listing is part of the walk's per-file work: only opening and reading are timed.
+    let paths = files_below(&sample.whole_dirs);
+    let (contents, read_seconds) = timed(|| paths.iter().filter_map(|p| read(p)).collect::<Vec<Vec<u8>>>());
+    let refs: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
+    let saver = pipeline::measure_config(ctx, Config::Coffer, setup, "the walk's files", &refs, false, false)?
+        .into_iter()
+        .next()
+        .map(|r| r.all_cores);
+    Ok(Some(WalkRow {
         directories: sample.whole_dirs.len() as u64,
         files: s.files_new + s.files_changed + s.files_unchanged,
         other_entries: s.dirs + s.others,
         bytes: s.bytes_read,
         all_cores: Figure::from_runs(&runs),
+        saver,
+        read_seconds,
     }))
+}
+
+/// The regular files at or below `dirs`, in name order, links not followed.
+fn files_below(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = dirs.iter().rev().cloned().collect();
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        if meta.is_file() {
+            out.push(p);
+        } else if meta.is_dir()
+            && let Ok(rd) = std::fs::read_dir(&p)
+        {
+            let mut names: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            names.sort();
+            stack.extend(names.into_iter().rev());
+        }
+    }
+    out
+}
+
+/// A file's contents, opened without following a link; `None` when it cannot be read.
+fn read(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    data::open_file(path).ok()?.read_to_end(&mut data).ok()?;
+    Some(data)
 }
 
 #[cfg(test)]
@@ -82,10 +134,8 @@ mod tests {
             }
         }
         std::os::unix::fs::symlink("f0", root.join("a/link")).unwrap();
-        // 5 files of `a` whole; the reading stops in `b`.
-        let sample = data::read_sample(&[root.to_path_buf()], 62_000, false).unwrap();
-        assert_eq!(sample.whole_dirs, vec![root.join("a")]);
-        assert_eq!(sample.info.whole_dirs, 1);
+        let mut sample = crate::ops::bench::sample::read_sample(&[root.to_path_buf()], 62_000, false).unwrap();
+        sample.whole_dirs = vec![root.join("a")];
         let opts = BenchOptions::quick(2);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
@@ -108,6 +158,10 @@ mod tests {
         assert!(w.other_entries >= 3, "{w:?}");
         assert_eq!(w.all_cores.runs, 2);
         assert!(w.all_cores.seconds.p50 > 0.0);
+        // The saver ran on the same five files' 50,000 bytes, the link not followed.
+        let saver = w.saver.unwrap();
+        assert_eq!((saver.runs, saver.units_per_run), (2, 50_000.0));
+        assert!(w.read_seconds > 0.0);
         // Generated data has no directory to walk.
         assert!(measure_walk(&ctx, &data::generated(1 << 20), setup).unwrap().is_none());
     }

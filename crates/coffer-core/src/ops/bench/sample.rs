@@ -23,7 +23,7 @@ pub const RUNS: u64 = 16;
 const WALK_STEPS: u64 = 32;
 
 /// The most regular files the walk backs up.
-pub const WALK_FILES: u64 = 16_384;
+pub const WALK_FILES: u64 = 32_768;
 
 /// A counted directory (its regular files directly in it), or a file given as a path.
 #[derive(Debug)]
@@ -336,19 +336,16 @@ fn read_piece(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
 }
 
 /// The directories the walk backs up whole: at even steps of the counted
-/// files, taken coarse to fine, the largest directory holding that file (or, when it is in a
-/// directory too large, the next one in name order) with at most an eighth of
-/// `bytes` and of [`WALK_FILES`] at or below it and every entry below it
-/// counted, as long as the walk stays within `bytes` and [`WALK_FILES`]. When
-/// everything counted fits, the directories given themselves.
+/// files, taken coarse to fine, the largest directory holding that file (or,
+/// when it is in a directory too large, the next one in name order) with at
+/// most `bytes` and [`WALK_FILES`] at or below it and every entry below it
+/// counted, as long as the walk stays within `bytes` and [`WALK_FILES`]. (The
+/// per-file work is about the same in any directory; what matters is that the
+/// walk holds many files, so a large directory is taken whole rather than
+/// left out.)
 fn walk_dirs(census: &Census, bytes: u64) -> Vec<PathBuf> {
-    let fits_all = census.complete && census.bytes <= bytes && census.files <= WALK_FILES;
-    let fits = |b: &Block| {
-        !b.is_file
-            && b.complete
-            && b.sub_files > 0
-            && (fits_all || (b.sub_bytes <= bytes / 8 && b.sub_files <= WALK_FILES / 8))
-    };
+    let fits =
+        |b: &Block| !b.is_file && b.complete && b.sub_files > 0 && b.sub_bytes <= bytes && b.sub_files <= WALK_FILES;
     // The largest directory that fits at or above `i`, when `i` fits.
     let largest = |mut i: usize| {
         while let Some(p) = census.blocks[i].parent.filter(|&p| fits(&census.blocks[p])) {
@@ -504,14 +501,17 @@ mod tests {
         two_parts(dir.path());
         let census = Census::count(&[dir.path().to_path_buf()], Duration::from_secs(60)).unwrap();
         assert!(census.complete);
-        // A walk of at most 64 KiB: directories of at most 8 KiB, none fits.
-        assert!(walk_dirs(&census, 64 << 10).is_empty());
-        // 320 KiB: directories of 20 KiB (`small/dNN`), spread over the 32.
+        // A walk of at most 16 KiB: no directory fits.
+        assert!(walk_dirs(&census, 16 << 10).is_empty());
+        // 320 KiB: directories of 20 KiB (`small/dNN`; `small` is 640 KiB), spread over the 32.
         let walk = walk_dirs(&census, 320 << 10);
         assert!(walk.len() >= 8 && walk.len() <= 16, "{walk:?}");
         assert!(walk.iter().all(|d| d.parent() == Some(&dir.path().join("small"))), "{walk:?}");
         assert!(walk.first().unwrap().ends_with("d00") || walk.first().unwrap().ends_with("d01"), "{walk:?}");
         assert!(walk.last().unwrap().ends_with("d31") || walk.last().unwrap().ends_with("d30"), "{walk:?}");
+        // In 1 MiB `small` fits whole (640 KiB in 640 files) and is taken
+        // rather than its parts; `large` (another 640 KiB) no longer fits beside it.
+        assert_eq!(walk_dirs(&census, 1 << 20), vec![dir.path().join("small")]);
         // Everything fits: the directory given itself.
         assert_eq!(walk_dirs(&census, 2 << 20), vec![dir.path().to_path_buf()]);
         // A count cut short leaves out the directories it did not finish.

@@ -181,15 +181,14 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
         read_time: Duration::ZERO,
         timings: Vec::new(),
     };
-    if census.complete && census.bytes <= limit {
+    let everything = census.complete && census.bytes <= limit;
+    if everything {
         reader.take((0, 0, 0), limit);
     } else {
         let per_run = limit.div_ceil(RUNS);
         let mut left = limit;
         for i in 0..RUNS {
-            let at =
-                u64::try_from(u128::from(census.bytes) * u128::from(2 * i + 1) / u128::from(2 * RUNS)).unwrap_or(0);
-            let Some(start) = reader.position(at, per_run) else { break };
+            let Some(start) = reader.position(step(census.bytes, i, RUNS), per_run) else { break };
             let got = reader.take(start, per_run.min(left));
             left -= got.min(left);
         }
@@ -206,11 +205,16 @@ pub fn read_sample(paths: &[PathBuf], limit: u64, cold: bool) -> Result<Sample> 
     s.info.read_seconds = Some(reader.read_time.as_secs_f64());
     let (per_file, per_byte) = fit(&reader.timings);
     (s.info.read_per_file, s.info.read_per_byte) = (Some(per_file), Some(per_byte));
-    s.info.runs = if census.complete && census.bytes <= limit { 1 } else { RUNS };
+    s.info.runs = if everything { 1 } else { RUNS };
     s.info.census_files = census.files;
     s.info.census_bytes = census.bytes;
     s.info.census_complete = census.complete;
     Ok(s)
+}
+
+/// The middle of the `i`-th of `n` equal parts of `total`: `total x (2i + 1) / 2n`.
+fn step(total: u64, i: u64, n: u64) -> u64 {
+    u64::try_from(u128::from(total) * u128::from(2 * i + 1) / u128::from(2 * n)).unwrap_or(total)
 }
 
 /// Where the reading is: block, file in its listing, offset in the file.
@@ -359,9 +363,7 @@ fn walk_dirs(census: &Census, bytes: u64) -> Vec<PathBuf> {
     // step is still spread over all the files.
     let bits = WALK_STEPS.trailing_zeros();
     for j in (0..WALK_STEPS).map(|k| k.reverse_bits() >> (64 - bits)) {
-        let at =
-            u64::try_from(u128::from(census.files) * u128::from(2 * j + 1) / u128::from(2 * WALK_STEPS)).unwrap_or(0);
-        let Some((block, _)) = census.locate(at, |b| b.files) else { break };
+        let Some((block, _)) = census.locate(step(census.files, j, WALK_STEPS), |b| b.files) else { break };
         let Some(unit) = (block..census.blocks.len()).find(|&i| fits(&census.blocks[i])).map(largest) else {
             continue;
         };

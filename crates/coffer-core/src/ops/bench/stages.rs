@@ -55,7 +55,7 @@ fn total(pieces: &[&[u8]]) -> f64 {
 
 impl Ctx<'_> {
     /// Times `f` over windows of `pieces`: on one core, then on all cores (each
-    /// run covers `threads` times the bytes). A run is sized to take about the
+    /// thread covers a window of its own). A run is sized to take about the
     /// target run time, from a first untimed pass over 256 KiB.
     pub(crate) fn bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
         let probe = window(pieces, 0, 256.0 * 1024.0);
@@ -67,10 +67,10 @@ impl Ctx<'_> {
             win.iter().for_each(|p| f(p));
             total(&win)
         });
-        let all = self.pool.install(|| {
-            measure_at_least(self.runs, self.target_run, |r| {
-                let win = window(pieces, r, w * self.threads as f64);
-                win.par_iter().for_each(|p| f(p));
+        let all = measure_at_least(self.runs, self.target_run, |r| {
+            self.on_every_thread(&|i| {
+                let win = window(pieces, r.wrapping_mul(self.threads).wrapping_add(i), w);
+                win.iter().for_each(|p| f(p));
                 total(&win)
             })
         });
@@ -79,17 +79,16 @@ impl Ctx<'_> {
 
     /// Times `f` over all of `pieces` in every run (the same work each time: for
     /// slow stages, whose speed depends on the data a window would hold): on one
-    /// core, then on all cores (each run covers `pieces` once per thread).
+    /// core, then on all cores (each thread covers all of `pieces`).
     pub(crate) fn fixed_bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
         let per_core = measure_at_least(self.runs, self.target_run, |_| {
             pieces.iter().for_each(|p| f(p));
             total(pieces)
         });
-        let copies: Vec<&[u8]> = (0..self.threads).flat_map(|_| pieces.iter().copied()).collect();
-        let all = self.pool.install(|| {
-            measure_at_least(self.runs, self.target_run, |_| {
-                copies.par_iter().for_each(|p| f(p));
-                total(&copies)
+        let all = measure_at_least(self.runs, self.target_run, |_| {
+            self.on_every_thread(&|_| {
+                pieces.iter().for_each(|p| f(p));
+                total(pieces)
             })
         });
         (per_core, all)
@@ -103,14 +102,23 @@ impl Ctx<'_> {
             (0..n).for_each(f);
             n as f64
         });
-        let m = n * self.threads;
-        let all = self.pool.install(|| {
-            measure_at_least(self.runs, self.target_run, |_| {
-                (0..m).into_par_iter().for_each(f);
-                m as f64
+        let all = measure_at_least(self.runs, self.target_run, |_| {
+            self.on_every_thread(&|_| {
+                (0..n).for_each(f);
+                n as f64
             })
         });
         (per_core, all)
+    }
+
+    /// Runs `work(i)` on each of the all-cores pool's threads at once (`i` is
+    /// the thread's index) and returns the sum of the units they did, when the
+    /// last is done. Every thread does a whole one-core run, so the all-cores
+    /// figure is what each core achieves with all of them busy, not how evenly a
+    /// few large pieces happen to split between threads (which made it vary by
+    /// up to 100% between two invocations on the same sample).
+    fn on_every_thread(&self, work: &(dyn Fn(usize) -> f64 + Sync)) -> f64 {
+        self.pool.broadcast(|b| work(b.index())).into_iter().sum()
     }
 
     fn row(&self, stage: &str, choice: &str, input: &str, unit: &str, figs: (Figure, Figure)) -> StageRow {
@@ -583,6 +591,45 @@ impl Ctx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::bench::BenchOptions;
+
+    #[test]
+    fn on_all_cores_every_thread_does_a_whole_one_core_run() {
+        let opts = BenchOptions::quick(3);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let ctx = Ctx {
+            opts: &opts,
+            pool: &pool,
+            single: &single,
+            threads: 3,
+            runs: 2,
+            pipeline_runs: 1,
+            target_run: 0.0,
+            ratio_bytes: 1e5,
+            adversarial_len: 1 << 16,
+            progress: &|_| {},
+        };
+        // Two pieces of 1 MiB: one run covers both on each of the 3 threads,
+        // each thread its own call of `f` per piece, none split between threads.
+        let data = data::incompressible(2 << 20, 9);
+        let pieces: Vec<&[u8]> = data.chunks(1 << 20).collect();
+        let threads_seen = std::sync::Mutex::new(std::collections::HashSet::new());
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let f = |p: &[u8]| {
+            assert_eq!(p.len(), 1 << 20);
+            threads_seen.lock().unwrap().insert(std::thread::current().id());
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
+        let (one, all) = ctx.fixed_bytes_stage(&pieces, &f);
+        assert_eq!(one.units_per_run, (2 << 20) as f64);
+        assert_eq!(all.units_per_run, 3.0 * (2 << 20) as f64);
+        // The warm-up and two timed runs, on one core then on 3: (1 + 2) x 2 + (1 + 2) x 6.
+        assert_eq!(calls.into_inner(), 24);
+        assert_eq!(threads_seen.into_inner().unwrap().len(), 4, "the caller's thread and the pool's 3");
+        let (one, all) = ctx.ops_stage(&|_| {});
+        assert_eq!(all.units_per_run, 3.0 * one.units_per_run);
+    }
 
     #[test]
     fn fixed_slices_are_the_same_bytes_every_time() {

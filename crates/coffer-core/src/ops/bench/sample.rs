@@ -340,51 +340,45 @@ fn read_piece(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
 }
 
 /// The directories the walk backs up whole: at even steps of the counted
-/// files, taken coarse to fine, the largest directory holding that file (or,
-/// when it is in a directory too large, the next one in name order) with at
-/// most `bytes` and [`WALK_FILES`] at or below it and every entry below it
-/// counted, as long as the walk stays within `bytes` and [`WALK_FILES`]. (The
-/// per-file work is about the same in any directory; what matters is that the
-/// walk holds many files, so a large directory is taken whole rather than
-/// left out.)
+/// files, taken coarse to fine from the middle, the largest directory holding
+/// that file (or, when it is in a directory too large, the next one in name
+/// order) whose count is complete, which fits in what is left of `bytes` and
+/// [`WALK_FILES`], and which neither holds nor lies in a directory already
+/// taken. (The per-file work is about the same in any directory; what matters
+/// is that the walk holds many files, so a large directory is taken whole
+/// rather than left out.)
 fn walk_dirs(census: &Census, bytes: u64) -> Vec<PathBuf> {
-    let fits =
-        |b: &Block| !b.is_file && b.complete && b.sub_files > 0 && b.sub_bytes <= bytes && b.sub_files <= WALK_FILES;
-    // The largest directory that fits at or above `i`, when `i` fits.
-    let largest = |mut i: usize| {
-        while let Some(p) = census.blocks[i].parent.filter(|&p| fits(&census.blocks[p])) {
-            i = p;
-        }
-        i
-    };
     let mut picked: Vec<usize> = Vec::new();
-    let (mut walk_bytes, mut walk_files) = (0u64, 0u64);
-    // Halves first, then quarters, eighths...: a walk full before the last
-    // step is still spread over all the files.
+    let (mut left_bytes, mut left_files) = (bytes, WALK_FILES);
+    let overlaps = |picked: &[usize], i: usize| {
+        let p = &census.blocks[i].path;
+        picked.iter().any(|&q| p.starts_with(&census.blocks[q].path) || census.blocks[q].path.starts_with(p))
+    };
+    // The middle first, then the quarters, the eighths...: a walk full before
+    // the last step is still spread over all the files.
     let bits = WALK_STEPS.trailing_zeros();
-    for j in (0..WALK_STEPS).map(|k| k.reverse_bits() >> (64 - bits)) {
+    for k in 0..WALK_STEPS {
+        let j = ((k.reverse_bits() >> (64 - bits)) + WALK_STEPS / 2) % WALK_STEPS;
         let Some((block, _)) = census.locate(step(census.files, j, WALK_STEPS), |b| b.files) else { break };
-        let Some(unit) = (block..census.blocks.len()).find(|&i| fits(&census.blocks[i])).map(largest) else {
-            continue;
+        let fits = |i: usize| {
+            let b = &census.blocks[i];
+            !b.is_file
+                && b.complete
+                && b.sub_files > 0
+                && b.sub_bytes <= left_bytes
+                && b.sub_files <= left_files
+                && !overlaps(&picked, i)
         };
-        let b = &census.blocks[unit];
-        if picked.contains(&unit) || walk_bytes + b.sub_bytes > bytes || walk_files + b.sub_files > WALK_FILES {
-            continue;
+        let Some(mut unit) = (block..census.blocks.len()).find(|&i| fits(i)) else { continue };
+        while let Some(p) = census.blocks[unit].parent.filter(|&p| fits(p)) {
+            unit = p;
         }
-        walk_bytes += b.sub_bytes;
-        walk_files += b.sub_files;
+        left_bytes -= census.blocks[unit].sub_bytes;
+        left_files -= census.blocks[unit].sub_files;
         picked.push(unit);
     }
-    // In name order; a directory given inside another given is walked once.
     picked.sort_unstable();
-    let mut out: Vec<PathBuf> = Vec::new();
-    for i in picked {
-        let p = &census.blocks[i].path;
-        if !out.last().is_some_and(|w| p.starts_with(w)) {
-            out.push(p.clone());
-        }
-    }
-    out
+    picked.into_iter().map(|i| census.blocks[i].path.clone()).collect()
 }
 
 #[cfg(test)]

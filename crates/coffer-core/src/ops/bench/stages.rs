@@ -3,6 +3,8 @@
 //! scrypt, Ed25519 and the Merkle tree, on the sample and on inputs chosen to
 //! hurt. See docs/design.md#coffer-bench.
 
+use std::time::Instant;
+
 use rayon::prelude::*;
 
 use super::data;
@@ -67,12 +69,10 @@ impl Ctx<'_> {
             win.iter().for_each(|p| f(p));
             total(&win)
         });
-        let all = measure_at_least(self.runs, self.target_run, |r| {
-            self.on_every_thread(&|i| {
-                let win = window(pieces, r.wrapping_mul(self.threads).wrapping_add(i), w);
-                win.iter().for_each(|p| f(p));
-                total(&win)
-            })
+        let all = self.all_cores(&|r, i| {
+            let win = window(pieces, r.wrapping_mul(self.threads).wrapping_add(i), w);
+            win.iter().for_each(|p| f(p));
+            total(&win)
         });
         (per_core, all)
     }
@@ -85,11 +85,9 @@ impl Ctx<'_> {
             pieces.iter().for_each(|p| f(p));
             total(pieces)
         });
-        let all = measure_at_least(self.runs, self.target_run, |_| {
-            self.on_every_thread(&|_| {
-                pieces.iter().for_each(|p| f(p));
-                total(pieces)
-            })
+        let all = self.all_cores(&|_, _| {
+            pieces.iter().for_each(|p| f(p));
+            total(pieces)
         });
         (per_core, all)
     }
@@ -102,23 +100,43 @@ impl Ctx<'_> {
             (0..n).for_each(f);
             n as f64
         });
-        let all = measure_at_least(self.runs, self.target_run, |_| {
-            self.on_every_thread(&|_| {
-                (0..n).for_each(f);
-                n as f64
-            })
+        let all = self.all_cores(&|_, _| {
+            (0..n).for_each(f);
+            n as f64
         });
         (per_core, all)
     }
 
-    /// Runs `work(i)` on each of the all-cores pool's threads at once (`i` is
-    /// the thread's index) and returns the sum of the units they did, when the
-    /// last is done. Every thread does a whole one-core run, so the all-cores
-    /// figure is what each core achieves with all of them busy, not how evenly a
-    /// few large pieces happen to split between threads (which made it vary by
-    /// up to 100% between two invocations on the same sample).
-    fn on_every_thread(&self, work: &(dyn Fn(usize) -> f64 + Sync)) -> f64 {
-        self.pool.broadcast(|b| work(b.index())).into_iter().sum()
+    /// The all-cores figure of `work(run, thread)`: in each timed run (after one
+    /// untimed), every thread of the all-cores pool calls it at once, again and
+    /// again until it has worked the target run time, and the run's rate is the
+    /// sum of the threads' rates (each thread's units over its own time; the
+    /// run's seconds are its units over that sum). So the figure is what the
+    /// cores achieve together with all of them busy: not how evenly a few large
+    /// pieces split between threads, nor how fast threads are woken, nor one
+    /// thread's last call running on alone (each of these made the same figure of
+    /// two invocations differ by 25% to 100%).
+    fn all_cores(&self, work: &(dyn Fn(usize, usize) -> f64 + Sync)) -> Figure {
+        let run = |r: usize| -> (f64, f64) {
+            let threads = self.pool.broadcast(|b| {
+                let start = Instant::now();
+                let mut units = work(r, b.index());
+                // A bound on the calls, for work that does nothing.
+                for _ in 0..1_000_000 {
+                    if start.elapsed().as_secs_f64() >= self.target_run {
+                        break;
+                    }
+                    units += work(r, b.index());
+                }
+                (units, start.elapsed().as_secs_f64().max(1e-9))
+            });
+            let units: f64 = threads.iter().map(|t| t.0).sum();
+            let rate: f64 = threads.iter().map(|t| t.0 / t.1).sum();
+            (units, units / rate.max(1e-12))
+        };
+        run(usize::MAX);
+        let runs: Vec<(f64, f64)> = (0..self.runs.max(1)).map(run).collect();
+        Figure::from_runs(&runs)
     }
 
     fn row(&self, stage: &str, choice: &str, input: &str, unit: &str, figs: (Figure, Figure)) -> StageRow {

@@ -197,6 +197,41 @@ impl Ctx<'_> {
     }
 }
 
+/// What the module's tests need to build a [`Ctx`]: the options and the pools.
+#[cfg(test)]
+pub(crate) struct TestCtx {
+    opts: BenchOptions,
+    pool: rayon::ThreadPool,
+    single: rayon::ThreadPool,
+    threads: usize,
+}
+
+#[cfg(test)]
+impl TestCtx {
+    /// Quick options on `threads` threads.
+    pub(crate) fn new(threads: usize) -> TestCtx {
+        TestCtx { opts: BenchOptions::quick(threads), pool: pool(threads).unwrap(), single: pool(1).unwrap(), threads }
+    }
+
+    /// A context timing `runs` runs per stage figure, `pipeline_runs` per
+    /// pipeline figure, each stage run lasting at least `target_run` seconds.
+    pub(crate) fn ctx(&self, runs: usize, pipeline_runs: usize, target_run: f64) -> Ctx<'_> {
+        fn quiet(_: &str) {}
+        Ctx {
+            opts: &self.opts,
+            pool: &self.pool,
+            single: &self.single,
+            threads: self.threads,
+            runs,
+            pipeline_runs,
+            target_run,
+            ratio_bytes: 1e5,
+            adversarial_len: 1 << 16,
+            progress: &quiet,
+        }
+    }
+}
+
 fn pool(threads: usize) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

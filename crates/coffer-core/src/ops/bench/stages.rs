@@ -609,25 +609,11 @@ impl Ctx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::bench::BenchOptions;
 
     #[test]
     fn on_all_cores_every_thread_does_a_whole_one_core_run() {
-        let opts = BenchOptions::quick(3);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-        let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        let ctx = Ctx {
-            opts: &opts,
-            pool: &pool,
-            single: &single,
-            threads: 3,
-            runs: 2,
-            pipeline_runs: 1,
-            target_run: 0.0,
-            ratio_bytes: 1e5,
-            adversarial_len: 1 << 16,
-            progress: &|_| {},
-        };
+        let t = crate::ops::bench::TestCtx::new(3);
+        let ctx = t.ctx(2, 1, 0.0);
         // Two pieces of 1 MiB: one run covers both on each of the 3 threads,
         // each thread its own call of `f` per piece, none split between threads.
         let data = data::incompressible(2 << 20, 9);

@@ -121,7 +121,7 @@ fn read(path: &Path) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::chunker::ChunkerParams;
-    use crate::ops::bench::{BenchOptions, data};
+    use crate::ops::bench::{TestCtx, data};
 
     #[test]
     fn backs_up_the_whole_directories_only() {
@@ -136,21 +136,8 @@ mod tests {
         std::os::unix::fs::symlink("f0", root.join("a/link")).unwrap();
         let mut sample = crate::ops::bench::sample::read_sample(&[root.to_path_buf()], 62_000, false).unwrap();
         sample.whole_dirs = vec![root.join("a")];
-        let opts = BenchOptions::quick(2);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        let ctx = Ctx {
-            opts: &opts,
-            pool: &pool,
-            single: &single,
-            threads: 2,
-            runs: 1,
-            pipeline_runs: 2,
-            target_run: 0.001,
-            ratio_bytes: 1e5,
-            adversarial_len: 1 << 16,
-            progress: &|_| {},
-        };
+        let t = TestCtx::new(2);
+        let ctx = t.ctx(1, 2, 0.001);
         let setup = Setup { chunker: ChunkerParams::default(), level: 3 };
         let w = measure_walk(&ctx, &sample, setup).unwrap().unwrap();
         assert_eq!((w.directories, w.files, w.bytes), (1, 5, 50_000));

@@ -107,10 +107,15 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
     ] {
         assert!(has(stage, choice, input), "missing stage {stage} {choice} {input}");
     }
+    // One run of every figure per pass: 3 passes with --quick (scrypt 1 run).
+    assert_eq!(num(&v, "/runs"), 3.0);
     for r in stages {
         let what = format!("{} {} {}", r["stage"], r["choice"], r["input"]);
         check_figure(&r["per_core"], &what);
         check_figure(&r["all_cores"], &what);
+        let runs = if r["stage"] == "scrypt" { 1.0 } else { 3.0 };
+        assert_eq!(num(r, "/per_core/runs"), runs, "{what}");
+        assert_eq!(num(r, "/all_cores/runs"), runs, "{what}");
         assert!(r["note"].as_str().is_none_or(|n| !n.contains("unexpected verdict")), "{what}: {}", r["note"]);
     }
     // Compression ratios: the sample's sources compress, the repetitive input
@@ -135,6 +140,7 @@ fn quick_json_on_real_files_has_every_stage_and_a_recommendation() {
                 .find(|r| r["config"] == config && r["pass"] == pass && r["input"] == "sample")
                 .unwrap_or_else(|| panic!("no pipeline row {config} pass {pass}"));
             check_figure(&row["all_cores"], config);
+            assert_eq!(num(row, "/all_cores/runs"), 2.0, "--quick: 2 pipeline runs");
             if pass == 1 {
                 assert!(num(row, "/new_blobs") > 0.0 && num(row, "/stored_bytes") > 0.0, "{row}");
             } else {

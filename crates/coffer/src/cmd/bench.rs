@@ -26,7 +26,7 @@ pub struct BenchArgs {
     /// Size of the generated sample when no path is given.
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     pub generated_size: u64,
-    /// Timed runs per figure (the pipeline takes at most 3, scrypt at most 2).
+    /// Timed runs per figure, one per pass over all of them (scrypt takes at most 2).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub runs: u32,
     /// A run of a few seconds: fewer levels, smaller inputs, fewer runs.

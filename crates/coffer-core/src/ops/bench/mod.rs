@@ -70,7 +70,7 @@ impl BenchOptions {
     pub fn standard(threads: usize) -> BenchOptions {
         BenchOptions {
             runs: 5,
-            pipeline_runs: 3,
+            pipeline_runs: 5,
             quick: false,
             threads: threads.max(1),
             kdf: ScryptParams::DEFAULT,
@@ -178,6 +178,7 @@ pub struct BenchReport {
 }
 
 /// What the measuring functions share.
+#[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
     pub opts: &'a BenchOptions,
     pub pool: &'a rayon::ThreadPool,
@@ -187,13 +188,23 @@ pub(crate) struct Ctx<'a> {
     pub pipeline_runs: usize,
     pub target_run: f64,
     pub ratio_bytes: f64,
+    /// Most bytes a byte stage's run covers (see `Ctx::bytes_stage`).
+    pub stage_bytes: f64,
     pub adversarial_len: usize,
+    /// Which pass over the measurements this is (see [`run`]).
+    pub pass: usize,
     pub progress: &'a (dyn Fn(&str) + Sync),
 }
 
 impl Ctx<'_> {
     pub(crate) fn say(&self, what: &str) {
         (self.progress)(what)
+    }
+
+    /// Whether figures start with an untimed warm-up run, and one-off
+    /// measurements (compression ratios) are made: in the first pass.
+    pub(crate) fn warm_up(&self) -> bool {
+        self.pass == 0
     }
 }
 
@@ -210,7 +221,12 @@ pub(crate) struct TestCtx {
 impl TestCtx {
     /// Quick options on `threads` threads.
     pub(crate) fn new(threads: usize) -> TestCtx {
-        TestCtx { opts: BenchOptions::quick(threads), pool: pool(threads).unwrap(), single: pool(1).unwrap(), threads }
+        TestCtx {
+            opts: BenchOptions::quick(threads),
+            pool: pool(threads, &[]).unwrap(),
+            single: pool(1, &[]).unwrap(),
+            threads,
+        }
     }
 
     /// A context timing `runs` runs per stage figure, `pipeline_runs` per
@@ -226,7 +242,9 @@ impl TestCtx {
             pipeline_runs,
             target_run,
             ratio_bytes: 1e5,
+            stage_bytes: 1e6,
             adversarial_len: 1 << 16,
+            pass: 0,
             progress: &quiet,
         }
     }
@@ -307,6 +325,61 @@ pub(crate) fn effective_cores(rows: &[StageRow], threads: usize) -> f64 {
     percentile(&speedups, 0.5).unwrap_or(1.0).clamp(0.5, threads as f64)
 }
 
+/// One pass over the stage measurements.
+fn measure_stages(ctx: &Ctx<'_>, sample: &Sample, chunks: &[&[u8]]) -> Vec<StageRow> {
+    let mut rows = Vec::new();
+    stages::chunkers(ctx, &sample.files, &mut rows);
+    stages::hashes(ctx, chunks, &mut rows);
+    stages::aead(ctx, chunks, &mut rows);
+    stages::compression(ctx, chunks, &mut rows);
+    stages::signatures(ctx, &mut rows);
+    stages::merkle_tree(ctx, &mut rows);
+    stages::file_reads(ctx, sample, ctx.opts.cold, &mut rows);
+    rows
+}
+
+/// One pass over the pipeline measurements.
+fn measure_pipelines(ctx: &Ctx<'_>, setup: pipeline::Setup, files: &[Vec<u8>]) -> Result<Vec<PipelineRow>> {
+    let refs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let mut pipe = Vec::new();
+    for config in [Config::DedupOnly, Config::Compress, Config::Encrypt, Config::CompressEncrypt, Config::Coffer] {
+        let per_core = matches!(config, Config::CompressEncrypt | Config::Coffer);
+        // A second pass stores nothing, so it is the same work whatever is
+        // switched on: measured for dedup only and for coffer's saver.
+        let second = matches!(config, Config::DedupOnly | Config::Coffer);
+        pipe.extend(pipeline::measure_config(ctx, config, setup, "sample", &refs, per_core, second)?);
+    }
+    let tiny = data::tiny_files(if ctx.opts.quick { 512 } else { 4096 }, 1024);
+    let tiny: Vec<&[u8]> = tiny.iter().map(Vec::as_slice).collect();
+    for config in [Config::CompressEncrypt, Config::Coffer] {
+        pipe.extend(pipeline::measure_config(ctx, config, setup, "tiny files", &tiny, false, true)?);
+    }
+    let nocut = data::no_cut(&stages::chunker_key(), ctx.opts.chunker, ctx.adversarial_len);
+    pipe.extend(pipeline::measure_config(ctx, Config::Coffer, setup, "no-cut", &[&nocut], false, true)?);
+    Ok(pipe)
+}
+
+/// The rows of the first pass, each figure with the runs of every pass.
+fn merge_passes(passes: Vec<(Vec<StageRow>, Vec<PipelineRow>)>) -> (Vec<StageRow>, Vec<PipelineRow>) {
+    let mut passes = passes.into_iter();
+    let Some((mut rows, mut pipe)) = passes.next() else {
+        return (Vec::new(), Vec::new());
+    };
+    for (more_rows, more_pipe) in passes {
+        for (r, m) in rows.iter_mut().zip(more_rows) {
+            r.per_core = Figure::merged([&r.per_core, &m.per_core]);
+            r.all_cores = Figure::merged([&r.all_cores, &m.all_cores]);
+        }
+        for (r, m) in pipe.iter_mut().zip(more_pipe) {
+            r.all_cores = Figure::merged([&r.all_cores, &m.all_cores]);
+            if let (Some(a), Some(b)) = (&r.per_core, &m.per_core) {
+                r.per_core = Some(Figure::merged([a, b]));
+            }
+        }
+    }
+    (rows, pipe)
+}
+
 /// Measures everything on `sample`. `storage` is a storage measurement made
 /// before (see [`measure_storage`]), for the projection to weigh; `progress` is
 /// told which measurement starts.
@@ -336,43 +409,40 @@ pub fn run(
         pipeline_runs: opts.pipeline_runs.max(1),
         target_run: opts.target_run_seconds.max(1e-4),
         ratio_bytes: if opts.quick { 1.0 * 1048576.0 } else { 4.0 * 1048576.0 },
+        stage_bytes: if opts.quick { 16.0 * 1048576.0 } else { 64.0 * 1048576.0 },
         adversarial_len: if opts.quick { 4 << 20 } else { 16 << 20 },
+        pass: 0,
         progress,
     };
     let files = &sample.files;
     let chunks = chunk_all(files, opts.chunker);
 
-    let mut rows = Vec::new();
-    stages::chunkers(&ctx, files, &mut rows);
-    stages::hashes(&ctx, &chunks, &mut rows);
-    stages::aead(&ctx, &chunks, &mut rows);
-    stages::compression(&ctx, &chunks, &mut rows);
-    let kdf_seconds = stages::kdf(&ctx, opts.kdf, &mut rows);
-    stages::signatures(&ctx, &mut rows);
-    stages::merkle_tree(&ctx, &mut rows);
-    stages::file_reads(&ctx, sample, opts.cold, &mut rows);
+    let setup = pipeline::Setup { chunker: opts.chunker, level: opts.compression_level };
+    let kdf_row = {
+        let mut v = Vec::new();
+        let seconds = stages::kdf(&ctx, opts.kdf, &mut v);
+        (v, seconds)
+    };
+    // Every figure gets one timed run per pass over all of them (the pipeline
+    // in the first `pipeline_runs` passes only), so that a figure's runs are
+    // spread over the whole measurement: a moment when the machine is busy
+    // elsewhere slows one run of many figures, not all runs of one.
+    let mut passes: Vec<(Vec<StageRow>, Vec<PipelineRow>)> = Vec::new();
+    for pass in 0..ctx.runs.max(ctx.pipeline_runs) {
+        let c = Ctx { pass, runs: 1, pipeline_runs: 1, ..ctx };
+        let rows = if pass < ctx.runs { measure_stages(&c, sample, &chunks) } else { Vec::new() };
+        let pipe = if pass < ctx.pipeline_runs { measure_pipelines(&c, setup, files)? } else { Vec::new() };
+        passes.push((rows, pipe));
+    }
+    let (mut rows, mut pipe) = merge_passes(passes);
+    let at = rows.iter().position(|r| r.stage == "ed25519").unwrap_or(rows.len());
+    rows.splice(at..at, kdf_row.0);
+    let kdf_seconds = kdf_row.1;
+    stages::name_slowest_signature(&mut rows);
 
     ctx.say("deduplication per chunk size set");
     let dedup: Vec<DedupRow> =
         stages::chunker_sets(opts.chunker).into_iter().map(|p| dedup_row(&ctx, files, p)).collect();
-
-    let setup = pipeline::Setup { chunker: opts.chunker, level: opts.compression_level };
-    let refs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    let mut pipe = Vec::new();
-    for config in [Config::DedupOnly, Config::Compress, Config::Encrypt, Config::CompressEncrypt, Config::Coffer] {
-        let per_core = matches!(config, Config::CompressEncrypt | Config::Coffer);
-        // A second pass stores nothing, so it is the same work whatever is
-        // switched on: measured for dedup only and for coffer's saver.
-        let second = matches!(config, Config::DedupOnly | Config::Coffer);
-        pipe.extend(pipeline::measure_config(&ctx, config, setup, "sample", &refs, per_core, second)?);
-    }
-    let tiny = data::tiny_files(if opts.quick { 512 } else { 4096 }, 1024);
-    let tiny: Vec<&[u8]> = tiny.iter().map(Vec::as_slice).collect();
-    for config in [Config::CompressEncrypt, Config::Coffer] {
-        pipe.extend(pipeline::measure_config(&ctx, config, setup, "tiny files", &tiny, false, true)?);
-    }
-    let nocut = data::no_cut(&stages::chunker_key(), opts.chunker, ctx.adversarial_len);
-    pipe.extend(pipeline::measure_config(&ctx, Config::Coffer, setup, "no-cut", &[&nocut], false, true)?);
 
     let walk = walk::measure_walk(&ctx, sample, setup)?;
 
@@ -401,4 +471,43 @@ pub fn run(
         storage,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage_row(choice: &str, secs: f64, note: Option<&str>) -> StageRow {
+        StageRow {
+            stage: "s".into(),
+            choice: choice.into(),
+            input: "sample".into(),
+            unit: "B".into(),
+            per_core: Figure::from_runs(&[(100.0, secs)]),
+            all_cores: Figure::from_runs(&[(200.0, secs)]),
+            ratio: None,
+            note: note.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn passes_merge_into_the_first_pass_rows_with_every_run() {
+        let pass = |secs: f64| (vec![stage_row("a", secs, Some("first")), stage_row("b", 2.0 * secs, None)], vec![]);
+        let mut second = pass(2.0);
+        second.0[0].note = Some("later".into());
+        let (rows, pipe) = merge_passes(vec![pass(1.0), second, pass(4.0)]);
+        assert!(pipe.is_empty());
+        assert_eq!(rows.len(), 2);
+        // Each figure holds the runs of all three passes; the rest is the first pass's.
+        assert_eq!(rows[0].per_core.runs, 3);
+        assert_eq!(rows[0].per_core.seconds.p50, 2.0);
+        assert_eq!(rows[0].per_core.seconds.max, 4.0);
+        assert_eq!(rows[0].all_cores.rate.p50, 100.0);
+        assert_eq!(rows[1].per_core.seconds.p50, 4.0);
+        assert_eq!(rows[0].note.as_deref(), Some("first"));
+        // Passes without rows (beyond `--runs`, pipeline only) add nothing.
+        let (rows, _) = merge_passes(vec![pass(1.0), (vec![], vec![])]);
+        assert_eq!(rows[0].per_core.runs, 1);
+        assert!(merge_passes(vec![]).0.is_empty());
+    }
 }

@@ -234,48 +234,63 @@ fn saver_pass(repo: &Repository, files: &[&[u8]]) -> Result<PassOut> {
     Ok(PassOut { stored: stats.bytes_stored, blobs: stats.blobs })
 }
 
-/// First and second pass of `config` over `files` on `pool`, `runs` times each.
+/// First and second pass of `config` over `files` on `pool`, `runs` times each;
+/// a run of the second pass (which stores nothing, so may be repeated) goes
+/// over the files again until it has taken at least `second_seconds`.
 fn passes(
     config: Config,
     setup: Setup,
     files: &[&[u8]],
     pool: &rayon::ThreadPool,
     runs: usize,
-    second_pass: bool,
+    second_pass: Option<f64>,
 ) -> Result<(Figure, Figure, PassOut, PassOut)> {
     let bytes: f64 = files.iter().map(|f| f.len() as f64).sum();
     let (mut first, mut second) = (Vec::new(), Vec::new());
     let (mut out1, mut out2) = (PassOut::default(), PassOut::default());
     for _ in 0..runs.max(1) {
-        let ((o1, s1), (o2, s2)) = if config == Config::Coffer {
+        let ((o1, s1), (o2, times, s2)) = if config == Config::Coffer {
             let repo = mem_repo(setup)?;
             let a = timed(|| pool.install(|| saver_pass(&repo, files)));
             let a = (a.0?, a.1);
-            if !second_pass {
-                (a, (PassOut::default(), 0.0))
-            } else {
-                let b = timed(|| pool.install(|| saver_pass(&repo, files)));
-                (a, (b.0?, b.1))
-            }
+            let b = match second_pass {
+                Some(min) => repeated(min, || pool.install(|| saver_pass(&repo, files)))?,
+                None => (PassOut::default(), 0, 0.0),
+            };
+            (a, b)
         } else {
             let seen = Mutex::new(HashSet::new());
-            let (o1, s1) = timed(|| {
+            let a = timed(|| {
                 let mut o = pool.install(|| primitive_pass(config, setup, files, &seen));
                 o.stored += finish_packs(pool);
                 o
             });
-            if !second_pass {
-                ((o1, s1), (PassOut::default(), 0.0))
-            } else {
-                let (o2, s2) = timed(|| pool.install(|| primitive_pass(config, setup, files, &seen)));
-                ((o1, s1), (o2, s2))
-            }
+            let b = match second_pass {
+                Some(min) => repeated(min, || Ok(pool.install(|| primitive_pass(config, setup, files, &seen))))?,
+                None => (PassOut::default(), 0, 0.0),
+            };
+            (a, b)
         };
         first.push((bytes, s1));
-        second.push((bytes, s2));
+        second.push((bytes * times as f64, s2));
         (out1, out2) = (o1, o2);
     }
     Ok((Figure::from_runs(&first), Figure::from_runs(&second), out1, out2))
+}
+
+/// Calls `pass` until at least `min_seconds` have gone by; returns what the
+/// last call did, the calls made and the seconds taken.
+fn repeated(min_seconds: f64, pass: impl Fn() -> Result<PassOut>) -> Result<(PassOut, u32, f64)> {
+    let start = std::time::Instant::now();
+    let mut calls = 0;
+    loop {
+        let out = pass()?;
+        calls += 1;
+        let secs = start.elapsed().as_secs_f64();
+        if secs >= min_seconds || calls >= 1000 {
+            return Ok((out, calls, secs));
+        }
+    }
 }
 
 /// Files from the start of `files` holding about `share` of their bytes.
@@ -306,6 +321,9 @@ pub(crate) fn measure_config(
     second: bool,
 ) -> Result<Vec<PipelineRow>> {
     ctx.say(&format!("pipeline: {}, {input}", config.describe()));
+    // A second pass lasts a few milliseconds on small inputs: each run repeats it
+    // for at least four target run times.
+    let second = second.then_some(4.0 * ctx.target_run);
     let (all1, all2, o1, o2) = passes(config, setup, files, ctx.pool, ctx.pipeline_runs, second)?;
     let (mut pc1, mut pc2) = (None, None);
     if per_core {
@@ -326,7 +344,7 @@ pub(crate) fn measure_config(
         new_blobs: o.blobs,
     };
     let mut rows = vec![row(1, all1, pc1, o1)];
-    if second {
+    if second.is_some() {
         rows.push(row(2, all2, pc2, o2));
     }
     Ok(rows)
@@ -348,7 +366,7 @@ mod tests {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut stored = Vec::new();
         for config in [Config::DedupOnly, Config::Compress, Config::Encrypt, Config::CompressEncrypt, Config::Coffer] {
-            let (a, b, o1, o2) = passes(config, setup(), &files, &pool, 1, true).unwrap();
+            let (a, b, o1, o2) = passes(config, setup(), &files, &pool, 1, Some(0.0)).unwrap();
             assert!(a.rate.p50 > 0.0 && b.rate.p50 > 0.0);
             assert!(o1.blobs > 0, "{config:?}");
             assert_eq!(o2.blobs, 0, "{config:?}: second pass stored blobs");

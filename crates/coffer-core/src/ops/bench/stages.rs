@@ -3,6 +3,7 @@
 //! scrypt, Ed25519 and the Merkle tree, on the sample and on inputs chosen to
 //! hurt. See docs/design.md#coffer-bench.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -24,31 +25,15 @@ pub(crate) fn chunker_key() -> Key {
     Key([0x42; 32])
 }
 
-/// Pieces from `pieces` holding at least `bytes` bytes, spread over all of
-/// them so that each run sees a mix like the whole sample's: every `k`-th piece,
-/// starting at a place that depends on `run`. A window larger than all the
-/// pieces repeats them.
-fn window<'a>(pieces: &[&'a [u8]], run: usize, bytes: f64) -> Vec<&'a [u8]> {
-    let mut out = Vec::new();
-    if pieces.is_empty() {
-        return out;
-    }
-    let all = total(pieces).max(1.0);
-    let k = ((all / bytes.max(1.0)).floor() as usize).clamp(1, pieces.len());
-    let mut i = run.wrapping_mul(7919) % k;
-    let mut got = 0.0;
-    while got < bytes || out.is_empty() {
-        out.push(pieces[i]);
-        got += pieces[i].len() as f64;
-        i += k;
-        if i >= pieces.len() {
-            i = (i + 1) % k.max(1);
-        }
-        if out.len() > 4 * pieces.len() + 16 {
-            break;
-        }
-    }
-    out
+/// Every `k`-th of `pieces` from the first, `k` their bytes over `bytes`
+/// rounded up (all of them when they fit), so about `bytes`: spread over all
+/// the pieces, so that a run sees
+/// a mix like the whole sample's, and chosen without any timing, so that every
+/// run, and every invocation on the same data, times the same bytes.
+fn every_kth<'a>(pieces: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
+    let all = total(pieces);
+    let k = if all <= bytes { 1 } else { ((all / bytes.max(1.0)).ceil() as usize).max(1) };
+    pieces.iter().copied().step_by(k).collect()
 }
 
 fn total(pieces: &[&[u8]]) -> f64 {
@@ -56,32 +41,18 @@ fn total(pieces: &[&[u8]]) -> f64 {
 }
 
 impl Ctx<'_> {
-    /// Times `f` over windows of `pieces`: on one core, then on all cores (each
-    /// thread covers a window of its own). A run is sized to take about the
-    /// target run time, from a first untimed pass over 256 KiB.
+    /// Times `f` over [`every_kth`] of `pieces` up to the byte stages' budget
+    /// (64 MiB, 16 MiB with `--quick`: all of the default sample): on one core,
+    /// then on all cores.
     pub(crate) fn bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
-        let probe = window(pieces, 0, 256.0 * 1024.0);
-        let (_, secs) = timed(|| probe.iter().for_each(|p| f(p)));
-        let rate = total(&probe) / secs.max(1e-7);
-        let w = (rate * self.target_run).clamp(1.0, total(pieces).max(1.0));
-        let per_core = measure_at_least(self.runs, self.target_run, |r| {
-            let win = window(pieces, r, w);
-            win.iter().for_each(|p| f(p));
-            total(&win)
-        });
-        let all = self.all_cores(&|r, i| {
-            let win = window(pieces, r.wrapping_mul(self.threads).wrapping_add(i), w);
-            win.iter().for_each(|p| f(p));
-            total(&win)
-        });
-        (per_core, all)
+        self.fixed_bytes_stage(&every_kth(pieces, self.stage_bytes), f)
     }
 
     /// Times `f` over all of `pieces` in every run (the same work each time: for
     /// slow stages, whose speed depends on the data a window would hold): on one
     /// core, then on all cores (each thread covers all of `pieces`).
     pub(crate) fn fixed_bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
-        let per_core = measure_at_least(self.runs, self.target_run, |_| {
+        let per_core = self.one_core(&|| {
             pieces.iter().for_each(|p| f(p));
             total(pieces)
         });
@@ -94,9 +65,16 @@ impl Ctx<'_> {
 
     /// Times `f(i)` called for many `i`: on one core, then on all cores.
     pub(crate) fn ops_stage(&self, f: &(dyn Fn(usize) + Sync)) -> (Figure, Figure) {
-        let (_, secs) = timed(|| (0..4).for_each(f));
-        let n = ((4.0 / secs.max(1e-9)) * self.target_run).clamp(1.0, 1e7) as usize;
-        let per_core = measure_at_least(self.runs, self.target_run, |_| {
+        // Sized from up to 4 calls, fewer when one takes a good part of a run.
+        let start = Instant::now();
+        let mut probed = 0;
+        while probed < 4 && start.elapsed().as_secs_f64() < self.target_run / 4.0 {
+            f(probed);
+            probed += 1;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let n = ((probed as f64 / secs.max(1e-9)) * self.target_run).clamp(1.0, 1e7) as usize;
+        let per_core = self.one_core(&|| {
             (0..n).for_each(f);
             n as f64
         });
@@ -107,18 +85,29 @@ impl Ctx<'_> {
         (per_core, all)
     }
 
-    /// The all-cores figure of `work(run, thread)`: in each timed run (after one
-    /// untimed), every thread of the all-cores pool calls it at once, again and
-    /// again until it has worked the target run time, and the run's rate is the
-    /// sum of the threads' rates (each thread's units over its own time; the
-    /// run's seconds are its units over that sum). So the figure is what the
-    /// cores achieve together with all of them busy: not how evenly a few large
-    /// pieces split between threads, nor how fast threads are woken, nor one
-    /// thread's last call running on alone (each of these made the same figure of
-    /// two invocations differ by 25% to 100%).
+    /// The one-core figure of `work`, on the one-thread pool: runs of at
+    /// least the target run time, after an untimed one in the first pass.
+    fn one_core(&self, work: &(dyn Fn() -> f64 + Sync)) -> Figure {
+        self.single.install(|| measure_at_least(self.runs, self.target_run, self.warm_up(), |_| work()))
+    }
+
+    /// The all-cores figure of `work(run, thread)`: every thread of the
+    /// all-cores pool makes one untimed run (in the first pass) and then the timed runs, all within
+    /// one call on the pool, a run calling `work` again and again until it has
+    /// worked the target run time; run `r`'s rate is the sum of the threads'
+    /// rates in their run `r` (each thread's units over its own time; the run's
+    /// seconds are its units over that sum). A thread done with its runs goes on
+    /// working, untimed, until every thread is done. So the figure is what the
+    /// cores achieve together with all of them busy, and no core idles between
+    /// runs: not how evenly a few large pieces split between threads, nor how
+    /// fast threads are woken, nor one thread's last call running on alone, nor
+    /// a core slow for the first milliseconds after idling (each of these made
+    /// the same figure of two invocations differ by 25% to 100%).
     fn all_cores(&self, work: &(dyn Fn(usize, usize) -> f64 + Sync)) -> Figure {
-        let run = |r: usize| -> (f64, f64) {
-            let threads = self.pool.broadcast(|b| {
+        let runs = self.runs.max(1);
+        let done = AtomicUsize::new(0);
+        let threads = self.pool.broadcast(|b| {
+            let run = |r: usize| -> (f64, f64) {
                 let start = Instant::now();
                 let mut units = work(r, b.index());
                 // A bound on the calls, for work that does nothing.
@@ -129,13 +118,27 @@ impl Ctx<'_> {
                     units += work(r, b.index());
                 }
                 (units, start.elapsed().as_secs_f64().max(1e-9))
-            });
-            let units: f64 = threads.iter().map(|t| t.0).sum();
-            let rate: f64 = threads.iter().map(|t| t.0 / t.1).sum();
-            (units, units / rate.max(1e-12))
-        };
-        run(usize::MAX);
-        let runs: Vec<(f64, f64)> = (0..self.runs.max(1)).map(run).collect();
+            };
+            if self.warm_up() {
+                run(usize::MAX);
+            }
+            let timed: Vec<(f64, f64)> = (0..runs).map(run).collect();
+            done.fetch_add(1, Ordering::AcqRel);
+            for _ in 0..1_000_000 {
+                if done.load(Ordering::Acquire) >= b.num_threads() {
+                    break;
+                }
+                work(usize::MAX, b.index());
+            }
+            timed
+        });
+        let runs: Vec<(f64, f64)> = (0..runs)
+            .map(|r| {
+                let units: f64 = threads.iter().map(|t| t[r].0).sum();
+                let rate: f64 = threads.iter().map(|t| t[r].0 / t[r].1).sum();
+                (units, units / rate.max(1e-12))
+            })
+            .collect();
         Figure::from_runs(&runs)
     }
 
@@ -257,12 +260,17 @@ pub fn cipher_name(c: Cipher) -> &'static str {
     }
 }
 
-/// Stored bytes of `chunks` compressed at `level` under coffer's policy (probe,
-/// and kept only when smaller), on all cores.
-fn stored_len(ctx: &Ctx<'_>, chunks: &[&[u8]], level: i32) -> f64 {
-    ctx.pool.install(|| {
+/// Stored bytes over read bytes of `chunks` compressed at `level` under
+/// coffer's policy (probe, and kept only when smaller), on all cores; measured
+/// in the first pass only (the rows of later passes are merged into its).
+fn ratio(ctx: &Ctx<'_>, chunks: &[&[u8]], level: i32) -> Option<f64> {
+    if !ctx.warm_up() {
+        return None;
+    }
+    let stored: f64 = ctx.pool.install(|| {
         chunks.par_iter().map(|c| compress::with_compressed(c, level, |z| z.map_or(c.len(), <[u8]>::len) as f64)).sum()
-    })
+    });
+    Some(stored / total(chunks).max(1.0))
 }
 
 /// Slices of the chunks, about `bytes` in all: the middle of every chunk, at
@@ -290,15 +298,12 @@ pub(crate) fn spread<'a>(chunks: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
         .collect()
 }
 
-/// The slowest zstd level timed on a window that follows the run time: from
-/// this level on, every run compresses the same [`fixed_slices`].
-const FIXED_FROM_LEVEL: i32 = 6;
-
-/// Bytes of [`fixed_slices`] per run for `level`: about 30 to 250 ms on one core
+/// Bytes of [`fixed_slices`] per run for `level`: about 10 to 250 ms on one core
 /// of a machine of 2026, whatever the timing of this run.
 fn fixed_bytes(level: i32, quick: bool) -> f64 {
     let kib = match level {
-        ..=9 => 1024.0,
+        ..=5 => 4096.0,
+        6..=9 => 1024.0,
         10..=15 => 512.0,
         _ => 256.0,
     };
@@ -344,15 +349,11 @@ pub(crate) fn compression(ctx: &Ctx<'_>, chunks: &[&[u8]], out: &mut Vec<StageRo
         let f = |p: &[u8]| {
             std::hint::black_box(compress::with_compressed(p, level, |z| z.map(<[u8]>::len)));
         };
-        let (figs, timed_on) = if level >= FIXED_FROM_LEVEL {
-            let slices = fixed_slices(chunks, fixed_bytes(level, ctx.opts.quick));
-            let on = format!("; timed on the same {:.2} MiB of slices every run", total(&slices) / 1048576.0);
-            (ctx.fixed_bytes_stage(&slices, &f), on)
-        } else {
-            (ctx.bytes_stage(chunks, &f), String::new())
-        };
+        let slices = fixed_slices(chunks, fixed_bytes(level, ctx.opts.quick));
+        let timed_on = format!("; timed on the same {:.2} MiB of slices every run", total(&slices) / 1048576.0);
+        let figs = ctx.fixed_bytes_stage(&slices, &f);
         let mut r = ctx.row("zstd", &format!("level {level}"), "sample", BYTES, figs);
-        r.ratio = Some(stored_len(ctx, &subset, level) / subset_len.max(1.0));
+        r.ratio = ratio(ctx, &subset, level);
         r.note = Some(format!(
             "ratio (stored/read) on {:.1} MiB taken from across the sample{timed_on}",
             subset_len / 1048576.0
@@ -377,11 +378,11 @@ pub(crate) fn compression(ctx: &Ctx<'_>, chunks: &[&[u8]], out: &mut Vec<StageRo
             std::hint::black_box(compress::with_compressed(p, level, |z| z.map(<[u8]>::len)));
         };
         let mut r = ctx.row("zstd", &format!("level {level}"), "incompressible", BYTES, ctx.bytes_stage(&noise, &f));
-        r.ratio = Some(stored_len(ctx, &noise, level) / total(&noise));
+        r.ratio = ratio(ctx, &noise, level);
         r.note = Some("the probe skips it".into());
         out.push(r);
         let mut r = ctx.row("zstd", &format!("level {level}"), "repetitive", BYTES, ctx.bytes_stage(&rep, &f));
-        r.ratio = Some(stored_len(ctx, &rep, level) / total(&rep));
+        r.ratio = ratio(ctx, &rep, level);
         out.push(r);
     }
     let raw = |p: &[u8]| {
@@ -466,7 +467,6 @@ pub(crate) fn signatures(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
         ("invalid: S + L (S out of range)", &public, s_plus_l, false),
         ("invalid: another key's signature", &other, sig, false),
     ];
-    let first = out.len();
     for (name, pk, s, expected) in cases {
         let ok = pk.verify(&msg, &s);
         let mut r = ctx.row(
@@ -483,9 +483,20 @@ pub(crate) fn signatures(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
         }
         out.push(r);
     }
-    // Name the slowest invalid signature against the valid one.
-    let valid = out[first + 1].per_core.rate.p50;
-    if let Some(slow) = out[first + 2..].iter_mut().min_by(|a, b| a.per_core.rate.p50.total_cmp(&b.per_core.rate.p50)) {
+}
+
+/// Names the slowest invalid Ed25519 signature in `rows` against the valid one
+/// (once the figures are final).
+pub(crate) fn name_slowest_signature(rows: &mut [StageRow]) {
+    let verify = |r: &StageRow| r.stage == "ed25519" && r.choice.starts_with("verify");
+    let Some(valid) = rows.iter().find(|r| verify(r) && r.choice == "verify valid").map(|r| r.per_core.rate.p50) else {
+        return;
+    };
+    let slow = rows
+        .iter_mut()
+        .filter(|r| verify(r) && r.choice.starts_with("verify invalid"))
+        .min_by(|a, b| a.per_core.rate.p50.total_cmp(&b.per_core.rate.p50));
+    if let Some(slow) = slow {
         let rel = valid / slow.per_core.rate.p50.max(1e-9);
         slow.note = Some(format!("slowest invalid input: {rel:.2} x the time of a valid one"));
     }
@@ -516,15 +527,17 @@ pub(crate) fn merkle_tree(ctx: &Ctx<'_>, out: &mut Vec<StageRow>) {
             std::hint::black_box(merkle::inclusion_proof(&leaves, (i * 7919) % n));
         }),
     ));
+    // A few proofs (each costs a pass over the tree to make), verified in turn.
+    const PROOFS: usize = 4;
     let proofs: Vec<Vec<merkle::Hash>> =
-        (0..64).map(|i| merkle::inclusion_proof(&leaves, (i * 7919) % n).unwrap_or_default()).collect();
+        (0..PROOFS).map(|i| merkle::inclusion_proof(&leaves, (i * 7919) % n).unwrap_or_default()).collect();
     out.push(ctx.row(
         "merkle",
         "verify proof",
         &tree,
         "verifications",
         ctx.ops_stage(&|i| {
-            let j = i % 64;
+            let j = i % PROOFS;
             let idx = (j * 7919) % n;
             std::hint::black_box(merkle::verify_inclusion(&leaves[idx], idx as u64, n as u64, &proofs[j], &root));
         }),
@@ -553,42 +566,36 @@ pub(crate) fn file_reads(ctx: &Ctx<'_>, sample: &data::Sample, cold: bool, out: 
     if picked.is_empty() {
         return;
     }
-    let read_all = |parallel: bool| -> f64 {
-        let read =
-            |(p, len): &(&std::path::Path, u64)| data::read_again(p, *len, &mut Vec::with_capacity(*len as usize));
-        if parallel {
-            picked.par_iter().map(read).sum::<u64>() as f64
-        } else {
-            picked.iter().map(read).sum::<u64>() as f64
-        }
-    };
-    let runs = |evict: bool, parallel: bool| -> Figure {
-        if !evict {
-            read_all(parallel);
-        }
-        let mut timed_runs = Vec::with_capacity(ctx.runs);
-        for _ in 0..ctx.runs {
-            if evict {
-                picked.iter().for_each(|(p, _)| drop(data::evict(p)));
-            }
-            let (units, secs) = timed(|| read_all(parallel));
-            timed_runs.push((units, secs));
-        }
-        Figure::from_runs(&timed_runs)
-    };
-    for (choice, evict) in [("warm page cache", false), ("cold page cache", true)] {
-        if evict && !cold {
-            continue;
-        }
-        ctx.say(&format!("reading the files ({choice})"));
-        let per_core = runs(evict, false);
-        let all = ctx.pool.install(|| runs(evict, true));
-        let mut row = ctx.row("read files", choice, FILES, BYTES, (per_core, all));
-        if evict {
-            row.note = Some("each file dropped from the page cache (posix_fadvise DONTNEED) before each run".into());
-        }
-        out.push(row);
+    let read = |(p, len): &(&std::path::Path, u64)| data::read_again(p, *len, &mut Vec::with_capacity(*len as usize));
+    let read_all = || picked.iter().map(read).sum::<u64>() as f64;
+    ctx.say("reading the files (warm page cache)");
+    // Warm: on all cores, each thread reads all the files (as the byte stages do).
+    let warm = (ctx.one_core(&read_all), ctx.all_cores(&|_, _| read_all()));
+    out.push(ctx.row("read files", "warm page cache", FILES, BYTES, warm));
+    if !cold {
+        return;
     }
+    // Cold: each run reads the files just dropped from the cache, on all cores
+    // the threads sharing them out.
+    ctx.say("reading the files (cold page cache)");
+    let cold_runs = |parallel: bool| -> Figure {
+        let runs: Vec<(f64, f64)> = (0..ctx.runs)
+            .map(|_| {
+                picked.iter().for_each(|(p, _)| drop(data::evict(p)));
+                timed(|| {
+                    if parallel {
+                        ctx.pool.install(|| picked.par_iter().map(read).sum::<u64>() as f64)
+                    } else {
+                        read_all()
+                    }
+                })
+            })
+            .collect();
+        Figure::from_runs(&runs)
+    };
+    let mut row = ctx.row("read files", "cold page cache", FILES, BYTES, (cold_runs(false), cold_runs(true)));
+    row.note = Some("each file dropped from the page cache (posix_fadvise DONTNEED) before each run".into());
+    out.push(row);
 }
 
 impl Ctx<'_> {
@@ -628,11 +635,29 @@ mod tests {
         let (one, all) = ctx.fixed_bytes_stage(&pieces, &f);
         assert_eq!(one.units_per_run, (2 << 20) as f64);
         assert_eq!(all.units_per_run, 3.0 * (2 << 20) as f64);
-        // The warm-up and two timed runs, on one core then on 3: (1 + 2) x 2 + (1 + 2) x 6.
-        assert_eq!(calls.into_inner(), 24);
+        // The warm-up and two timed runs, on one core then on 3: (1 + 2) x 2 + (1 + 2) x 6,
+        // and the untimed work of threads waiting for the others: whole runs of 2 pieces.
+        let calls = calls.into_inner();
+        assert!(calls >= 24 && calls.is_multiple_of(2), "{calls}");
         assert_eq!(threads_seen.into_inner().unwrap().len(), 4, "the caller's thread and the pool's 3");
         let (one, all) = ctx.ops_stage(&|_| {});
         assert_eq!(all.units_per_run, 3.0 * one.units_per_run);
+    }
+
+    #[test]
+    fn byte_stages_take_every_kth_piece_up_to_their_budget() {
+        let data = data::incompressible(100 << 10, 3);
+        let pieces: Vec<&[u8]> = data.chunks(10 << 10).collect();
+        // All of them when they fit.
+        assert_eq!(every_kth(&pieces, 1e9), pieces);
+        assert_eq!(every_kth(&pieces, (100 << 10) as f64), pieces);
+        // Else every k-th from the first, about the budget: the same every time.
+        let some = every_kth(&pieces, (35 << 10) as f64);
+        assert_eq!(some, vec![pieces[0], pieces[3], pieces[6], pieces[9]]);
+        assert_eq!(every_kth(&pieces, (35 << 10) as f64), some);
+        assert_eq!(total(&every_kth(&pieces, (30 << 10) as f64)), (30 << 10) as f64);
+        assert_eq!(every_kth(&pieces, 1.0), vec![pieces[0]]);
+        assert!(every_kth(&[], 1e6).is_empty());
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub struct Figure {
     pub seconds: Spread,
     /// Units per second, per run.
     pub rate: Rates,
+    /// The runs as (units, seconds), for [`Figure::merged`].
+    #[serde(skip)]
+    pub(crate) samples: Vec<(f64, f64)>,
 }
 
 impl Figure {
@@ -89,22 +92,31 @@ impl Figure {
                 worst: low(1.0),
                 mean: units.iter().sum::<f64>() / secs.iter().sum::<f64>().max(1e-9),
             },
+            samples: runs.to_vec(),
         }
+    }
+
+    /// One figure of the runs of all of `figures`.
+    pub fn merged<'a>(figures: impl IntoIterator<Item = &'a Figure>) -> Figure {
+        let runs: Vec<(f64, f64)> = figures.into_iter().flat_map(|f| f.samples.iter().copied()).collect();
+        Figure::from_runs(&runs)
     }
 }
 
 /// Runs `f(run)` once untimed (warm-up) and then `runs` times timed; `f` returns
 /// the units of work it did.
 pub fn measure(runs: usize, f: impl FnMut(usize) -> f64) -> Figure {
-    measure_at_least(runs, 0.0, f)
+    measure_at_least(runs, 0.0, true, f)
 }
 
-/// Like [`measure`], but a timed run calls `f(run)` again until it has taken at
-/// least `min_seconds`, and counts the units of all its calls: a run sized too
-/// small (from a probe the clock could hardly time) still lasts long enough to
-/// be timed.
-pub fn measure_at_least(runs: usize, min_seconds: f64, mut f: impl FnMut(usize) -> f64) -> Figure {
-    f(usize::MAX);
+/// Like [`measure`] (with the warm-up only when `warm_up`), but a timed run
+/// calls `f(run)` again until it has taken at least `min_seconds`, and counts
+/// the units of all its calls: a run sized too small (from a probe the clock
+/// could hardly time) still lasts long enough to be timed.
+pub fn measure_at_least(runs: usize, min_seconds: f64, warm_up: bool, mut f: impl FnMut(usize) -> f64) -> Figure {
+    if warm_up {
+        f(usize::MAX);
+    }
     let mut out = Vec::with_capacity(runs);
     for r in 0..runs.max(1) {
         let t = Instant::now();
@@ -162,12 +174,16 @@ mod tests {
         assert!(f.rate.p50 >= f.rate.p90 && f.rate.p90 >= f.rate.p99 && f.rate.p99 >= f.rate.worst);
         assert_eq!(f.units_per_run, 100.0);
         assert_eq!(f.rate.mean, 400.0 / 7.5);
+        // Merging figures summarises all their runs together.
+        let a = Figure::from_runs(&[(100.0, 1.0), (100.0, 2.0)]);
+        let b = Figure::from_runs(&[(100.0, 4.0), (100.0, 0.5)]);
+        assert_eq!(Figure::merged([&a, &b]), f);
     }
 
     #[test]
     fn runs_last_at_least_the_minimum() {
         let mut calls = Vec::new();
-        let f = measure_at_least(3, 0.002, |r| {
+        let f = measure_at_least(3, 0.002, true, |r| {
             calls.push(r);
             std::thread::sleep(std::time::Duration::from_micros(300));
             10.0

@@ -221,12 +221,7 @@ pub(crate) struct TestCtx {
 impl TestCtx {
     /// Quick options on `threads` threads.
     pub(crate) fn new(threads: usize) -> TestCtx {
-        TestCtx {
-            opts: BenchOptions::quick(threads),
-            pool: pool(threads, &[]).unwrap(),
-            single: pool(1, &[]).unwrap(),
-            threads,
-        }
+        TestCtx { opts: BenchOptions::quick(threads), pool: pool(threads).unwrap(), single: pool(1).unwrap(), threads }
     }
 
     /// A context timing `runs` runs per stage figure, `pipeline_runs` per

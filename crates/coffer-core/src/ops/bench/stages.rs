@@ -27,9 +27,9 @@ pub(crate) fn chunker_key() -> Key {
 
 /// Every `k`-th of `pieces` from the first, `k` their bytes over `bytes`
 /// rounded up (all of them when they fit), so about `bytes`: spread over all
-/// the pieces, so that a run sees
-/// a mix like the whole sample's, and chosen without any timing, so that every
-/// run, and every invocation on the same data, times the same bytes.
+/// the pieces, so that a run sees a mix like the whole sample's, and chosen
+/// without any timing, so that every run, and every invocation on the same
+/// data, times the same bytes.
 fn every_kth<'a>(pieces: &[&'a [u8]], bytes: f64) -> Vec<&'a [u8]> {
     let all = total(pieces);
     let k = if all <= bytes { 1 } else { ((all / bytes.max(1.0)).ceil() as usize).max(1) };
@@ -48,15 +48,14 @@ impl Ctx<'_> {
         self.fixed_bytes_stage(&every_kth(pieces, self.stage_bytes), f)
     }
 
-    /// Times `f` over all of `pieces` in every run (the same work each time: for
-    /// slow stages, whose speed depends on the data a window would hold): on one
-    /// core, then on all cores (each thread covers all of `pieces`).
+    /// Times `f` over all of `pieces` in every run (the same work each time):
+    /// on one core, then on all cores (each thread covers all of `pieces`).
     pub(crate) fn fixed_bytes_stage(&self, pieces: &[&[u8]], f: &(dyn Fn(&[u8]) + Sync)) -> (Figure, Figure) {
         let per_core = self.one_core(&|| {
             pieces.iter().for_each(|p| f(p));
             total(pieces)
         });
-        let all = self.all_cores(&|_, _| {
+        let all = self.all_cores(&|| {
             pieces.iter().for_each(|p| f(p));
             total(pieces)
         });
@@ -78,7 +77,7 @@ impl Ctx<'_> {
             (0..n).for_each(f);
             n as f64
         });
-        let all = self.all_cores(&|_, _| {
+        let all = self.all_cores(&|| {
             (0..n).for_each(f);
             n as f64
         });
@@ -91,44 +90,43 @@ impl Ctx<'_> {
         self.single.install(|| measure_at_least(self.runs, self.target_run, self.warm_up(), |_| work()))
     }
 
-    /// The all-cores figure of `work(run, thread)`: every thread of the
-    /// all-cores pool makes one untimed run (in the first pass) and then the timed runs, all within
+    /// The all-cores figure of `work`: every thread of the all-cores pool makes
+    /// one untimed run (in the first pass) and then the timed runs, all within
     /// one call on the pool, a run calling `work` again and again until it has
     /// worked the target run time; run `r`'s rate is the sum of the threads'
     /// rates in their run `r` (each thread's units over its own time; the run's
     /// seconds are its units over that sum). A thread done with its runs goes on
     /// working, untimed, until every thread is done. So the figure is what the
-    /// cores achieve together with all of them busy, and no core idles between
-    /// runs: not how evenly a few large pieces split between threads, nor how
-    /// fast threads are woken, nor one thread's last call running on alone, nor
-    /// a core slow for the first milliseconds after idling (each of these made
-    /// the same figure of two invocations differ by 25% to 100%).
-    fn all_cores(&self, work: &(dyn Fn(usize, usize) -> f64 + Sync)) -> Figure {
+    /// cores achieve together with all of them busy: not how evenly a few large
+    /// pieces split between threads, nor how fast threads are woken, nor one
+    /// thread's last call running on alone (each of these made the same figure
+    /// of two invocations differ by 25% to 100%).
+    fn all_cores(&self, work: &(dyn Fn() -> f64 + Sync)) -> Figure {
         let runs = self.runs.max(1);
         let done = AtomicUsize::new(0);
         let threads = self.pool.broadcast(|b| {
-            let run = |r: usize| -> (f64, f64) {
+            let run = || -> (f64, f64) {
                 let start = Instant::now();
-                let mut units = work(r, b.index());
+                let mut units = work();
                 // A bound on the calls, for work that does nothing.
                 for _ in 0..1_000_000 {
                     if start.elapsed().as_secs_f64() >= self.target_run {
                         break;
                     }
-                    units += work(r, b.index());
+                    units += work();
                 }
                 (units, start.elapsed().as_secs_f64().max(1e-9))
             };
             if self.warm_up() {
-                run(usize::MAX);
+                run();
             }
-            let timed: Vec<(f64, f64)> = (0..runs).map(run).collect();
+            let timed: Vec<(f64, f64)> = (0..runs).map(|_| run()).collect();
             done.fetch_add(1, Ordering::AcqRel);
             for _ in 0..1_000_000 {
                 if done.load(Ordering::Acquire) >= b.num_threads() {
                     break;
                 }
-                work(usize::MAX, b.index());
+                work();
             }
             timed
         });
@@ -262,7 +260,7 @@ pub fn cipher_name(c: Cipher) -> &'static str {
 
 /// Stored bytes over read bytes of `chunks` compressed at `level` under
 /// coffer's policy (probe, and kept only when smaller), on all cores; measured
-/// in the first pass only (the rows of later passes are merged into its).
+/// in the first pass only (later passes' rows are merged into the first's).
 fn ratio(ctx: &Ctx<'_>, chunks: &[&[u8]], level: i32) -> Option<f64> {
     if !ctx.warm_up() {
         return None;
@@ -570,7 +568,7 @@ pub(crate) fn file_reads(ctx: &Ctx<'_>, sample: &data::Sample, cold: bool, out: 
     let read_all = || picked.iter().map(read).sum::<u64>() as f64;
     ctx.say("reading the files (warm page cache)");
     // Warm: on all cores, each thread reads all the files (as the byte stages do).
-    let warm = (ctx.one_core(&read_all), ctx.all_cores(&|_, _| read_all()));
+    let warm = (ctx.one_core(&read_all), ctx.all_cores(&read_all));
     out.push(ctx.row("read files", "warm page cache", FILES, BYTES, warm));
     if !cold {
         return;

@@ -141,15 +141,21 @@ fn assert_same_restore(a: &Path, b: &Path) {
             let fa = inodes_a.entry(ma.ino()).or_insert_with(|| rel.clone()).clone();
             let fb = inodes_b.entry(mb.ino()).or_insert_with(|| rel.clone()).clone();
             assert_eq!(fa, fb, "{rel:?}: hard links");
-            // Holes: the destination's smaller chunks find at least the holes
-            // the source's find (all-zero chunks of a file flagged sparse). The
-            // data extents are compared, not the blocks allocated, which follow
-            // the file system's preallocation as well.
+            // Holes: a restore leaves a hole for each all-zero chunk of a file
+            // flagged sparse, so its data extents are the file's data widened
+            // to the chunks around it. Chunk boundaries differ between the two
+            // repositories (other sizes, or the same sizes under another
+            // chunker key), so the chunk that ends a data run may carry up to a
+            // maximum chunk (512 KiB here) more or fewer zeros on either side:
+            // the destination holds at most that much more data per data run
+            // (the sparse file has one). The data extents are compared, not the
+            // blocks allocated, which follow the file system's preallocation too.
             let data = |p: &Path| -> u64 {
                 let f = fs::File::open(p).unwrap();
                 data_extents(&f, f.metadata().unwrap().len()).iter().map(|(s, e)| e - s).sum()
             };
-            assert!(data(&pb) <= data(&pa), "{rel:?}: holes ({} vs {} bytes of data)", data(&pa), data(&pb));
+            let (da, db) = (data(&pa), data(&pb));
+            assert!(db <= da + 2 * (512 << 10), "{rel:?}: holes ({da} vs {db} bytes of data)");
             if rel.ends_with("sparse") {
                 assert!(mb.blocks() * 512 + (1 << 20) < mb.len(), "{rel:?}: no holes ({} blocks)", mb.blocks());
             }

@@ -236,7 +236,8 @@ fn saver_pass(repo: &Repository, files: &[&[u8]]) -> Result<PassOut> {
 
 /// First and second pass of `config` over `files` on `pool`, `runs` times each;
 /// a run of the second pass (which stores nothing, so may be repeated) goes
-/// over the files again until it has taken at least `second_seconds`.
+/// over the files again until it has taken at least the seconds `second_pass`
+/// gives (`None`: no second pass).
 fn passes(
     config: Config,
     setup: Setup,
@@ -356,6 +357,23 @@ mod tests {
 
     fn setup() -> Setup {
         Setup { chunker: ChunkerParams { min_size: 2 << 10, avg_size: 8 << 10, max_size: 32 << 10 }, level: 3 }
+    }
+
+    #[test]
+    fn a_repeated_pass_lasts_at_least_its_minimum_and_counts_its_calls() {
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let pass = || {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(PassOut { stored: 0, blobs: 0 })
+        };
+        let (_, n, secs) = repeated(0.01, pass).unwrap();
+        assert!(n >= 2 && secs >= 0.01, "{n} calls in {secs} s");
+        assert_eq!(n, calls.load(std::sync::atomic::Ordering::Relaxed));
+        // No minimum: one call.
+        assert_eq!(repeated(0.0, pass).unwrap().1, 1);
+        // A failing pass stops the run with its error.
+        assert!(repeated(1.0, || Err(crate::error::Error::InvalidInput("no".into()))).is_err());
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! content-named kind; every sealed kind starts with coffer's envelope header
 //! with the kind byte of its prefix; snapshots and tombstones carry a version 1
 //! signature block whose key is strong, on the allow-list, and verifies (one
-//! signature at a time). Size limits are checked by the caller before the body
-//! is read.
+//! signature at a time). A session marker may instead be the fixed bytes of an
+//! opening marker. Size limits are checked by the caller before the body is
+//! read.
 
-use coffer_core::format::{ObjectKind, envelope, signed};
+use coffer_core::format::{ObjectKind, envelope, session, signed};
 
 use crate::writers::AllowList;
 
@@ -54,6 +55,10 @@ pub fn check_hash(name: &str, id: Option<&str>, hash: &blake3::Hash) -> Result<(
 pub fn check_structure(name: &str, kind: ObjectKind, body: &[u8], allow: &AllowList) -> Result<(), Refused> {
     let refuse = |reason: String| Err(Refused { name: name.to_string(), reason });
     let Some(kind_byte) = sealed_kind(kind) else { return Ok(()) };
+    // A backup's opening marker, written before its keys are derived.
+    if kind == ObjectKind::Session && body == session::OPENING {
+        return Ok(());
+    }
     let signed_kind = matches!(kind, ObjectKind::Snapshot | ObjectKind::Tombstone);
     let sealed = if signed_kind {
         let (sealed, block) = match signed::split(body) {
@@ -142,6 +147,18 @@ mod tests {
         assert!(check_structure("i", ObjectKind::Index, b"short", &allow(&k)).is_err());
         assert!(check_structure("i", ObjectKind::Index, &sealed(2), &allow(&k)).is_ok());
         assert!(check_structure("p", ObjectKind::Pack, b"anything", &allow(&k)).is_ok());
+    }
+
+    #[test]
+    fn session_markers_are_sealed_or_opening() {
+        let none = AllowList::default();
+        assert!(check_structure("m", ObjectKind::Session, &sealed(6), &none).is_ok());
+        assert!(check_structure("m", ObjectKind::Session, session::OPENING, &none).is_ok());
+        // Those bytes under another prefix, or anything else, are refused.
+        assert!(check_structure("i", ObjectKind::Index, session::OPENING, &none).is_err());
+        let mut other = session::OPENING.to_vec();
+        other.push(b'x');
+        assert!(check_structure("m", ObjectKind::Session, &other, &none).is_err());
     }
 
     #[test]

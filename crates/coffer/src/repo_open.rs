@@ -17,6 +17,7 @@ use coffer_backend::{
     FaultyBackend, LocalBackend, Modes, OpendalBackend, RemoteOptions, RetryBackend, RetryPolicy,
 };
 use coffer_core::Id;
+use coffer_core::format::ObjectKind;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::repo::history::{HEADS_FILE, History};
 use coffer_core::repo::{INDEX_FILE_SKIPPED, InitOptions, Repository, SnapshotFilter};
@@ -367,7 +368,7 @@ fn latency_json(l: &coffer_backend::Latency) -> serde_json::Value {
 /// skipped with a warning on stderr.
 pub fn open(global: &GlobalArgs) -> Result<Repository> {
     let (path, _) = location(global)?;
-    let repo = open_unindexed(global, &path)?;
+    let repo = open_ahead(global, &path, Ahead::List(READERS))?.0;
     load_index(global, &repo)?;
     Ok(repo)
 }
@@ -404,6 +405,29 @@ pub fn open_unindexed(global: &GlobalArgs, loc: &Location) -> Result<Repository>
 /// Opens the repository without loading the index, and returns the passphrase that
 /// opened it too (a key rotation wraps the new keys under it).
 pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repository, password::Passphrase)> {
+    open_ahead(global, loc, Ahead::Nothing)
+}
+
+/// What an open does beside its first round trip and the key derivation, for
+/// the command that follows (docs/design.md#round-trips).
+#[derive(Clone, Copy)]
+pub enum Ahead {
+    /// Nothing more.
+    Nothing,
+    /// Lists these prefixes in the first round: what a reading command reads next.
+    List(&'static [ObjectKind]),
+    /// A backup: writes its opening marker once the location is known to hold a
+    /// repository, then lists what it reads first
+    /// ([`coffer_core::lifecycle::writer::announce`]).
+    Backup,
+}
+
+/// What a restore, `check`, `ls`, `diff` and the like read first: the index
+/// (and the packs beside it) and the snapshots.
+pub const READERS: &[ObjectKind] = &[ObjectKind::Index, ObjectKind::Pack, ObjectKind::Snapshot, ObjectKind::Tombstone];
+
+/// Opens the repository without loading the index, doing `ahead` on the way.
+pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(Repository, password::Passphrase)> {
     if loc.local_path().is_some_and(|p| !p.exists()) {
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
@@ -416,27 +440,43 @@ pub fn open_with_passphrase(global: &GlobalArgs, loc: &Location) -> Result<(Repo
         Some(_) if password::given(global) => Some(password::read(global, Purpose::Open)?),
         _ => None,
     };
-    // One round trip: the config and the listings read next, together
-    // (docs/design.md#round-trips).
-    let (probe, ahead) = std::thread::scope(|s| {
-        let ahead = early
+    let also = match ahead {
+        Ahead::List(kinds) => kinds,
+        Ahead::Nothing | Ahead::Backup => &[],
+    };
+    // One round trip: the config and the listings read next, together; a backup's
+    // marker and listings follow while the keys are derived.
+    let (repo, pw) = std::thread::scope(|s| -> Result<_> {
+        let unlocked = early
             .as_ref()
             .zip(kept.clone())
             .map(|(pw, bytes)| s.spawn(move || Repository::unlock_ahead(bytes, pw.as_bytes())));
-        let probe = Repository::probe(be.as_ref());
-        (probe, ahead.and_then(|h| h.join().ok().flatten()))
-    });
-    if !probe.exists() {
-        // What is there may be a repository whose config was lost: say so.
-        Repository::check_new_location(be.as_ref())?;
-        return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
-    }
-    crate::foreign::check_probed(be.as_ref(), &probe)?;
-    let pw = match early {
-        Some(pw) => pw,
-        None => password::read(global, Purpose::Open)?,
-    };
-    let repo = Repository::open_probed(be.clone(), probe, pw.as_bytes(), ahead)?;
+        let probe = Repository::probe_with(be.as_ref(), also);
+        if !probe.exists() {
+            // What is there may be a repository whose config was lost: say so.
+            Repository::check_new_location(be.as_ref())?;
+            return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
+        }
+        crate::foreign::check_probed(be.as_ref(), &probe)?;
+        // Over several backends the marker belongs on the composed storage: the
+        // backup writes it once that is known.
+        let announcing = (matches!(ahead, Ahead::Backup) && probe.on_one_backend())
+            .then(|| s.spawn(|| coffer_core::lifecycle::writer::announce(be.clone())));
+        let prompted = match early {
+            Some(_) => None,
+            None => Some(password::read(global, Purpose::Open)?),
+        };
+        let pw = early.as_ref().or(prompted.as_ref()).expect("a passphrase was read");
+        let unlocked = unlocked.and_then(|h| h.join().ok().flatten());
+        let repo = Repository::open_probed(be.clone(), probe, pw.as_bytes(), unlocked)?;
+        // One that failed is left to the backup, which writes its marker the
+        // usual way and reports what goes wrong.
+        if let Some(Ok(announced)) = announcing.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))) {
+            announced.hand_to(&repo);
+        }
+        Ok((repo, prompted))
+    })?;
+    let pw = early.or(pw).expect("a passphrase was read");
     if let Some(place) = &copy {
         crate::key_copy::keep(place, kept.as_deref(), repo.key_file());
     }

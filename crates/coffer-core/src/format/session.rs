@@ -2,6 +2,10 @@
 //! running backup announces itself, rewritten at every heartbeat. Plaintext JSON
 //! of at most [`limits::SESSION`] bytes stored. Writing, rewriting and listing
 //! markers is `crate::lifecycle::session`'s. See docs/design.md#prune.
+//!
+//! A marker may also hold the fixed plaintext [`OPENING`]: written by a backup
+//! while its keys are still being derived, before it has stored anything, and
+//! replaced by a sealed record at its first heartbeat.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,9 +30,28 @@ pub struct SessionRecord {
     pub packs: Vec<Id>,
 }
 
+/// The bytes of an opening marker (not sealed: it is written before the keys are
+/// known). The seventh byte is not the envelope's version byte, so no sealed
+/// object reads as one.
+pub const OPENING: &[u8] = b"coffer opening session marker\n";
+
 impl SessionRecord {
     /// Most bytes a stored marker takes (sealing included).
     pub const MAX_STORED: u64 = limits::SESSION;
+
+    /// What an opening marker says: a writer that has stored nothing yet, with
+    /// no name and no start time. Equal to itself, so a prune that reads the same
+    /// opening marker before and after its wait takes its writer for stopped.
+    pub fn opening() -> SessionRecord {
+        SessionRecord {
+            version: FORMAT_VERSION,
+            hostname: String::new(),
+            started: String::new(),
+            beat: 0,
+            index_files: Vec::new(),
+            packs: Vec::new(),
+        }
+    }
 
     /// The marker's plaintext, to be sealed.
     pub fn encode(&self) -> Vec<u8> {
@@ -66,5 +89,13 @@ mod tests {
         assert!(SessionRecord::decode(plain).unwrap().packs.is_empty());
         let older = SessionRecord { version: 1, ..r };
         assert!(SessionRecord::decode(&older.encode()).unwrap_err().contains("version 1"));
+    }
+
+    #[test]
+    fn an_opening_marker_is_no_sealed_object_and_no_record() {
+        assert_eq!(&OPENING[..6], crate::format::envelope::MAGIC);
+        assert_ne!(OPENING[6], crate::format::envelope::VERSION);
+        assert!(SessionRecord::decode(OPENING).is_err());
+        assert!(OPENING.len() as u64 <= SessionRecord::MAX_STORED);
     }
 }

@@ -18,6 +18,7 @@ use crate::repo::{Repository, SaverEvent};
 use coffer_backend::Backend;
 
 pub use crate::format::session::SessionRecord;
+use crate::format::session::OPENING;
 
 struct Shared {
     stop: Mutex<bool>,
@@ -48,27 +49,76 @@ fn write_marker(backend: &dyn Backend, key: &SealKey, cipher: Cipher, name: &str
     Ok(())
 }
 
-impl Session {
-    /// Writes a marker and starts rewriting it every `interval` (a
-    /// [`super::Timing::heartbeat`]).
-    pub fn start(repo: &Repository, interval: Duration) -> Result<Session> {
+/// A marker written before the repository's keys are known: the fixed bytes
+/// [`crate::format::session::OPENING`], which protect nothing a writer stored
+/// (it has stored nothing yet) but announce it, so that a backup can list the
+/// notices and the index while its keys are derived
+/// (docs/design.md#round-trips). [`Session::adopt`] takes it over; dropped
+/// otherwise, it is deleted.
+pub struct Opening {
+    id: Id,
+    backend: Arc<dyn Backend>,
+    adopted: bool,
+}
+
+impl Opening {
+    /// Writes an opening marker under a new random name.
+    pub fn write(backend: Arc<dyn Backend>) -> Result<Opening> {
         let id = Id(crate::crypto::random_array());
-        let name = ObjectKind::Session.path(&id);
-        let backend = repo.backend_arc();
-        let key: SealKey = {
-            let (epoch, key) = repo.keys().data.current();
-            (epoch, key.clone())
-        };
-        let cipher = repo.cipher();
-        let mut rec = SessionRecord {
-            version: FORMAT_VERSION,
-            hostname: crate::fs::meta::hostname(),
-            started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-            beat: 0,
-            index_files: Vec::new(),
-            packs: Vec::new(),
-        };
-        write_marker(backend.as_ref(), &key, cipher, &name, &rec)?;
+        backend.write(&ObjectKind::Session.path(&id), OPENING.to_vec())?;
+        Ok(Opening { id, backend, adopted: false })
+    }
+
+    /// The marker's id (its name under `sessions/`).
+    pub fn id(&self) -> Id {
+        self.id
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if !self.adopted {
+            let _ = self.backend.delete(&ObjectKind::Session.path(&self.id));
+        }
+    }
+}
+
+/// A marker's name, record and sealing key, before its heartbeat runs.
+struct Marker {
+    id: Id,
+    name: String,
+    backend: Arc<dyn Backend>,
+    key: SealKey,
+    cipher: Cipher,
+    rec: SessionRecord,
+}
+
+impl Marker {
+    fn new(repo: &Repository, id: Id) -> Marker {
+        let (epoch, key) = repo.keys().data.current();
+        Marker {
+            id,
+            name: ObjectKind::Session.path(&id),
+            backend: repo.backend_arc(),
+            key: (epoch, key.clone()),
+            cipher: repo.cipher(),
+            rec: SessionRecord {
+                version: FORMAT_VERSION,
+                hostname: crate::fs::meta::hostname(),
+                started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                beat: 0,
+                index_files: Vec::new(),
+                packs: Vec::new(),
+            },
+        }
+    }
+
+    fn write(&self) -> Result<()> {
+        write_marker(self.backend.as_ref(), &self.key, self.cipher, &self.name, &self.rec)
+    }
+
+    /// Starts the thread that rewrites the marker every `interval`.
+    fn beat(self, interval: Duration) -> Result<Session> {
         let shared = Arc::new(Shared {
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -76,6 +126,7 @@ impl Session {
             packs: Mutex::new(vec![]),
             lost: Default::default(),
         });
+        let Marker { id, name, backend, key, cipher, mut rec } = self;
         let thread = {
             let (shared, backend, name) = (shared.clone(), backend.clone(), name.clone());
             std::thread::Builder::new()
@@ -105,6 +156,25 @@ impl Session {
                 .map_err(|e| Error::InvalidInput(format!("cannot start the session thread: {e}")))?
         };
         Ok(Session { id, name, backend, shared, thread: Some(thread) })
+    }
+}
+
+impl Session {
+    /// Writes a marker and starts rewriting it every `interval` (a
+    /// [`super::Timing::heartbeat`]).
+    pub fn start(repo: &Repository, interval: Duration) -> Result<Session> {
+        let marker = Marker::new(repo, Id(crate::crypto::random_array()));
+        marker.write()?;
+        marker.beat(interval)
+    }
+
+    /// Takes over the marker `opening` (on the same storage as `repo`), which
+    /// its first heartbeat replaces with a sealed record, and starts rewriting it
+    /// every `interval`.
+    pub fn adopt(repo: &Repository, mut opening: Opening, interval: Duration) -> Result<Session> {
+        let marker = Marker::new(repo, opening.id);
+        opening.adopted = true;
+        marker.beat(interval)
     }
 
     /// The marker's id (its name under `sessions/`).
@@ -162,14 +232,16 @@ impl Drop for Session {
     }
 }
 
-/// Every session marker in the repository, by name id. A marker that does not
-/// decode is returned as `None`: it still counts as a writer that may be running.
+/// Every session marker in the repository, by name id. An opening marker reads
+/// as [`SessionRecord::opening`]. A marker that does not decode is returned as
+/// `None`: it still counts as a writer that may be running.
 pub fn list(repo: &Repository) -> Result<Vec<(Id, Option<SessionRecord>)>> {
     let ids = repo.list_ids(ObjectKind::Session)?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let name = ObjectKind::Session.path(&id);
         let rec = match crate::repo::read_bounded(repo.backend(), ObjectKind::Session, &name, &name) {
+            Ok(b) if b == OPENING => Some(SessionRecord::opening()),
             Ok(b) => envelope::open(&repo.keys().data, SealedKind::Session, &b)
                 .ok()
                 .and_then(|p| SessionRecord::decode(&p).ok()),
@@ -233,6 +305,27 @@ mod tests {
         s.finish().unwrap();
         assert!(list(&t.repo).unwrap().is_empty());
         assert!(t.backend.list("sessions/").unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_opening_marker_is_replaced_by_the_first_heartbeat_or_removed_when_dropped() {
+        let t = test_repo();
+        let opening = Opening::write(t.repo.backend_arc()).unwrap();
+        let id = opening.id();
+        assert_eq!(list(&t.repo).unwrap(), vec![(id, Some(SessionRecord::opening()))]);
+        drop(opening);
+        assert!(list(&t.repo).unwrap().is_empty());
+
+        let opening = Opening::write(t.repo.backend_arc()).unwrap();
+        let id = opening.id();
+        let s = Session::adopt(&t.repo, opening, Duration::from_millis(5)).unwrap();
+        assert_eq!(s.id(), id);
+        let l = wait_for(&t.repo, |l| l[0].1.as_ref().is_some_and(|r| r.beat > 0));
+        let rec = l[0].1.as_ref().unwrap();
+        assert!(!rec.hostname.is_empty() && rec.version == FORMAT_VERSION, "{rec:?}");
+        assert!(!s.was_lost());
+        s.finish().unwrap();
+        assert!(list(&t.repo).unwrap().is_empty());
     }
 
     #[test]

@@ -4,24 +4,60 @@
 //!
 //! ```text
 //! let guard = WriterGuard::begin(repo, timing, dry_run)?;   // (a) marker, (b) notices
+//!                      // (or adopts the marker of `announce`, written at the open)
 //! repo.load_index()?;                                        // (c)
 //! guard.adopt_orphan_packs()?;                               // (d)
 //! let saver = BlobSaver::new(repo).with_observer(guard.observer()?);
 //! ... store the tree ...
+//! guard.look_ahead(); beside saver.finish()?;                 // (e)'s round, early
 //! guard.before_commit(tree, || refresh_heads())?;            // (e), (f)
-//! guard.ready_to_commit()?; save the snapshot;
-//! guard.finish()?;                                           // marker deleted
+//! guard.ready_to_commit()?;
+//! save the snapshot; beside guard.finish()?;                 // marker deleted
 //! ```
 
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::session::Session;
+use super::session::{Opening, Session};
 use super::{Timing, notices};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::id::Id;
-use crate::repo::{BlobSaver, Repository, SaverEvent, SaverStats};
+use crate::repo::{BlobSaver, Fetched, Repository, SaverEvent, SaverStats};
+use coffer_backend::Backend;
+use std::sync::Arc;
+
+/// What a backup lists once its marker is written: the notices, then what the
+/// index load, the adoption of orphan packs and the history read.
+const AFTER_MARKER: [ObjectKind; 5] =
+    [ObjectKind::PruneNotice, ObjectKind::Index, ObjectKind::Pack, ObjectKind::Snapshot, ObjectKind::Tombstone];
+
+/// A backup's first steps taken while its keys are still being derived: an
+/// opening marker, then the listings of [`WriterGuard::begin`] (step (a), and
+/// the listings of (b) and (c)). Give them to the repository once it is open
+/// ([`Announced::hand_to`]); dropped instead, the marker is deleted.
+pub struct Announced {
+    opening: Opening,
+    listings: Fetched,
+}
+
+/// Writes an opening marker on `backend` (a repository's storage, before its
+/// keys are known) and then lists what a backup reads first: two round trips,
+/// which overlap the key derivation (docs/design.md#round-trips).
+pub fn announce(backend: Arc<dyn Backend>) -> Result<Announced> {
+    let opening = Opening::write(backend.clone())?;
+    let listings = Fetched::list(backend.as_ref(), &AFTER_MARKER);
+    Ok(Announced { opening, listings })
+}
+
+impl Announced {
+    /// Hands the marker and the listings to `repo`, opened on the same storage:
+    /// [`WriterGuard::begin`] adopts the marker.
+    pub fn hand_to(self, repo: &Repository) {
+        repo.keep_fetched(self.listings);
+        repo.keep_opening(self.opening);
+    }
+}
 
 /// Attempts at a final check recent enough to commit (step (f)) before giving up.
 const COMMIT_ATTEMPTS: usize = 5;
@@ -38,6 +74,9 @@ pub struct WriterGuard<'r> {
     noticed_at_start: HashSet<Id>,
     /// When the notices were last checked, by [`WriterGuard::before_commit`].
     checked: Option<Instant>,
+    /// The round of [`WriterGuard::look_ahead`]: when it began, and whether the
+    /// marker was found gone.
+    looked: Option<(Instant, bool)>,
 }
 
 impl<'r> WriterGuard<'r> {
@@ -48,18 +87,26 @@ impl<'r> WriterGuard<'r> {
     pub fn begin(repo: &'r Repository, timing: Timing, dry_run: bool) -> Result<WriterGuard<'r>> {
         // What a backup lists next, all at once (after the marker is written,
         // which the protocol needs before the notices and the index are read).
-        let next = [ObjectKind::Index, ObjectKind::Pack, ObjectKind::Snapshot, ObjectKind::Tombstone];
+        // A marker written at the open was followed by these listings already.
+        let opening = repo.take_opening();
         let (session, noticed_at_start) = if dry_run {
-            repo.prefetch_listings(&next);
+            repo.prefetch_listings(&AFTER_MARKER[1..]);
             (None, HashSet::new())
         } else {
-            let session = Session::start(repo, timing.heartbeat)?;
-            let mut kinds = vec![ObjectKind::PruneNotice];
-            kinds.extend(next);
-            repo.prefetch_listings(&kinds);
+            let session = match opening {
+                Some(o) => Session::adopt(repo, o, timing.heartbeat)?,
+                None => {
+                    // Listings taken before this marker existed do not count.
+                    for k in AFTER_MARKER {
+                        repo.drop_prefetched(k);
+                    }
+                    Session::start(repo, timing.heartbeat)?
+                }
+            };
+            repo.prefetch_listings(&AFTER_MARKER);
             (Some(session), notices::read(repo)?.packs)
         };
-        Ok(WriterGuard { repo, timing, session, noticed_at_start, checked: None })
+        Ok(WriterGuard { repo, timing, session, noticed_at_start, checked: None, looked: None })
     }
 
     /// Step (d), once the index is read: indexes packs no index file lists (left
@@ -103,21 +150,20 @@ impl<'r> WriterGuard<'r> {
         let Some(session) = &self.session else {
             return Ok(rescued);
         };
-        // The notices, and the history `then` refreshes, are listed at once, and
-        // beside them the marker is looked for.
-        let listings = [ObjectKind::PruneNotice, ObjectKind::Snapshot, ObjectKind::Tombstone];
-        let lost = std::thread::scope(|s| {
-            let lost = s.spawn(|| session.was_lost());
-            self.repo.prefetch_listings(&listings);
-            lost.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-        });
+        // A round looked ahead serves if recent; else (storing the last packs took
+        // longer than a check may be old) it is taken again.
+        let (first, lost) = match self.looked.take() {
+            Some(looked) if looked.0.elapsed() < self.timing.check_window() => looked,
+            _ => (Instant::now(), commit_round(self.repo, session)),
+        };
         if lost {
             ensure_own_packs_exist(self.repo, &session.index_files())?;
         }
-        for _attempt in 0..COMMIT_ATTEMPTS {
-            let checked = Instant::now();
+        for attempt in 0..COMMIT_ATTEMPTS {
+            // The first check reads the listings of the commit round, taken when it began.
+            let checked = if attempt == 0 { first } else { Instant::now() };
             self.checked = Some(checked);
-            self.repo.prefetch_listings(&listings);
+            self.repo.prefetch_listings(&COMMIT_LISTINGS);
             let mut noticed = notices::read(self.repo)?.packs;
             noticed.extend(&self.noticed_at_start);
             if !noticed.is_empty() {
@@ -136,6 +182,18 @@ impl<'r> WriterGuard<'r> {
         Ok(rescued)
     }
 
+    /// Takes the round of [`WriterGuard::before_commit`] (the marker looked
+    /// for, the notices and the history listed) now, while the last packs and
+    /// index files are still being stored: call it beside
+    /// [`BlobSaver::finish`], once the tree is complete. `before_commit` then
+    /// reads what it found, as a check made when this began.
+    pub fn look_ahead(&mut self) {
+        if let Some(session) = &self.session {
+            let at = Instant::now();
+            self.looked = Some((at, commit_round(self.repo, session)));
+        }
+    }
+
     /// Refuses to commit when the last check of [`WriterGuard::before_commit`] is
     /// older than [`Timing::check_window`] (or was not made): a prune may have
     /// announced and waited meanwhile. Call right before storing the snapshot.
@@ -146,14 +204,30 @@ impl<'r> WriterGuard<'r> {
         }
     }
 
-    /// Ends the protocol once the snapshot is stored: stops the heartbeat and
-    /// deletes the marker.
+    /// Ends the protocol: stops the heartbeat and deletes the marker. Once
+    /// [`WriterGuard::ready_to_commit`] has passed, this may run while the
+    /// snapshot is being stored: after the final check nothing relies on the
+    /// marker (docs/design.md#prune, "Why a blob a snapshot uses is never
+    /// deleted").
     pub fn finish(self) -> Result<()> {
         match self.session {
             Some(s) => s.finish(),
             None => Ok(()),
         }
     }
+}
+
+/// What the commit round lists: the notices, and the history `then` refreshes.
+const COMMIT_LISTINGS: [ObjectKind; 3] = [ObjectKind::PruneNotice, ObjectKind::Snapshot, ObjectKind::Tombstone];
+
+/// The round before a commit: the listings of [`COMMIT_LISTINGS`] at once, and
+/// beside them the marker looked for. Returns whether it is gone.
+fn commit_round(repo: &Repository, session: &Session) -> bool {
+    std::thread::scope(|s| {
+        let lost = s.spawn(|| session.was_lost());
+        repo.prefetch_listings(&COMMIT_LISTINGS);
+        lost.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 /// Copies into new packs every blob of the tree `root` (trees and file content)

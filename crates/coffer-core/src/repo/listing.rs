@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use coffer_backend::{Backend, BackendError, ErrorKind, ObjectInfo, fan_out};
 
 use super::{KeyFileRead, Repository, read_bounded};
+use crate::lifecycle::session::Opening;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::keyfile::{KeyFile, MasterKeys};
@@ -25,17 +26,41 @@ const FRESH_FOR: Duration = Duration::from_secs(30);
 /// (every snapshot's signature is checked against them).
 const PROBED: [ObjectKind; 3] = [ObjectKind::Key, ObjectKind::Layout, ObjectKind::Writer];
 
-/// Listings fetched ahead, by prefix, with when each was taken; and the packs'
-/// listing the index load took, kept for the adoption of orphan packs alone.
+/// Listings fetched ahead, by prefix, with when each was taken; the packs'
+/// listing the index load took, kept for the adoption of orphan packs alone; and
+/// the opening marker a backup wrote before these listings.
 #[derive(Default)]
 pub(crate) struct Prefetched {
     by_prefix: HashMap<&'static str, (Instant, Vec<ObjectInfo>)>,
     packs_loaded: Option<(Instant, Vec<ObjectInfo>)>,
+    opening: Option<Opening>,
+}
+
+/// Listings taken before a repository is opened, each with when it was taken:
+/// [`Repository::keep_fetched`] serves them to their first readers.
+#[derive(Default)]
+pub struct Fetched(Vec<(&'static str, Instant, Vec<ObjectInfo>)>);
+
+impl Fetched {
+    /// Lists the prefixes of `kinds` at once (one round trip on a remote
+    /// storage). A listing that fails is left out, for its reader to list again
+    /// and report.
+    pub fn list(backend: &dyn Backend, kinds: &[ObjectKind]) -> Fetched {
+        let got = fan_out(backend.connections().max(kinds.len()), kinds, |k| {
+            let at = Instant::now();
+            (k.prefix(), at, backend.list(k.prefix()))
+        });
+        Fetched(got.into_iter().filter_map(|(p, at, l)| l.ok().map(|l| (p, at, l))).collect())
+    }
 }
 
 impl Prefetched {
     fn put(&mut self, prefix: &'static str, listing: Vec<ObjectInfo>) {
-        self.by_prefix.insert(prefix, (Instant::now(), listing));
+        self.put_taken(prefix, Instant::now(), listing);
+    }
+
+    fn put_taken(&mut self, prefix: &'static str, at: Instant, listing: Vec<ObjectInfo>) {
+        self.by_prefix.insert(prefix, (at, listing));
     }
 
     fn take(&mut self, prefix: &str) -> Option<Vec<ObjectInfo>> {
@@ -67,6 +92,12 @@ impl Probe {
     pub fn config(&self) -> Option<&[u8]> {
         self.config.as_deref().ok()
     }
+
+    /// Whether the repository is known to be on this storage alone: `layout/`
+    /// was listed, and is empty.
+    pub fn on_one_backend(&self) -> bool {
+        self.others.iter().any(|(p, l)| *p == ObjectKind::Layout.prefix() && l.is_empty())
+    }
 }
 
 /// A key file unlocked before its repository is opened, from a copy the client
@@ -93,6 +124,14 @@ impl Repository {
     /// once (one round trip on a remote storage). A listing that fails is left to
     /// its reader, which lists again and reports the error.
     pub fn probe(backend: &dyn Backend) -> Probe {
+        Self::probe_with(backend, &[])
+    }
+
+    /// [`Repository::probe`], listing the prefixes of `also` in the same round:
+    /// those the command reads next (a restore's index and snapshots, say). A
+    /// backup must not list the index before its marker is written; it uses
+    /// [`crate::lifecycle::writer::announce`] instead.
+    pub fn probe_with(backend: &dyn Backend, also: &[ObjectKind]) -> Probe {
         #[derive(Clone, Copy)]
         enum Req {
             Config,
@@ -102,7 +141,9 @@ impl Repository {
             Config(std::result::Result<Vec<u8>, BackendError>),
             List(&'static str, std::result::Result<Vec<ObjectInfo>, BackendError>),
         }
-        let reqs: Vec<Req> = std::iter::once(Req::Config).chain(PROBED.map(Req::List)).collect();
+        let mut kinds = PROBED.to_vec();
+        kinds.extend(also.iter().filter(|k| !PROBED.contains(k)));
+        let reqs: Vec<Req> = std::iter::once(Req::Config).chain(kinds.into_iter().map(Req::List)).collect();
         let got = fan_out(backend.connections().max(reqs.len()), &reqs, |r| match *r {
             Req::Config => Got::Config(backend.read_max("config", ObjectKind::Config.max_len())),
             Req::List(k) => Got::List(k.prefix(), backend.list(k.prefix())),
@@ -189,6 +230,26 @@ impl Repository {
     /// Forgets the listing of `kind` fetched ahead (a newer one is being taken).
     pub(crate) fn drop_prefetched(&self, kind: ObjectKind) {
         self.prefetched.lock().expect("poisoned").by_prefix.remove(kind.prefix());
+    }
+
+    /// Serves the listings of `fetched` to their first readers, as if fetched
+    /// ahead by this repository (if still fresh).
+    pub fn keep_fetched(&self, fetched: Fetched) {
+        let mut pre = self.prefetched.lock().expect("poisoned");
+        for (prefix, at, listing) in fetched.0 {
+            pre.put_taken(prefix, at, listing);
+        }
+    }
+
+    /// Keeps the opening marker a backup wrote before opening this repository,
+    /// for [`Repository::take_opening`].
+    pub fn keep_opening(&self, opening: Opening) {
+        self.prefetched.lock().expect("poisoned").opening = Some(opening);
+    }
+
+    /// The opening marker kept by [`Repository::keep_opening`], once.
+    pub(crate) fn take_opening(&self) -> Option<Opening> {
+        self.prefetched.lock().expect("poisoned").opening.take()
     }
 
     /// Keeps the packs' `listing` that the index load took, for the adoption of

@@ -21,7 +21,7 @@ mod trees;
 mod uploader;
 
 pub use index::{IndexEntry, MasterIndex, PackInfo};
-pub use listing::{Probe, UnlockedAhead};
+pub use listing::{Fetched, Probe, UnlockedAhead};
 pub use saver::{BlobSaver, SaverEvent, SaverStats};
 pub use signed::{WRITER_KEY_FILE, Writers};
 pub use trees::{TREE_CUT_CONTEXT, TreeNodes};

@@ -117,8 +117,10 @@ fn source(dir: &Path) {
     }
 }
 
-#[test]
-fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
+/// An unchanged backup against a warm cache: with `announced`, the repository is
+/// opened as the command line opens it for a backup, its opening marker and
+/// first listings taken while it opens.
+fn unchanged_backup(announced: bool) -> Counts {
     let slow = new_repo();
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
@@ -130,7 +132,15 @@ fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
     let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
     let run = |first: bool| {
         let (be, counts) = stack(&slow, Some(&cache));
-        let repo = Repository::open(be, PASSPHRASE).unwrap();
+        let repo = if announced {
+            let probe = Repository::probe(be.as_ref());
+            let ahead = crate::lifecycle::writer::announce(be.clone()).unwrap();
+            let repo = Repository::open_probed(be, probe, PASSPHRASE, None).unwrap();
+            ahead.hand_to(&repo);
+            repo
+        } else {
+            Repository::open(be, PASSPHRASE).unwrap()
+        };
         repo.set_tree_cache(cache.clone());
         if first {
             repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
@@ -157,13 +167,31 @@ fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
     assert_eq!(second.snapshot.parent, first.id, "the first backup is the parent");
     assert_eq!(second.snapshot.tree, first.snapshot.tree);
     assert!(reads.iter().all(|n| !n.starts_with("data/")), "no pack read: {reads:?}");
+    assert!(slow.inner.list("sessions/").unwrap().is_empty(), "the marker is removed");
+    c
+}
+
+#[test]
+fn an_unchanged_backup_against_a_warm_cache_reads_no_pack_in_few_rounds() {
+    let c = unchanged_backup(false);
     // A session marker, one round of five listings, the notices and history again
-    // before the commit (with the marker looked for), the snapshot and the
-    // marker's removal.
-    assert_eq!((c.head, c.delete), (1, 1), "{c:?}");
+    // before the commit (with the marker looked for), then the snapshot with the
+    // marker's removal beside it.
+    assert_eq!((c.put, c.head, c.delete), (2, 1, 1), "{c:?}");
     assert!(c.list <= 8, "{c:?}");
     assert!(requests(&c) <= 12, "{c:?}");
-    assert!(c.rounds <= 5, "marker; listings; listings before the commit; snapshot; marker removed: {c:?}");
+    assert!(c.rounds <= 4, "marker; listings; listings before the commit; snapshot and marker removed: {c:?}");
+}
+
+#[test]
+fn a_backup_announced_at_the_open_commits_in_two_rounds() {
+    let c = unchanged_backup(true);
+    // The marker was written, and the first listings taken, while the repository
+    // opened: the backup itself sends the commit's round and then the snapshot
+    // beside the marker's removal.
+    assert_eq!((c.put, c.head, c.delete), (1, 1, 1), "{c:?}");
+    assert!(c.list <= 3, "{c:?}");
+    assert!(c.rounds <= 2, "listings before the commit; snapshot and marker removed: {c:?}");
 }
 
 #[test]

@@ -206,8 +206,10 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         }
         repo
     } else {
-        // The backup loads the index itself, after announcing its session.
-        repo_open::open_unindexed(global, &path)?
+        // The backup loads the index itself, after announcing its session (while
+        // the keys are derived, unless this is a dry run, which announces nothing).
+        let ahead = if a.dry_run { repo_open::Ahead::Nothing } else { repo_open::Ahead::Backup };
+        repo_open::open_ahead(global, &path, ahead)?.0
     };
     let parent = match &a.parent {
         Some(p) => Some(repo.resolve_prefix(ObjectKind::Snapshot, p)?),

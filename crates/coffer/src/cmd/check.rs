@@ -13,7 +13,7 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
         return crate::cmd::backend::check(global);
     }
     let (path, _) = repo_open::location(global)?;
-    let repo = repo_open::open_unindexed(global, &path)?;
+    let repo = repo_open::open_ahead(global, &path, repo_open::Ahead::List(repo_open::READERS))?.0;
     let reads_data = a.read_data || a.read_data_subset.is_some();
     // The local state holds the history heads seen last (rollback detection) and
     // the packs verified by partial data checks.

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use coffer_core::Id;
+use coffer_core::format::ObjectKind;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::ops::retention::{GroupBy, GroupKey};
 use coffer_core::repo::SnapshotFilter;
@@ -16,7 +17,7 @@ use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
-    let repo = repo_open::open_unindexed(global, &path)?;
+    let repo = repo_open::open_ahead(global, &path, repo_open::Ahead::List(&[ObjectKind::Snapshot, ObjectKind::Tombstone]))?.0;
     let filter = SnapshotFilter::from(&a.filter);
     let history = History::load(&repo)?;
     let findings = history.sync_remembered(&repo_open::local_state(&repo)?)?;

@@ -438,7 +438,14 @@ fn run(
             })
         })?,
     };
-    let mut stats = arch.saver.finish()?;
+    // The last packs and index files are stored while the final check's round
+    // (the marker, the notices, the history) is taken.
+    let mut stats = std::thread::scope(|s| {
+        let ahead = s.spawn(|| guard.look_ahead());
+        let stats = arch.saver.finish();
+        ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        stats
+    })?;
     let (merkle_root, merkle_leaves) = leaves.root(&arch.spill)?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
     // The final check against a concurrent prune: blobs a prune is deleting are
@@ -491,13 +498,23 @@ fn run(
         Some(parent_tree) if opts.skip_if_unchanged => same_sources(repo, parent_tree, snapshot.tree, &paths),
         _ => false,
     };
-    let id = if opts.dry_run || unchanged { None } else { Some(repo.save_snapshot(&snapshot, key)?) };
+    // The marker is deleted while the snapshot is stored (one round trip, not two).
+    let (id, finished) = if opts.dry_run || unchanged {
+        (None, guard.finish())
+    } else {
+        std::thread::scope(|s| {
+            let finished = s.spawn(|| guard.finish());
+            let id = repo.save_snapshot(&snapshot, key);
+            (Some(id), finished.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        })
+    };
+    let id = id.transpose()?;
+    finished?;
     // Copies read past while another served (the parent's trees, blobs rescued
     // from a prune): damage in their packs.
     for line in repo.take_bad_copies() {
         progress.warn(Path::new("repository"), &line);
     }
-    guard.finish()?;
     if let (Some(id), Some(state), true) = (id, &opts.state, history_intact) {
         state.write_ids(HEADS_FILE, &[id])?;
     }

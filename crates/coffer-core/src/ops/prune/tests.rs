@@ -9,7 +9,7 @@ use super::*;
 use crate::format::envelope::SealedKind;
 use crate::format::notice::PruneNotice;
 use crate::format::pack::BlobType;
-use crate::lifecycle::session::{Session, SessionRecord};
+use crate::lifecycle::session::{Opening, Session, SessionRecord};
 use crate::lifecycle::writer::WriterGuard;
 use crate::lifecycle::{each_used_blob, notices};
 use crate::progress::NoProgress;
@@ -260,10 +260,14 @@ fn announce_waits_removes_stale_markers_and_spares_what_live_ones_protect() {
     let (t, _, _, garbage) = live_and_garbage();
     let (repo, _, _, _, mut p) = load_mark_plan(&t, 5.0);
     p.delete.insert(id(1));
-    // A writer that stopped (its marker is never rewritten) and one still running
-    // that has stored the garbage packs (as far as the plan knows).
+    // A writer that stopped (its marker is never rewritten), one that stopped
+    // before its keys were derived (its opening marker left behind), and one still
+    // running, from an opening marker it adopted, that has stored the garbage
+    // packs (as far as the plan knows).
     let stopped = Session::start(&t.repo, Duration::from_secs(3600)).unwrap();
-    let running = Session::start(&t.repo, Duration::from_millis(5)).unwrap();
+    std::mem::forget(Opening::write(t.repo.backend_arc()).unwrap());
+    let opening = Opening::write(t.repo.backend_arc()).unwrap();
+    let running = Session::adopt(&t.repo, opening, Duration::from_millis(5)).unwrap();
     for g in sorted(&garbage) {
         running.sink()(SaverEvent::Pack(g));
     }
@@ -290,7 +294,7 @@ fn announce_waits_removes_stale_markers_and_spares_what_live_ones_protect() {
     want.sort();
     assert_eq!(named, want);
     assert_eq!(p.delete, [id(1)].into());
-    assert_eq!((report.packs_spared, report.stale_sessions), (2, 1));
+    assert_eq!((report.packs_spared, report.stale_sessions), (2, 2));
     let left: Vec<Id> = crate::lifecycle::session::list(&t.repo).unwrap().into_iter().map(|(i, _)| i).collect();
     assert_eq!(left, vec![running.id()]);
     assert_eq!(a.active.len(), 1);

@@ -63,6 +63,12 @@ pub struct GlobalArgs {
     /// Use no local cache: read everything from the repository.
     #[arg(long, env = "COFFER_NO_CACHE", global = true)]
     pub no_cache: bool,
+    /// The command verifies the repository itself (`check`, `repair`): it reads
+    /// every object from the storage, never from the local cache. The copy of
+    /// the key file that opened the location still unlocks it (it opens only a
+    /// key file the storage lists under its hash).
+    #[arg(skip)]
+    pub reads_storage_only: bool,
     /// The most the local cache of one repository may hold (e.g. 500M, 2G); the
     /// entries used least recently go first.
     #[arg(long, env = "COFFER_CACHE_SIZE", global = true, value_name = "SIZE", default_value = "1G",

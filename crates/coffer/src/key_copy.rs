@@ -19,8 +19,8 @@ use crate::args::GlobalArgs;
 /// Where the copies are kept, and the name of `loc`'s: `None` for a location on
 /// a local disk (reading its key files costs no round trip) and with
 /// `--no-cache`.
-pub fn place(global: &GlobalArgs, loc: &Location, no_cache: bool) -> Option<(PathBuf, String)> {
-    if no_cache || loc.local_path().is_some() {
+pub fn place(global: &GlobalArgs, loc: &Location) -> Option<(PathBuf, String)> {
+    if global.no_cache || loc.local_path().is_some() {
         return None;
     }
     let dir = crate::repo_open::cache_base(global).ok()?.join("locations");

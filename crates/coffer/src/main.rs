@@ -202,7 +202,7 @@ fn main() -> ExitCode {
     }
     if matches!(cli.command, Command::Check(_) | Command::Repair(_)) {
         // They verify the repository itself: what it holds, not a copy of it.
-        cli.global.no_cache = true;
+        cli.global.reads_storage_only = true;
     }
     let result = match &cli.command {
         Command::Init(a) => cmd::init::run(&cli.global, a),

@@ -75,7 +75,7 @@ pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
         connections: global.connections.map(usize::from),
         cacert: global.cacert.clone(),
         cache_dir: global.cache_dir.clone(),
-        no_cache: global.no_cache,
+        no_cache: global.no_cache || global.reads_storage_only,
         cache_size: global.cache_size,
         profile_vars: global.storage_vars.clone(),
     });
@@ -434,7 +434,7 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
     let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
     // With a copy of the key file that opened this location last time and a
     // passphrase that needs no prompt, the key derivation runs during the probe.
-    let copy = crate::key_copy::place(global, loc, settings().no_cache);
+    let copy = crate::key_copy::place(global, loc);
     let kept = copy.as_ref().and_then(crate::key_copy::read);
     let early = match kept {
         Some(_) if password::given(global) => Some(password::read(global, Purpose::Open)?),
@@ -540,7 +540,7 @@ fn create_as(
     }
     let pw = password::read(global, Purpose::Create)?;
     let repo = init(be, pw.as_bytes())?;
-    if let Some(place) = crate::key_copy::place(global, loc, settings().no_cache) {
+    if let Some(place) = crate::key_copy::place(global, loc) {
         crate::key_copy::keep(&place, None, repo.key_file());
     }
     Ok(repo)

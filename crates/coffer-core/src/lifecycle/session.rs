@@ -17,8 +17,8 @@ use crate::id::Id;
 use crate::repo::{Repository, SaverEvent};
 use coffer_backend::Backend;
 
-pub use crate::format::session::SessionRecord;
 use crate::format::session::OPENING;
+pub use crate::format::session::SessionRecord;
 
 struct Shared {
     stop: Mutex<bool>,

@@ -277,20 +277,41 @@ impl History {
     }
 }
 
-/// The history part of `coffer check`: signatures, links, rollback against the
-/// heads this client remembers (when `state` is given), writer records, and every
-/// snapshot's Merkle root recomputed from its trees. `roots` holds the roots the
-/// caller compared already, by snapshot id; the others are recomputed here.
-/// With a server's transparency log (`log`), every snapshot it records must be
-/// stored or forgotten. Damaged snapshots are left to the caller, which
-/// reports them already.
+/// What the history part of `coffer check` reads from the storage: every
+/// snapshot and tombstone, and the writer records (those that do not load, as
+/// findings). [`load_for_check`] reads them, while the trees are walked.
+pub struct ForCheck {
+    history: History,
+    damaged_writers: Vec<String>,
+}
+
+/// Reads what [`check`] needs: the history and the writer records, at once.
+pub fn load_for_check(repo: &Repository) -> Result<ForCheck> {
+    let (history, writers) = std::thread::scope(|s| {
+        let writers = s.spawn(|| repo.writer_records());
+        let history = History::load(repo);
+        (history, writers.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    });
+    let damaged_writers = writers?.1.iter().map(|e| e.to_string()).collect();
+    Ok(ForCheck { history: history?, damaged_writers })
+}
+
+/// The history part of `coffer check`, on what [`load_for_check`] read:
+/// signatures, links, rollback against the heads this client remembers (when
+/// `state` is given), writer records, and every snapshot's Merkle root
+/// recomputed from its trees. `roots` holds the roots the caller compared
+/// already, by snapshot id; the others are recomputed here. With a server's
+/// transparency log (`log`), every snapshot it records must be stored or
+/// forgotten. Damaged snapshots are left to the caller, which reports them
+/// already.
 pub fn check(
     repo: &Repository,
+    loaded: ForCheck,
     state: Option<&LocalState>,
     roots: &HashMap<Id, RootCheck>,
     log: Option<&crate::server_log::Followed>,
 ) -> Result<Findings> {
-    let history = History::load(repo)?;
+    let ForCheck { history, damaged_writers } = loaded;
     let mut f = match state {
         Some(st) => history.sync_remembered(st)?,
         None => history.verify(&[]),
@@ -311,7 +332,7 @@ pub fn check(
         f.errors.extend(log.disagreements(&marks));
     }
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
-    f.errors.extend(repo.writer_records()?.1.iter().map(|e| e.to_string()));
+    f.errors.extend(damaged_writers);
     let differs: Vec<Option<String>> = history
         .snapshots
         .par_iter()

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use coffer_backend::{Backend, BackendError, ErrorKind, ObjectInfo, fan_out};
 
 use super::{KeyFileRead, Repository, read_bounded};
-use crate::lifecycle::session::Opening;
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::keyfile::{KeyFile, MasterKeys};
 use crate::id::Id;
+use crate::lifecycle::session::Opening;
 
 /// A listing fetched ahead is served only this soon after it was taken: one that
 /// waited longer (its reader came late) is dropped and the prefix listed again.

@@ -17,7 +17,8 @@ use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
-    let repo = repo_open::open_ahead(global, &path, repo_open::Ahead::List(&[ObjectKind::Snapshot, ObjectKind::Tombstone]))?.0;
+    let repo =
+        repo_open::open_ahead(global, &path, repo_open::Ahead::List(&[ObjectKind::Snapshot, ObjectKind::Tombstone]))?.0;
     let filter = SnapshotFilter::from(&a.filter);
     let history = History::load(&repo)?;
     let findings = history.sync_remembered(&repo_open::local_state(&repo)?)?;

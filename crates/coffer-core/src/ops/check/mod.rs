@@ -107,8 +107,14 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         ObjectKind::Snapshot,
         ObjectKind::Tombstone,
     ]);
-    check_keys(repo, &mut r)?;
-    check_index(repo, &mut r)?;
+    // The key files are read while the index is.
+    let mut keys = CheckReport::default();
+    std::thread::scope(|s| {
+        let reading = s.spawn(|| check_keys(repo, &mut keys));
+        let index = check_index(repo, &mut r);
+        reading.join().unwrap_or_else(|p| std::panic::resume_unwind(p)).and(index)
+    })?;
+    r.errors.extend(keys.errors);
     let packs: HashMap<Id, u64> = repo
         .list_objects(ObjectKind::Pack)?
         .into_iter()
@@ -227,8 +233,13 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 
 /// The structure of every snapshot and the history, Merkle roots included, into `r`.
 fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut CheckReport) -> Result<()> {
-    let roots = check_snapshots(repo, r)?;
-    let history = crate::repo::history::check(repo, opts.state.as_ref(), &roots, opts.server_log.as_ref())?;
+    // The history is read while the trees are walked: both wait on the storage.
+    let (roots, loaded) = std::thread::scope(|s| {
+        let loading = s.spawn(|| crate::repo::history::load_for_check(repo));
+        let roots = check_snapshots(repo, r);
+        (roots, loading.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    });
+    let history = crate::repo::history::check(repo, loaded?, opts.state.as_ref(), &roots?, opts.server_log.as_ref())?;
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;

@@ -67,6 +67,14 @@ impl Prefetched {
         self.by_prefix.remove(prefix).filter(|(at, _)| at.elapsed() < FRESH_FOR).map(|(_, l)| l)
     }
 
+    /// Forgets every listing but those [`Repository::probe`] always takes (the
+    /// key files, the layout, the writers), and the packs' listing the index
+    /// load took.
+    pub(crate) fn keep_only_probed(&mut self) {
+        self.by_prefix.retain(|p, _| PROBED.iter().any(|k| k.prefix() == *p));
+        self.packs_loaded = None;
+    }
+
     fn has(&self, prefix: &str) -> bool {
         self.by_prefix.get(prefix).is_some_and(|(at, _)| at.elapsed() < FRESH_FOR)
     }

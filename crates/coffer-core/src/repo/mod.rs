@@ -466,7 +466,10 @@ impl Repository {
     /// objects, such as a replicated backend over this one and its peers), with
     /// the keys already unlocked. The index is not carried over.
     pub fn with_backend(self, backend: Arc<dyn Backend>) -> Repository {
-        let prefetched = self.prefetched;
+        // Only the probe's own listings carry over: the others (packs, above all)
+        // list what the first backend holds, not the repository.
+        let mut prefetched = self.prefetched;
+        prefetched.get_mut().expect("poisoned").keep_only_probed();
         Repository { prefetched, ..Self::assemble(backend, self.keys, self.config, self.opener) }
     }
 

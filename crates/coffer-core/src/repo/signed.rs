@@ -202,7 +202,16 @@ impl Repository {
     /// This client's signing key for the repository, from the local state; created
     /// and registered on first use, and registered again if its record is gone.
     pub fn writer_key(&self, state: &LocalState) -> Result<SigningKey> {
-        let key = match state.read(WRITER_KEY_FILE)? {
+        let key = self.own_writer_key(state)?;
+        self.ensure_registered(&key)?;
+        Ok(key)
+    }
+
+    /// This client's signing key for the repository, from the local state, created
+    /// on first use but not registered: a backup registers it
+    /// ([`Repository::ensure_registered`]) beside its last uploads.
+    pub fn own_writer_key(&self, state: &LocalState) -> Result<SigningKey> {
+        Ok(match state.read(WRITER_KEY_FILE)? {
             Some(bytes) => parse_writer_key(&bytes).ok_or_else(|| {
                 Error::InvalidInput(format!(
                     "the signing key file {} is damaged; move it away to create a new writer key",
@@ -219,11 +228,15 @@ impl Repository {
                 state.write(WRITER_KEY_FILE, text.as_bytes())?;
                 key
             }
-        };
+        })
+    }
+
+    /// Registers `key` as this client's, unless a record of it is stored.
+    pub fn ensure_registered(&self, key: &SigningKey) -> Result<()> {
         if self.writer(&key.public())?.is_none() {
             self.register_writer(&key.public(), crate::fs::meta::hostname(), crate::fs::meta::username())?;
         }
-        Ok(key)
+        Ok(())
     }
 }
 

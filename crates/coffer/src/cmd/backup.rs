@@ -221,7 +221,8 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         // key, if it has one, still finds the parent it signed.
         repo.existing_writer_key(&state)?.unwrap_or_else(coffer_core::crypto::sign::SigningKey::generate)
     } else {
-        repo.writer_key(&state)?
+        // Registered by the backup, beside its last uploads.
+        repo.own_writer_key(&state)?
     };
     // Found once the state directory exists, so that its real path is known.
     let own = own_files(path.local_path());

@@ -439,13 +439,17 @@ fn run(
         })?,
     };
     // The last packs and index files are stored while the final check's round
-    // (the marker, the notices, the history) is taken.
-    let mut stats = std::thread::scope(|s| {
+    // (the marker, the notices, the history) is taken, and this writer's key is
+    // registered if it is not yet (before the snapshot its readers verify).
+    let (stats, registered) = std::thread::scope(|s| {
         let ahead = s.spawn(|| guard.look_ahead());
+        let registered = (!opts.dry_run).then(|| s.spawn(|| repo.ensure_registered(key)));
         let stats = arch.saver.finish();
         ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        stats
-    })?;
+        (stats, registered.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))))
+    });
+    let mut stats = stats?;
+    registered.transpose()?;
     let (merkle_root, merkle_leaves) = leaves.root(&arch.spill)?;
     let skipped = arch.skipped.into_inner().expect("poisoned");
     // The final check against a concurrent prune: blobs a prune is deleting are

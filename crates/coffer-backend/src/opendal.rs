@@ -93,6 +93,9 @@ pub struct OpendalBackend {
     /// Writes go to `tmp/` and are renamed into place: for services whose
     /// writes are not atomic by themselves (SFTP writes the file in place).
     staged: bool,
+    /// Bytes of files being uploaded whole, read into memory (at most
+    /// [`WHOLE_UPLOADS`]).
+    whole: std::sync::atomic::AtomicU64,
 }
 
 /// The process's I/O runtime, made on first use.
@@ -403,7 +406,7 @@ impl OpendalBackend {
         let _guard = runtime()?.enter();
         let async_op = op.clone();
         let op = blocking::Operator::new(op).map_err(|e| err(&location, e))?;
-        Ok(OpendalBackend { op, async_op, location, connections, staged: false })
+        Ok(OpendalBackend { op, async_op, location, connections, staged: false, whole: Default::default() })
     }
 
     /// Writes object `name` with `write`, which is given the name to write to:
@@ -448,6 +451,13 @@ impl OpendalBackend {
 
 /// [`Backend::write_file`] hands a file to OpenDAL in pieces of this size.
 const UPLOAD_PIECE: u64 = 1 << 20;
+
+/// Files being uploaded (packs) are sent in one request, read whole into memory,
+/// while the bytes so held stay within this budget: one round trip, where a file
+/// streamed in pieces costs three on S3 (a multipart upload is begun, its parts
+/// sent, then completed). Beyond the budget files are streamed, so memory stays
+/// bounded whatever the pack size and the number of uploads in flight.
+const WHOLE_UPLOADS: u64 = 32 << 20;
 
 impl Backend for OpendalBackend {
     fn location(&self) -> String {
@@ -553,6 +563,13 @@ impl Backend for OpendalBackend {
     }
 
     fn write_file(&self, name: &str, file: &std::fs::File, len: u64) -> BackendResult<()> {
+        use std::sync::atomic::Ordering::AcqRel;
+        if self.whole.fetch_add(len, AcqRel) + len <= WHOLE_UPLOADS {
+            let r = super::read_spool(name, file, 0, len).and_then(|data| self.write(name, data));
+            self.whole.fetch_sub(len, AcqRel);
+            return r;
+        }
+        self.whole.fetch_sub(len, AcqRel);
         self.put(name, |to| {
             let mut w = self.op.writer(to).map_err(|e| err(name, e))?;
             let mut offset = 0;

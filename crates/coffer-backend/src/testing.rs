@@ -70,7 +70,7 @@ pub fn run_suite<B: Backend + 'static>(make: impl Fn() -> B) -> SuiteReport {
         ("delete: gone for every reader; absent is ok", delete),
         ("nested names (two directory levels)", nested_names),
         ("empty objects", empty_objects),
-        ("large objects (9 MiB, write and write_file)", large_objects),
+        ("large objects (9 MiB, write and write_file; 33 MiB write_file)", large_objects),
         ("write_file: first len bytes, repeatable", write_file),
         ("write_new: creates once, never replaces", write_new),
         ("concurrent writers of distinct objects", concurrent_writers),
@@ -299,7 +299,13 @@ fn large_objects<B: Backend>(be: &B) -> Result<(), String> {
     file.write_all(&data).map_err(|e| format!("temporary file: {e}"))?;
     ok(be.write_file("data/jj/jj14", &file, data.len() as u64), "write_file 9 MiB")?;
     ensure(ok(be.read("data/jj/jj14"), "read")? == data, || "9 MiB written from a file differ".into())?;
-    ensure(ok(be.stat("data/jj/jj14"), "stat")? == data.len() as u64, || "stat of the 9 MiB object".into())
+    ensure(ok(be.stat("data/jj/jj14"), "stat")? == data.len() as u64, || "stat of the 9 MiB object".into())?;
+    // Larger than what a remote backend sends in one request: streamed in pieces.
+    let big = pattern(15, 33 << 20);
+    let mut file = tempfile::tempfile().map_err(|e| format!("temporary file: {e}"))?;
+    file.write_all(&big).map_err(|e| format!("temporary file: {e}"))?;
+    ok(be.write_file("data/jj/jj15", &file, big.len() as u64), "write_file 33 MiB")?;
+    ensure(ok(be.read("data/jj/jj15"), "read")? == big, || "33 MiB written from a file differ".into())
 }
 
 fn write_file<B: Backend>(be: &B) -> Result<(), String> {

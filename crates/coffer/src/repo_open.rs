@@ -459,8 +459,9 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
         }
         crate::foreign::check_probed(be.as_ref(), &probe)?;
         // Over several backends the marker belongs on the composed storage: the
-        // backup writes it once that is known.
-        let announcing = (matches!(ahead, Ahead::Backup) && probe.on_one_backend())
+        // backup writes it once that is known. Nor while a passphrase is typed: a
+        // marker left unchanged for the grace period is taken for a stopped writer's.
+        let announcing = (matches!(ahead, Ahead::Backup) && probe.on_one_backend() && password::given(global))
             .then(|| s.spawn(|| coffer_core::lifecycle::writer::announce(be.clone())));
         let prompted = match early {
             Some(_) => None,

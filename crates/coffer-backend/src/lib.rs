@@ -31,6 +31,7 @@ mod faulty;
 mod local;
 pub mod location;
 mod mem;
+mod memory_ranges;
 mod opendal;
 pub mod placement;
 mod replicated;
@@ -51,6 +52,7 @@ pub use local::io_err as local_io_error;
 pub use local::{LocalBackend, Modes};
 pub use location::{Location, LocationError};
 pub use mem::MemBackend;
+pub use memory_ranges::{DEFAULT_MEMORY_RANGES, MemoryRanges};
 pub use replicated::{MemberHealth, ReplicatedBackend, ShortCopy, pack_id_of};
 pub use retry::{RetryBackend, RetryEvent, RetryPolicy};
 

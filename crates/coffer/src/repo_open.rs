@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use anyhow::{Context, Result};
 use coffer_backend::location::Location;
 use coffer_backend::{
-    Backend, CREDENTIAL_VARIABLES, Cache, CacheSlot, CachingBackend, CountingBackend, Counts, CountsHandle, Faults,
-    FaultyBackend, LocalBackend, Modes, OpendalBackend, RemoteOptions, RetryBackend, RetryPolicy,
+    Backend, CREDENTIAL_VARIABLES, Cache, CacheSlot, CachingBackend, CountingBackend, Counts, CountsHandle,
+    DEFAULT_MEMORY_RANGES, Faults, FaultyBackend, LocalBackend, MemoryRanges, Modes, OpendalBackend, RemoteOptions,
+    RetryBackend, RetryPolicy,
 };
 use coffer_core::Id;
 use coffer_core::format::ObjectKind;
@@ -291,20 +292,31 @@ pub fn cache_base(global: &GlobalArgs) -> Result<PathBuf> {
 /// repository gets one, a local one only with `--cache-dir`; none with
 /// `--no-cache`. Over several backends, the same applies to each member: the
 /// remote ones share the repository's cache. A cache that cannot be opened is
-/// warned of, and the command goes on without it.
+/// warned of, and the command goes on without it. A remote repository without
+/// a cache keeps the tree blobs it reads in memory for the command
+/// ([`MemoryRanges`]).
 fn attach_cache(global: &GlobalArgs, loc: &Location, repo: &Repository, slot: &CacheSlot) {
     let settings = settings();
     let wanted = |remote: bool| remote || settings.cache_dir.is_some();
     let mut slots: Vec<CacheSlot> = Vec::new();
-    if wanted(loc.local_path().is_none()) {
+    let mut remote = loc.local_path().is_none();
+    if wanted(remote) {
         slots.push(slot.clone());
     }
     if crate::replicas::opened().is_some() {
         let members = MEMBER_SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        remote |= members.iter().any(|(r, _)| *r);
         slots.extend(members.iter().filter(|(remote, _)| wanted(*remote)).map(|(_, s)| s.clone()));
     }
+    // Without a local cache, trees read from remote storage are still read a
+    // run at a time, the run kept in memory for the command.
+    let in_memory = || {
+        if remote {
+            repo.set_tree_cache(Arc::new(MemoryRanges::new(DEFAULT_MEMORY_RANGES)));
+        }
+    };
     if settings.no_cache || slots.is_empty() {
-        return;
+        return in_memory();
     }
     let opened = cache_base(global).and_then(|base| {
         let dir = base.join(repo.config().id.to_hex());
@@ -322,7 +334,10 @@ fn attach_cache(global: &GlobalArgs, loc: &Location, repo: &Repository, slot: &C
                 repo.set_tree_cache(cache);
             }
         }
-        Err(e) => warn(global, &format!("{e:#}; going on without the cache (or pass --no-cache)")),
+        Err(e) => {
+            warn(global, &format!("{e:#}; going on without the cache (or pass --no-cache)"));
+            in_memory();
+        }
     }
 }
 

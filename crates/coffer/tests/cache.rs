@@ -180,6 +180,15 @@ fn scenario(s: &Setup) {
     let (ls, warm_ls) = s.counted(&["ls", "latest"]);
     same(&ls, &plain_ls, "ls");
     assert!(gets(&cold_ls) > opening + 2, "{cold_ls}");
+    if !s.explicit_cache {
+        // Remote without a cache, the trees are still read a run at a time (kept
+        // in memory): at most the three index files and one run per tree pack
+        // (three backups) more than `snapshots`, where one GET per tree would be
+        // one per directory of the snapshot.
+        let dirs = plain_ls.lines().filter(|l| Path::new(src).starts_with(l) || l.contains("/dir")).count();
+        assert!(dirs >= 13, "{plain_ls}");
+        assert!(gets(&cold_ls) <= gets(&cold) + 6, "snapshots {cold}, ls {cold_ls}, {dirs} directories");
+    }
     assert_eq!(gets(&warm_ls), opening, "only the key file and config: {warm_ls}");
     assert_eq!(warm_ls["cache"]["misses"], 0, "{warm_ls}");
 

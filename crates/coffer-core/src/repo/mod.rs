@@ -99,6 +99,7 @@ pub struct Repository {
     opener: KeyFileRead,
     tree_id_key: Key,
     writers: RwLock<Option<Writers>>,
+    writer_loads: signed::WriterLoads,
     /// Copies of blobs that failed to read while another copy served.
     bad_copies: Mutex<Vec<String>>,
     /// Where sealed tree blobs are kept between commands (the local cache), if
@@ -318,6 +319,7 @@ impl Repository {
             opener,
             tree_id_key,
             writers: RwLock::new(None),
+            writer_loads: signed::WriterLoads::default(),
             bad_copies: Mutex::new(Vec::new()),
             tree_cache: std::sync::OnceLock::new(),
             prefetched: Mutex::new(listing::Prefetched::default()),

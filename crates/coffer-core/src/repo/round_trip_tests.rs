@@ -22,7 +22,7 @@ use crate::testing::{FAST_KDF, PASSPHRASE, noise};
 const LATENCY: Duration = Duration::from_millis(40);
 
 /// A storage that answers after [`LATENCY`] and records the names it was asked
-/// to read.
+/// to read and the prefixes it listed (`list <prefix>`).
 struct Slow {
     inner: MemBackend,
     reads: Mutex<Vec<String>>,
@@ -63,7 +63,7 @@ impl Backend for Slow {
         self.inner.stat(name)
     }
     fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
-        self.wait();
+        self.read(&format!("list {prefix}"));
         self.inner.list(prefix)
     }
     fn delete(&self, name: &str) -> BackendResult<()> {
@@ -237,4 +237,33 @@ fn a_restore_of_many_batches_has_their_reads_in_flight_together() {
     let rounds = c.rounds - before.rounds;
     assert!(pack_reads >= 12, "one read per file at least: {reads:?}");
     assert!(rounds < 12, "{rounds} rounds for {pack_reads} reads: {reads:?}");
+}
+
+#[test]
+fn snapshots_loaded_side_by_side_share_one_listing_of_the_writers() {
+    let slow = new_repo();
+    let (be, _) = stack(&slow, None);
+    let repo = Repository::open(be, PASSPHRASE).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    source(&src);
+    let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
+    for _ in 0..4 {
+        let key = SigningKey::generate();
+        repo.register_writer(&key.public(), "host".into(), "user".into()).unwrap();
+        backup(&repo, &opts, &key, &NoProgress).unwrap();
+    }
+
+    let (be, _) = stack(&slow, None);
+    let repo = Repository::open(be, PASSPHRASE).unwrap();
+    let listed = || slow.reads.lock().unwrap().iter().filter(|n| *n == "list writers/").count();
+    slow.reads.lock().unwrap().clear();
+    let history = history::History::load(&repo).unwrap();
+    assert_eq!(history.snapshots.len(), 4);
+    assert!(history.snapshots.iter().all(|(_, s)| s.signature.is_valid()), "every signer is known");
+    // The writers' listing of the open's first round serves the one load.
+    assert_eq!(listed(), 0);
+    // A writer the records do not name is looked for again, with a new listing.
+    assert!(repo.writer(&SigningKey::generate().public()).unwrap().is_none());
+    assert_eq!(listed(), 1);
 }

@@ -2,6 +2,8 @@
 //! See docs/design.md#signatures and docs/design.md#writers.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use super::Repository;
 use crate::crypto::sign::{PublicKey, SigningKey};
@@ -20,6 +22,14 @@ pub const WRITER_KEY_FILE: &str = "writer.key";
 
 /// The registered writers, by public key.
 pub type Writers = HashMap<PublicKey, WriterRecord>;
+
+/// Loads of the writer records by [`Repository::writer`]: one at a time, counted
+/// as they begin.
+#[derive(Default)]
+pub(crate) struct WriterLoads {
+    lock: Mutex<()>,
+    started: AtomicU64,
+}
 
 /// Objects that loaded, by id, and the errors of those that did not.
 pub type Loaded<T> = (Vec<(Id, T)>, Vec<Error>);
@@ -157,10 +167,21 @@ impl Repository {
 
     /// The registered writer with public key `key`. Writer records are loaded once
     /// and reloaded when a key is not found (another client may have registered it).
+    /// Callers at once (the snapshots of a history, loaded side by side) share one
+    /// load: a caller that waited for another's load takes the key from it, and
+    /// its absence only from a load begun after its call.
     pub fn writer(&self, key: &PublicKey) -> Result<Option<WriterRecord>> {
-        if let Some(w) = self.writers_cache().as_ref().and_then(|m| m.get(key)) {
-            return Ok(Some(w.clone()));
+        let cached = || self.writers_cache().as_ref().and_then(|m| m.get(key)).cloned();
+        if let Some(w) = cached() {
+            return Ok(Some(w));
         }
+        let asked_at = self.writer_loads.started.load(SeqCst);
+        let _one_load = self.writer_loads.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let found = cached();
+        if found.is_some() || self.writer_loads.started.load(SeqCst) > asked_at {
+            return Ok(found);
+        }
+        self.writer_loads.started.fetch_add(1, SeqCst);
         let (records, _damaged) = self.writer_records()?;
         let map: Writers = records.into_iter().map(|(_, w)| (w.public_key, w)).collect();
         let found = map.get(key).cloned();

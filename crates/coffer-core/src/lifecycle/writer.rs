@@ -8,8 +8,9 @@
 //! repo.load_index()?;                                        // (c)
 //! guard.adopt_orphan_packs()?;                               // (d)
 //! let saver = BlobSaver::new(repo).with_observer(guard.observer()?);
-//! ... store the tree ...
-//! guard.look_ahead(); beside saver.finish()?;                 // (e)'s round, early
+//! ... store the tree ...; beside it: guard.look_ahead()      // (e)'s round, early
+//! guard.keep_look(look);
+//! unless guard.has_recent_look(): guard.look_ahead() beside saver.finish()?;
 //! guard.before_commit(tree, || refresh_heads())?;            // (e), (f)
 //! guard.ready_to_commit()?;
 //! save the snapshot; beside guard.finish()?;                 // marker deleted
@@ -74,9 +75,15 @@ pub struct WriterGuard<'r> {
     noticed_at_start: HashSet<Id>,
     /// When the notices were last checked, by [`WriterGuard::before_commit`].
     checked: Option<Instant>,
-    /// The round of [`WriterGuard::look_ahead`]: when it began, and whether the
-    /// marker was found gone.
-    looked: Option<(Instant, bool)>,
+    /// The newest round of [`WriterGuard::look_ahead`] kept.
+    looked: Option<Look>,
+}
+
+/// The round of step (e) taken ahead of the commit ([`WriterGuard::look_ahead`]):
+/// when it began, and whether the marker was found gone.
+pub struct Look {
+    at: Instant,
+    lost: bool,
 }
 
 impl<'r> WriterGuard<'r> {
@@ -152,9 +159,9 @@ impl<'r> WriterGuard<'r> {
         };
         // A round looked ahead serves if recent; else (storing the last packs took
         // longer than a check may be old) it is taken again.
-        let (first, lost) = match self.looked.take() {
-            Some(looked) if looked.0.elapsed() < self.timing.check_window() => looked,
-            _ => (Instant::now(), commit_round(self.repo, session)),
+        let Look { at: first, lost } = match self.looked.take() {
+            Some(looked) if looked.at.elapsed() < self.timing.check_window() => looked,
+            _ => Look { at: Instant::now(), lost: commit_round(self.repo, session) },
         };
         if lost {
             ensure_own_packs_exist(self.repo, &session.index_files())?;
@@ -163,7 +170,9 @@ impl<'r> WriterGuard<'r> {
             // The first check reads the listings of the commit round, taken when it began.
             let checked = if attempt == 0 { first } else { Instant::now() };
             self.checked = Some(checked);
-            self.repo.prefetch_listings(&COMMIT_LISTINGS);
+            if attempt > 0 {
+                list_for_commit(self.repo);
+            }
             let mut noticed = notices::read(self.repo)?.packs;
             noticed.extend(&self.noticed_at_start);
             if !noticed.is_empty() {
@@ -183,15 +192,29 @@ impl<'r> WriterGuard<'r> {
     }
 
     /// Takes the round of [`WriterGuard::before_commit`] (the marker looked
-    /// for, the notices and the history listed) now, while the last packs and
-    /// index files are still being stored: call it beside
-    /// [`BlobSaver::finish`], once the tree is complete. `before_commit` then
-    /// reads what it found, as a check made when this began.
-    pub fn look_ahead(&mut self) {
-        if let Some(session) = &self.session {
-            let at = Instant::now();
-            self.looked = Some((at, commit_round(self.repo, session)));
+    /// for, the notices and the history listed) now, while the tree is walked
+    /// or the last packs and index files are stored: any time after step (d).
+    /// Give it to [`WriterGuard::keep_look`]; `before_commit` then reads what it
+    /// found, as a check made when it began. `None` for a dry run.
+    pub fn look_ahead(&self) -> Option<Look> {
+        let session = self.session.as_ref()?;
+        let at = Instant::now();
+        Some(Look { at, lost: commit_round(self.repo, session) })
+    }
+
+    /// Keeps `look` for [`WriterGuard::before_commit`], unless the one kept is
+    /// newer.
+    pub fn keep_look(&mut self, look: Option<Look>) {
+        if look.as_ref().map(|l| l.at) > self.looked.as_ref().map(|l| l.at) {
+            self.looked = look;
         }
+    }
+
+    /// Whether a look kept is recent enough to serve a commit that follows
+    /// shortly: younger than half the [`Timing::check_window`], so that storing
+    /// the last packs may take the other half before it is taken again.
+    pub fn has_recent_look(&self) -> bool {
+        self.looked.as_ref().is_some_and(|l| l.at.elapsed() < self.timing.check_window() / 2)
     }
 
     /// Refuses to commit when the last check of [`WriterGuard::before_commit`] is
@@ -225,9 +248,19 @@ const COMMIT_LISTINGS: [ObjectKind; 3] = [ObjectKind::PruneNotice, ObjectKind::S
 fn commit_round(repo: &Repository, session: &Session) -> bool {
     std::thread::scope(|s| {
         let lost = s.spawn(|| session.was_lost());
-        repo.prefetch_listings(&COMMIT_LISTINGS);
+        list_for_commit(repo);
         lost.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+/// Lists [`COMMIT_LISTINGS`] now, for the check that follows, replacing any
+/// listing of them fetched earlier and not read (an earlier look's): a check
+/// counts from when its listings were taken.
+fn list_for_commit(repo: &Repository) {
+    for k in COMMIT_LISTINGS {
+        repo.drop_prefetched(k);
+    }
+    repo.prefetch_listings(&COMMIT_LISTINGS);
 }
 
 /// Copies into new packs every blob of the tree `root` (trees and file content)

@@ -257,3 +257,38 @@ fn a_dry_run_writes_no_marker_and_checks_nothing() {
     guard.ready_to_commit().unwrap();
     guard.finish().unwrap();
 }
+
+#[test]
+fn a_look_ahead_serves_the_commit_only_while_recent() {
+    let (t, root, noticed) = with_snapshot();
+    let writer = t.reopen();
+    // A fresh look serves: a notice stored after it is for step (f)'s bound,
+    // not this check (docs/design.md#prune, "Why a blob a snapshot uses is never deleted").
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    assert!(!guard.has_recent_look());
+    let look = guard.look_ahead();
+    guard.keep_look(look);
+    assert!(guard.has_recent_look());
+    let n = store_notice(&t.repo, &noticed);
+    assert_eq!(guard.before_commit(root, || Ok(())).unwrap().blobs, 0);
+    guard.ready_to_commit().unwrap();
+    guard.finish().unwrap();
+    t.backend.delete(&ObjectKind::PruneNotice.path(&n)).unwrap();
+
+    // One older than the check window is taken again, and sees the notice.
+    let timing = Timing::with_grace(Duration::from_millis(400));
+    let mut guard = WriterGuard::begin(&writer, timing, false).unwrap();
+    let old = guard.look_ahead();
+    std::thread::sleep(timing.check_window() / 2);
+    let newer = guard.look_ahead();
+    // The newer of two looks is kept, whatever the order they are given in.
+    guard.keep_look(newer);
+    guard.keep_look(old);
+    assert!(guard.has_recent_look());
+    std::thread::sleep(timing.check_window());
+    assert!(!guard.has_recent_look());
+    store_notice(&t.repo, &noticed);
+    assert_eq!(guard.before_commit(root, || Ok(())).unwrap().blobs, 4);
+    guard.ready_to_commit().unwrap();
+}

@@ -421,33 +421,42 @@ fn run(
         bytes_total: AtomicU64::new(0),
     };
     let vroot = build_virtual_root(&paths);
-    let (tree, leaves) = match stream {
-        Some(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time))?,
-        None => std::thread::scope(|s| {
-            if progress.wants_totals() {
-                s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
-            }
-            pool.install(|| {
-                if paths.iter().any(|p| p.parent().is_none()) {
-                    // The whole file system: "/" itself is the root tree.
-                    let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
-                    arch.save_dir(Path::new("/"), &md, parent_tree)
-                } else {
-                    arch.save_virtual(&vroot, parent_tree)
+    // The commit's round (the marker, the notices, the history) is taken while
+    // the tree is walked: for a short backup, it then costs no time of its own.
+    let (built, early) = std::thread::scope(|s| {
+        let early = s.spawn(|| guard.look_ahead());
+        let built = match stream {
+            Some(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time)),
+            None => std::thread::scope(|s| {
+                if progress.wants_totals() {
+                    s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
                 }
-            })
-        })?,
-    };
-    // The last packs and index files are stored while the final check's round
-    // (the marker, the notices, the history) is taken, and this writer's key is
-    // registered if it is not yet (before the snapshot its readers verify).
-    let (stats, registered) = std::thread::scope(|s| {
-        let ahead = s.spawn(|| guard.look_ahead());
+                pool.install(|| {
+                    if paths.iter().any(|p| p.parent().is_none()) {
+                        // The whole file system: "/" itself is the root tree.
+                        let md = std::fs::symlink_metadata("/").map_err(|e| Error::io("/", e))?;
+                        arch.save_dir(Path::new("/"), &md, parent_tree)
+                    } else {
+                        arch.save_virtual(&vroot, parent_tree)
+                    }
+                })
+            }),
+        };
+        (built, joined(early))
+    });
+    let (tree, leaves) = built?;
+    guard.keep_look(early);
+    // The last packs and index files are stored while this writer's key is
+    // registered if it is not yet (before the snapshot its readers verify), and
+    // the final check's round is taken again if the one taken during the walk
+    // is too old.
+    let (stats, registered, late) = std::thread::scope(|s| {
+        let late = (!guard.has_recent_look()).then(|| s.spawn(|| guard.look_ahead()));
         let registered = (!opts.dry_run).then(|| s.spawn(|| repo.ensure_registered(key)));
         let stats = arch.saver.finish();
-        ahead.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (stats, registered.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))))
+        (stats, registered.map(joined), late.and_then(joined))
     });
+    guard.keep_look(late);
     let mut stats = stats?;
     registered.transpose()?;
     let (merkle_root, merkle_leaves) = leaves.root(&arch.spill)?;
@@ -540,6 +549,11 @@ fn same_sources(repo: &Repository, old: Id, new: Id, paths: &[PathBuf]) -> bool 
 /// Whether `snapshot` carries a valid signature by `key`, this client's writer key.
 fn signed_by(snapshot: &Snapshot, key: &SigningKey) -> bool {
     matches!(&snapshot.signature, SignatureStatus::Valid { key: k, .. } if *k == key.public())
+}
+
+/// What a scoped thread returned; its panic goes on in the caller.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Walks the paths once for their total size and file count, so progress can

@@ -382,10 +382,38 @@ fn latency_json(l: &coffer_backend::Latency) -> serde_json::Value {
 /// Opens the repository and loads its index. An index file that does not load is
 /// skipped with a warning on stderr.
 pub fn open(global: &GlobalArgs) -> Result<Repository> {
+    Ok(open_finding(global, &[], &SnapshotFilter::default())?.0)
+}
+
+/// [`open`], finding the snapshots `names` (as [`find_snapshot`]) while the index
+/// loads: neither needs the other, so over a remote storage their reads share
+/// rounds. A snapshot not found is the error reported first.
+pub fn open_finding(
+    global: &GlobalArgs,
+    names: &[&str],
+    filter: &SnapshotFilter,
+) -> Result<(Repository, Vec<(Id, Snapshot)>)> {
     let (path, _) = location(global)?;
     let repo = open_ahead(global, &path, Ahead::List(READERS))?.0;
-    load_index(global, &repo)?;
-    Ok(repo)
+    let (indexed, found) = std::thread::scope(|s| {
+        let indexed = s.spawn(|| load_index(global, &repo));
+        let found: Result<Vec<_>> = names.iter().map(|n| find_snapshot(&repo, n, filter)).collect();
+        (indexed.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), found)
+    });
+    let found = found?;
+    indexed?;
+    Ok((repo, found))
+}
+
+/// [`open_finding`] for one snapshot name.
+pub fn open_finding_one(
+    global: &GlobalArgs,
+    name: &str,
+    filter: &SnapshotFilter,
+) -> Result<(Repository, Id, Snapshot)> {
+    let (repo, mut found) = open_finding(global, &[name], filter)?;
+    let (id, snap) = found.pop().expect("a snapshot per name");
+    Ok((repo, id, snap))
 }
 
 /// Loads the index of `repo`, warning on stderr of each index file skipped.

@@ -188,6 +188,9 @@ fn scenario(s: &Setup) {
         let dirs = plain_ls.lines().filter(|l| Path::new(src).starts_with(l) || l.contains("/dir")).count();
         assert!(dirs >= 13, "{plain_ls}");
         assert!(gets(&cold_ls) <= gets(&cold) + 6, "snapshots {cold}, ls {cold_ls}, {dirs} directories");
+        // The config and listings (the key file from the kept copy); the index
+        // files beside the snapshots and their writers; the trees' runs.
+        assert!(cold_ls["requests"]["rounds"].as_u64().unwrap() <= 5, "{cold_ls}");
     }
     assert_eq!(gets(&warm_ls), opening, "only the key file and config: {warm_ls}");
     assert_eq!(warm_ls["cache"]["misses"], 0, "{warm_ls}");

@@ -52,10 +52,12 @@ fn summary_text(s: &DiffStats) -> String {
 }
 
 pub fn run(global: &GlobalArgs, a: &DiffArgs) -> Result<u8> {
-    let repo = repo_open::open(global)?;
     let filter = SnapshotFilter::from(&a.filter);
-    let (id1, snap1) = repo_open::find_snapshot(&repo, &a.snapshot1, &filter)?;
-    let (id2, snap2) = repo_open::find_snapshot(&repo, &a.snapshot2, &filter)?;
+    let (repo, found) = repo_open::open_finding(global, &[&a.snapshot1, &a.snapshot2], &filter)?;
+    let mut found = found.into_iter();
+    let (Some((id1, snap1)), Some((id2, snap2))) = (found.next(), found.next()) else {
+        unreachable!("a snapshot per name")
+    };
     super::flag_signature(&id1, &snap1);
     super::flag_signature(&id2, &snap2);
     let stdout = std::io::stdout();

@@ -16,8 +16,8 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::index::PackRecord;
-use crate::format::pack::BlobType;
 use crate::format::pack::FinishedPack;
+use crate::format::pack::{BlobType, PackEntry};
 use coffer_backend::{Backend, RangeCache};
 
 /// Packs that may wait for an upload thread, at least. Packs wait in their
@@ -38,6 +38,14 @@ struct Job {
     rec: PackRecord,
 }
 
+/// A stored pack whose tree blobs are to be kept in the cache, from its spool file.
+struct Keep {
+    name: String,
+    file: std::fs::File,
+    len: u64,
+    trees: Vec<PackEntry>,
+}
+
 /// A stored pack: its index record and its size.
 pub(crate) type Stored = Result<(PackRecord, u64)>;
 
@@ -45,6 +53,9 @@ pub(crate) struct Uploader {
     tx: Mutex<Option<Sender<Job>>>,
     done: Receiver<Stored>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The thread that keeps tree blobs in the cache, after their pack is
+    /// reported stored: the index file is written meanwhile.
+    keeper: Mutex<Option<(Sender<Keep>, JoinHandle<()>)>>,
 }
 
 impl Uploader {
@@ -52,29 +63,40 @@ impl Uploader {
         let n = upload_threads(backend.as_ref());
         let (tx, rx) = bounded::<Job>(QUEUE.max(n));
         let (done_tx, done) = unbounded();
+        let keeper = tree_cache.map(|cache| {
+            let (keep_tx, keep_rx) = bounded::<Keep>(QUEUE);
+            let thread = std::thread::Builder::new()
+                .name("coffer-keep-trees".into())
+                .spawn(move || keep_rx.into_iter().for_each(|k| keep_trees(cache.as_ref(), &k)))
+                .expect("spawning the tree keeper thread");
+            (keep_tx, thread)
+        });
+        let keep_tx = keeper.as_ref().map(|(tx, _)| tx.clone());
         let threads = (0..n)
             .map(|i| {
                 let (rx, done_tx, backend) = (rx.clone(), done_tx.clone(), backend.clone());
-                let tree_cache = tree_cache.clone();
+                let keep_tx = keep_tx.clone();
                 std::thread::Builder::new()
                     .name(format!("coffer-upload-{i}"))
                     .spawn(move || {
                         for job in rx {
                             let name = ObjectKind::Pack.path(&job.rec.id);
                             let r = backend.write_file(&name, &job.file, job.len).map_err(Error::from);
-                            if let (Ok(()), Some(cache)) = (&r, &tree_cache) {
-                                keep_trees(cache.as_ref(), &name, &job);
-                            }
-                            let r = r.map(|()| (job.rec, job.len));
-                            if done_tx.send(r).is_err() {
+                            let trees: Vec<PackEntry> =
+                                job.rec.entries.iter().filter(|e| e.blob_type == BlobType::Tree).copied().collect();
+                            let stored = r.is_ok();
+                            if done_tx.send(r.map(|()| (job.rec, job.len))).is_err() {
                                 break;
+                            }
+                            if let Some(keep) = keep_tx.as_ref().filter(|_| stored && !trees.is_empty()) {
+                                let _ = keep.send(Keep { name, file: job.file, len: job.len, trees });
                             }
                         }
                     })
                     .expect("spawning an upload thread")
             })
             .collect();
-        Uploader { tx: Mutex::new(Some(tx)), done, threads: Mutex::new(threads) }
+        Uploader { tx: Mutex::new(Some(tx)), done, threads: Mutex::new(threads), keeper: Mutex::new(keeper) }
     }
 
     /// Queues a pack; blocks while the queue is full.
@@ -92,7 +114,9 @@ impl Uploader {
         self.done.try_iter().collect()
     }
 
-    /// Closes the queue, waits for every upload, and returns the remaining results.
+    /// Closes the queue, waits for every upload, and returns the remaining
+    /// results. The tree blobs of the last packs may still be going into the
+    /// cache: that ends when the uploader is dropped.
     pub(crate) fn finish(&self) -> Vec<Stored> {
         drop(self.tx.lock().expect("poisoned").take());
         for t in std::mem::take(&mut *self.threads.lock().expect("poisoned")) {
@@ -104,13 +128,12 @@ impl Uploader {
 
 /// Keeps the sealed tree blobs of a stored pack in the cache, read from its
 /// spool file; one that does not read is simply not kept.
-fn keep_trees(cache: &dyn RangeCache, name: &str, job: &Job) {
+fn keep_trees(cache: &dyn RangeCache, k: &Keep) {
     use std::os::unix::fs::FileExt;
-    for e in job.rec.entries.iter().filter(|e| e.blob_type == BlobType::Tree) {
+    for e in &k.trees {
         let mut sealed = vec![0; e.length as usize];
-        if e.offset.saturating_add(e.length as u64) <= job.len && job.file.read_exact_at(&mut sealed, e.offset).is_ok()
-        {
-            cache.put_range(name, e.offset, &sealed);
+        if e.offset.saturating_add(e.length as u64) <= k.len && k.file.read_exact_at(&mut sealed, e.offset).is_ok() {
+            cache.put_range(&k.name, e.offset, &sealed);
         }
     }
 }
@@ -118,5 +141,9 @@ fn keep_trees(cache: &dyn RangeCache, name: &str, job: &Job) {
 impl Drop for Uploader {
     fn drop(&mut self) {
         self.finish();
+        if let Some((tx, thread)) = self.keeper.lock().expect("poisoned").take() {
+            drop(tx);
+            let _ = thread.join();
+        }
     }
 }

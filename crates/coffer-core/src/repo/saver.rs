@@ -203,15 +203,20 @@ impl<'r> BlobSaver<'r> {
         }
     }
 
-    /// Takes an open pack: a free one, a new one while fewer than `max_open` are
-    /// open, or else waits for one to be returned. Holders never block while they
-    /// hold a pack (adding a blob only seals it and writes it to the spool file),
-    /// so the wait is short.
+    /// Takes an open pack: the fullest free one, a new one while fewer than
+    /// `max_open` are open, or else waits for one to be returned. Holders never
+    /// block while they hold a pack (adding a blob only seals it and writes it to
+    /// the spool file), so the wait is short. Filling the fullest first closes
+    /// packs one after the other, each uploaded while the next fills, rather than
+    /// all at once at the end (docs/design.md#backup).
     fn take_pack(&self, pool: &PackPool) -> Result<PackBuilder<Spool>> {
         let mut open = pool.open.lock().expect("poisoned");
         loop {
-            if let Some(b) = pool.free.lock().expect("poisoned").pop() {
-                return Ok(b);
+            {
+                let mut free = pool.free.lock().expect("poisoned");
+                if let Some(i) = (0..free.len()).max_by_key(|&i| free[i].len()) {
+                    return Ok(free.swap_remove(i));
+                }
             }
             if *open < pool.max_open {
                 *open += 1;
@@ -355,6 +360,23 @@ mod tests {
         }
         assert_eq!(blobs, n);
         assert!(packs >= 2);
+    }
+
+    #[test]
+    fn the_fullest_free_pack_is_taken_first() {
+        let t = crate::testing::test_repo();
+        let saver = BlobSaver::new(&t.repo);
+        let pool = PackPool::new(2);
+        let mut small = saver.take_pack(&pool).unwrap();
+        let mut full = saver.take_pack(&pool).unwrap();
+        small.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, &[1; 100], 100).unwrap();
+        full.add(BlobType::Data, Id([2; 32]), COMPRESSION_NONE, &[2; 5000], 5000).unwrap();
+        let full_len = full.len();
+        // Returned in the order that taking the last returned would get the small one.
+        pool.free.lock().unwrap().push(full);
+        pool.free.lock().unwrap().push(small);
+        assert_eq!(saver.take_pack(&pool).unwrap().len(), full_len);
+        assert!(saver.take_pack(&pool).unwrap().len() < full_len);
     }
 
     /// A store that wants 32 requests in flight and takes 100 ms per pack

@@ -19,13 +19,15 @@
 //! search bits), or, before `config` exists, with the mode given when the backend
 //! was made: owner only by default.
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -79,6 +81,9 @@ pub struct LocalBackend {
     connections: usize,
     /// Whether writes are synced to the disk (always, except for a cache).
     sync: bool,
+    /// For a cache only: handles on the directories objects were read from,
+    /// kept for the next read from the same directory ([`LocalBackend::without_sync`]).
+    read_dirs: Option<Mutex<HashMap<String, Arc<OwnedFd>>>>,
 }
 
 /// What an errno means for coffer, and what to do about it.
@@ -160,6 +165,21 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
+/// Reads all of object `name` through `file`, `size` bytes as it was opened,
+/// refusing more than `max`. The size is only a hint for the buffer: the file is
+/// read through the open handle, and never past `max`, however it changes meanwhile.
+fn read_all(file: impl Read, name: &str, size: u64, max: u64) -> BackendResult<Vec<u8>> {
+    if size > max {
+        return Err(BackendError::too_large(name, size, max));
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    file.take(max.saturating_add(1)).read_to_end(&mut buf).map_err(|e| io_err(name, e))?;
+    if buf.len() as u64 > max {
+        return Err(BackendError::too_large(name, buf.len() as u64, max));
+    }
+    Ok(buf)
+}
+
 /// A random name for a temporary file in `tmp/`.
 fn temp_name() -> String {
     format!(".{}.tmp", hex::encode(crate::random_array::<12>()))
@@ -186,6 +206,7 @@ impl LocalBackend {
             modes: OnceLock::new(),
             connections: super::local_connections(),
             sync: true,
+            read_dirs: None,
         })
     }
 
@@ -200,8 +221,14 @@ impl LocalBackend {
     /// is still atomic for every reader, but may be lost, or left as an empty or
     /// partial file, by a power cut. Only for a cache whose entries are verified
     /// on every read (docs/design.md#local-cache).
+    ///
+    /// Such a backend also keeps the handles of the directories it reads from,
+    /// so that reading many small entries walks no path twice. A directory
+    /// removed or replaced meanwhile is then read through its old handle: an
+    /// entry looked for there is not found, which a cache takes as a miss.
     pub fn without_sync(mut self) -> Self {
         self.sync = false;
+        self.read_dirs = Some(Mutex::new(HashMap::new()));
         self
     }
 
@@ -209,7 +236,23 @@ impl LocalBackend {
     /// following links): the local cache's record of last use.
     pub fn touch(&self, name: &str) -> BackendResult<()> {
         let (file, _) = self.open_object(name)?;
-        file.set_modified(std::time::SystemTime::now()).map_err(|e| io_err(name, e))
+        file.set_modified(SystemTime::now()).map_err(|e| io_err(name, e))
+    }
+
+    /// [`Backend::read_max`], also setting the object's modification time to
+    /// now (through the handle read) unless it is more recent than `fresh`: the
+    /// local cache's record of last use, kept to within `fresh`. A time that
+    /// cannot be set is left as it was.
+    pub fn read_max_used(&self, name: &str, max: u64, fresh: Duration) -> BackendResult<Vec<u8>> {
+        let (file, size) = self.open_object(name)?;
+        let bytes = read_all(&file, name, size, max)?;
+        let now = SystemTime::now();
+        let used = file.metadata().and_then(|m| m.modified());
+        if !used.is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age <= fresh)) {
+            // Only a record for eviction: a read it fails to update still served.
+            let _ = file.set_modified(now);
+        }
+        Ok(bytes)
     }
 
     /// Like [`Backend::list`], each object with its modification time in
@@ -263,15 +306,36 @@ impl LocalBackend {
     fn open_object(&self, name: &str) -> BackendResult<(File, u64)> {
         let parts = components(name)?;
         let (last, dirs) = parts.split_last().expect("at least one component");
-        let fds = self.walk(name, dirs, false)?;
-        let parent = fds.last().map_or(self.root_fd.as_fd(), |f| f.as_fd());
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(parent, *last, flags, Mode::empty()).map_err(|e| err(name, e))?;
+        let fd = match self.read_dir(name, dirs)? {
+            Some(parent) => rustix::fs::openat(&*parent, *last, flags, Mode::empty()),
+            None => rustix::fs::openat(&self.root_fd, *last, flags, Mode::empty()),
+        }
+        .map_err(|e| err(name, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| err(name, e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(not_a_file(name));
         }
         Ok((File::from(fd), st.st_size.max(0) as u64))
+    }
+
+    /// The handle of the directory `dirs` (from the root) to read object `name`
+    /// from: `None` for the root itself; kept for the next read if this backend
+    /// keeps handles.
+    fn read_dir(&self, name: &str, dirs: &[&str]) -> BackendResult<Option<Arc<OwnedFd>>> {
+        if dirs.is_empty() {
+            return Ok(None);
+        }
+        let Some(kept) = &self.read_dirs else {
+            return Ok(self.walk(name, dirs, false)?.pop().map(Arc::new));
+        };
+        let key = dirs.join("/");
+        if let Some(fd) = kept.lock().expect("poisoned").get(&key) {
+            return Ok(Some(fd.clone()));
+        }
+        let fd = Arc::new(self.walk(name, dirs, false)?.pop().expect("one handle per directory"));
+        kept.lock().expect("poisoned").insert(key, fd.clone());
+        Ok(Some(fd))
     }
 
     /// Syncs the directories of a write: `fds` (outermost first) and the root.
@@ -397,17 +461,7 @@ impl Backend for LocalBackend {
 
     fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
         let (file, size) = self.open_object(name)?;
-        if size > max {
-            return Err(BackendError::too_large(name, size, max));
-        }
-        // The size is only a hint for the buffer: the file is read through the open
-        // handle, and never past `max`, however it changes meanwhile.
-        let mut buf = Vec::with_capacity(size as usize);
-        file.take(max.saturating_add(1)).read_to_end(&mut buf).map_err(|e| io_err(name, e))?;
-        if buf.len() as u64 > max {
-            return Err(BackendError::too_large(name, buf.len() as u64, max));
-        }
-        Ok(buf)
+        read_all(file, name, size, max)
     }
 
     fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {

@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::{CountingBackend, CountsHandle, MemBackend};
@@ -205,21 +206,42 @@ fn the_cache_stays_within_its_budget_and_keeps_what_was_used_last() {
             (named("snapshots/", &b), b)
         })
         .collect();
-    let (first, first_bytes) = &objects[0];
-    for (i, (n, b)) in objects.iter().enumerate() {
+    let used = |i: usize, ago: Duration| {
+        let file = std::fs::File::open(s.cache.dir().join(&objects[i].0)).unwrap();
+        file.set_modified(SystemTime::now() - ago).unwrap();
+    };
+    let last_use = |i: usize| std::fs::metadata(s.cache.dir().join(&objects[i].0)).unwrap().modified().unwrap();
+    const HOUR: Duration = Duration::from_secs(3600);
+    for (n, b) in &objects[..9] {
         s.storage.write(n, b.clone()).unwrap();
         s.backend.read_max(n, 10_000).unwrap();
-        // The first object is used again and again: it stays.
-        if i % 3 == 0 {
-            assert_eq!(&s.backend.read_max(first, 10_000).unwrap(), first_bytes);
-        }
+    }
+    // Last used hours ago, the oldest first; object 1 half an hour ago.
+    for i in 0..9 {
+        used(i, HOUR * (20 - i as u32));
+    }
+    used(1, HOUR / 2);
+    let recorded = last_use(1);
+    // A hit records the use of an entry last used more than an hour ago, and
+    // leaves a more recent one as it was (its use is known to within the hour).
+    let (first, first_bytes) = &objects[0];
+    assert_eq!(&s.backend.read_max(first, 10_000).unwrap(), first_bytes);
+    assert!(SystemTime::now().duration_since(last_use(0)).unwrap() < HOUR / 2, "recorded");
+    assert_eq!(&s.backend.read_max(&objects[1].0, 10_000).unwrap(), &objects[1].1);
+    assert_eq!(last_use(1), recorded, "recent enough: left alone");
+    for (i, (n, b)) in objects.iter().enumerate().skip(9) {
+        s.storage.write(n, b.clone()).unwrap();
+        s.backend.read_max(n, 10_000).unwrap();
         let held: u64 = s.cache.entries().iter().map(|(o, _)| o.size).sum();
         assert!(held <= 10_000, "{held} bytes held after {i} objects");
+        if i == 11 {
+            assert!(s.cache.dir().join(first).exists(), "used last: kept before those unused for hours");
+            assert!(s.cache.dir().join(&objects[1].0).exists());
+            assert!(!s.cache.dir().join(&objects[2].0).exists(), "unused for hours: evicted first");
+        }
     }
     assert!(s.cache.stats().evicted >= 30);
-    assert!(s.cache.dir().join(first).exists());
     assert!(s.cache.dir().join(&objects[39].0).exists(), "the newest stays");
-    assert!(!s.cache.dir().join(&objects[1].0).exists(), "an old unused one went");
     // An object larger than the whole budget is not kept.
     let big = vec![7; 20_000];
     let n = named("index/", &big);

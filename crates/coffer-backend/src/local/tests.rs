@@ -103,6 +103,14 @@ fn no_planted_symbolic_link_is_followed() {
     assert_eq!(be.read("index/secret").unwrap_err().kind, ErrorKind::Permanent);
     assert_eq!(be.list("snapshots/").unwrap(), vec![ObjectInfo { name: "snapshots/new".into(), size: 4 }]);
     assert!(be.list("index/").is_err());
+    // Nor do those of a backend that keeps the handles of the directories it
+    // read from (a cache's), the first time or again.
+    let kept = LocalBackend::open(&repo).unwrap().without_sync();
+    for _ in 0..2 {
+        assert_eq!(kept.read("index/secret").unwrap_err().kind, ErrorKind::Permanent);
+        assert_eq!(kept.read_max_used("snapshots/new", 10, Duration::ZERO).unwrap(), b"mine");
+        assert_eq!(kept.read_max_used("snapshots/secret", 10, Duration::ZERO).unwrap_err().kind, ErrorKind::Permanent);
+    }
     // Deleting a linked object removes the link, not its target.
     be.delete("snapshots/secret").unwrap();
     assert!(outside.join("secret").exists());

@@ -6,9 +6,9 @@
 //! cut into few large reads (neighbouring blobs are fetched together, so the
 //! storage does not see individual blob lengths), and the reads into waves
 //! ([`Sizing`]). The fetch stage (module `fetch`) has the waves read; the writer
-//! creates the files, then decrypts, verifies (each blob once) and writes the
-//! blobs of each wave in parallel, with positioned writes, to every place that
-//! needs them ([`write_wave`]).
+//! creates the files, then, as each read of a wave arrives, decrypts, verifies
+//! (each blob once) and writes its blobs in parallel, with positioned writes, to
+//! every place that needs them ([`write_read`]).
 //! Files are created at their full length first, so the chunks of zeros skipped
 //! in sparse files stay holes.
 
@@ -225,7 +225,7 @@ impl Sources {
 
     /// Reads span `i`, unless every file it serves has already failed. A storage
     /// error fails its files; a missing or short pack leaves its blobs to other
-    /// copies (see [`Wave`]).
+    /// copies (see [`Read`]).
     pub fn fetch(&self, repo: &Repository, i: usize) -> Option<Bytes> {
         let s = &self.spans[i];
         let targets = self.targets(s);
@@ -250,12 +250,12 @@ impl Sources {
     }
 }
 
-/// A fetched wave: per read (its place in [`Sources::spans`]) its bytes, or,
-/// when this copy is missing or damaged, what is wrong with it (as the object
-/// and detail of an [`Error::Corrupt`]): its blobs are then read from other
-/// copies. Reads whose files had all failed, or that met a storage error, are
-/// left out (the error is recorded for their files).
-pub(super) type Wave = Vec<(usize, Bytes)>;
+/// A fetched read: its place in [`Sources::spans`] and its bytes, or, when this
+/// copy is missing or damaged, what is wrong with it (as the object and detail
+/// of an [`Error::Corrupt`]): its blobs are then read from other copies. Reads
+/// whose files had all failed, or that met a storage error, are left out (the
+/// error is recorded for their files).
+pub(super) type Read = (usize, Bytes);
 
 /// The bytes of one read, or what is wrong with that copy.
 pub(super) type Bytes = std::result::Result<Vec<u8>, (String, String)>;
@@ -317,23 +317,18 @@ fn split_ranges(pack: usize, targets: &[Target], max_range: u64) -> Vec<Span> {
     spans
 }
 
-/// Writes the blobs of a fetched wave in parallel.
-pub(super) fn write_wave(
+/// Writes the blobs of a fetched read in parallel.
+pub(super) fn write_read(
     repo: &Repository,
     files: &[FileJob],
     sources: &Sources,
     created: &[Option<(u64, u64)>],
-    wave: &Wave,
+    (i, bytes): &Read,
     progress: &dyn Progress,
 ) {
-    let blobs: Vec<(&Span, &Bytes, &[Target])> = wave
-        .iter()
-        .flat_map(|(i, bytes)| {
-            let s = &sources.spans[*i];
-            sources.targets(s).chunk_by(|a, b| a.entry.offset == b.entry.offset).map(move |blob| (s, bytes, blob))
-        })
-        .collect();
-    blobs.par_iter().for_each(|(s, bytes, blob)| write_blob(repo, files, sources, created, s, bytes, blob, progress));
+    let s = &sources.spans[*i];
+    let blobs: Vec<&[Target]> = sources.targets(s).chunk_by(|a, b| a.entry.offset == b.entry.offset).collect();
+    blobs.par_iter().for_each(|blob| write_blob(repo, files, sources, created, s, bytes, blob, progress));
 }
 
 /// Decrypts and verifies one blob read as part of `s` (`bytes`), and writes it

@@ -11,7 +11,7 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::content::{Bytes, Sizing, Sources, Wave};
+use super::content::{Bytes, Read, Sizing, Sources};
 use super::plan::Batch;
 use crate::repo::Repository;
 
@@ -31,11 +31,16 @@ pub(super) struct PendingWave {
 }
 
 impl PendingWave {
-    /// Waits for every read of the wave; returns it and what to give back to
-    /// the [`Budget`] once it is written.
-    pub fn wait(self) -> (Wave, Ahead) {
-        let wave = self.results.iter().take(self.reads).flatten().collect();
-        (wave, Ahead { bytes: self.bytes, ..Ahead::default() })
+    /// What to give back to the [`Budget`] once the wave is written.
+    pub fn held(&self) -> Ahead {
+        Ahead { bytes: self.bytes, ..Ahead::default() }
+    }
+
+    /// The wave's reads as they arrive, each as soon as it has (not in the
+    /// order they were sent), so that the first bytes are written while the
+    /// rest are still coming; reads left out (see [`Read`]) are skipped.
+    pub fn arrivals(&self) -> impl Iterator<Item = Read> + '_ {
+        self.results.iter().take(self.reads).flatten()
     }
 }
 

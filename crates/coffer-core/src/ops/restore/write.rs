@@ -79,10 +79,15 @@ impl<'a> Writer<'a> {
             return;
         }
         let created = content::create_files(files, sources, self.overwrite);
+        let (repo, progress, made) = (self.repo, self.progress, &created);
         for pending in waves {
-            let (wave, held) = pending.wait();
-            content::write_wave(self.repo, files, sources, &created, &wave, self.progress);
-            budget.give_back(held);
+            // Each read is written as soon as it arrives, beside the others.
+            rayon::in_place_scope(|scope| {
+                for read in pending.arrivals() {
+                    scope.spawn(move |_| content::write_read(repo, files, sources, made, &read, progress));
+                }
+            });
+            budget.give_back(pending.held());
         }
         let results = sources.results(created);
         let (progress, policy) = (self.progress, &self.policy);

@@ -19,14 +19,13 @@
 //! search bits), or, before `config` exists, with the mode given when the backend
 //! was made: owner only by default.
 
-use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
@@ -81,9 +80,6 @@ pub struct LocalBackend {
     connections: usize,
     /// Whether writes are synced to the disk (always, except for a cache).
     sync: bool,
-    /// For a cache only: handles on the directories objects were read from,
-    /// kept for the next read from the same directory ([`LocalBackend::without_sync`]).
-    read_dirs: Option<Mutex<HashMap<String, Arc<OwnedFd>>>>,
 }
 
 /// What an errno means for coffer, and what to do about it.
@@ -161,6 +157,41 @@ fn components(name: &str) -> BackendResult<Vec<&str>> {
     Ok(parts)
 }
 
+/// Opens the object at `parts` below `root` in one call where the kernel offers
+/// one that follows no link at any step and never leaves `root` (Linux's
+/// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): a link anywhere on the
+/// way fails it with `ELOOP`, as the walk one component at a time would. `None`
+/// where that call is not available (a kernel before 5.6, or a sandbox that
+/// refuses it): the caller walks.
+#[cfg(target_os = "linux")]
+fn open_beneath(root: &OwnedFd, parts: &[&str], flags: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
+    use rustix::fs::ResolveFlags;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+    if UNAVAILABLE.load(Relaxed) {
+        return None;
+    }
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(root, parts.join("/"), flags, Mode::empty(), resolve) {
+        Err(Errno::NOSYS) => {
+            UNAVAILABLE.store(true, Relaxed);
+            None
+        }
+        // Refused by a sandbox's filter, or a rename racing the lookup: walk.
+        Err(Errno::PERM | Errno::AGAIN) => None,
+        r => Some(r),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_beneath(_: &OwnedFd, _: &[&str], _: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
+    None
+}
+
+/// How objects are opened for reading: a final link is refused, and a FIFO or
+/// device does not block the open.
+const READ_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags::NONBLOCK).union(OFlags::CLOEXEC);
+
 fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
@@ -206,7 +237,6 @@ impl LocalBackend {
             modes: OnceLock::new(),
             connections: super::local_connections(),
             sync: true,
-            read_dirs: None,
         })
     }
 
@@ -221,14 +251,8 @@ impl LocalBackend {
     /// is still atomic for every reader, but may be lost, or left as an empty or
     /// partial file, by a power cut. Only for a cache whose entries are verified
     /// on every read (docs/design.md#local-cache).
-    ///
-    /// Such a backend also keeps the handles of the directories it reads from,
-    /// so that reading many small entries walks no path twice. A directory
-    /// removed or replaced meanwhile is then read through its old handle: an
-    /// entry looked for there is not found, which a cache takes as a miss.
     pub fn without_sync(mut self) -> Self {
         self.sync = false;
-        self.read_dirs = Some(Mutex::new(HashMap::new()));
         self
     }
 
@@ -305,13 +329,10 @@ impl LocalBackend {
     /// any link. FIFOs and devices are refused without blocking on them.
     fn open_object(&self, name: &str) -> BackendResult<(File, u64)> {
         let parts = components(name)?;
-        let (last, dirs) = parts.split_last().expect("at least one component");
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = match self.read_dir(name, dirs)? {
-            Some(parent) => rustix::fs::openat(&*parent, *last, flags, Mode::empty()),
-            None => rustix::fs::openat(&self.root_fd, *last, flags, Mode::empty()),
-        }
-        .map_err(|e| err(name, e))?;
+        let fd = match open_beneath(&self.root_fd, &parts, READ_FLAGS) {
+            Some(opened) => opened.map_err(|e| err(name, e))?,
+            None => self.open_walking(name, &parts)?,
+        };
         let st = rustix::fs::fstat(&fd).map_err(|e| err(name, e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(not_a_file(name));
@@ -319,23 +340,13 @@ impl LocalBackend {
         Ok((File::from(fd), st.st_size.max(0) as u64))
     }
 
-    /// The handle of the directory `dirs` (from the root) to read object `name`
-    /// from: `None` for the root itself; kept for the next read if this backend
-    /// keeps handles.
-    fn read_dir(&self, name: &str, dirs: &[&str]) -> BackendResult<Option<Arc<OwnedFd>>> {
-        if dirs.is_empty() {
-            return Ok(None);
-        }
-        let Some(kept) = &self.read_dirs else {
-            return Ok(self.walk(name, dirs, false)?.pop().map(Arc::new));
-        };
-        let key = dirs.join("/");
-        if let Some(fd) = kept.lock().expect("poisoned").get(&key) {
-            return Ok(Some(fd.clone()));
-        }
-        let fd = Arc::new(self.walk(name, dirs, false)?.pop().expect("one handle per directory"));
-        kept.lock().expect("poisoned").insert(key, fd.clone());
-        Ok(Some(fd))
+    /// Opens object `name` (its `parts`) for reading by walking to it one
+    /// directory at a time, following no link.
+    fn open_walking(&self, name: &str, parts: &[&str]) -> BackendResult<OwnedFd> {
+        let (last, dirs) = parts.split_last().expect("at least one component");
+        let fds = self.walk(name, dirs, false)?;
+        let parent = fds.last().map_or(self.root_fd.as_fd(), |f| f.as_fd());
+        rustix::fs::openat(parent, *last, READ_FLAGS, Mode::empty()).map_err(|e| err(name, e))
     }
 
     /// Syncs the directories of a write: `fds` (outermost first) and the root.

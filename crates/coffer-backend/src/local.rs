@@ -157,14 +157,15 @@ fn components(name: &str) -> BackendResult<Vec<&str>> {
     Ok(parts)
 }
 
-/// Opens the object at `parts` below `root` in one call where the kernel offers
+/// Opens the object at `path` (a valid object name: see [`components`]) below
+/// `root` in one call where the kernel offers
 /// one that follows no link at any step and never leaves `root` (Linux's
 /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): a link anywhere on the
 /// way fails it with `ELOOP`, as the walk one component at a time would. `None`
 /// where that call is not available (a kernel before 5.6, or a sandbox that
 /// refuses it): the caller walks.
 #[cfg(target_os = "linux")]
-fn open_beneath(root: &OwnedFd, parts: &[&str], flags: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
+fn open_beneath(root: &OwnedFd, path: &str, flags: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
     use rustix::fs::ResolveFlags;
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
@@ -172,7 +173,7 @@ fn open_beneath(root: &OwnedFd, parts: &[&str], flags: OFlags) -> Option<rustix:
         return None;
     }
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    match rustix::fs::openat2(root, parts.join("/"), flags, Mode::empty(), resolve) {
+    match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
         Err(Errno::NOSYS) => {
             UNAVAILABLE.store(true, Relaxed);
             None
@@ -184,7 +185,7 @@ fn open_beneath(root: &OwnedFd, parts: &[&str], flags: OFlags) -> Option<rustix:
 }
 
 #[cfg(not(target_os = "linux"))]
-fn open_beneath(_: &OwnedFd, _: &[&str], _: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
+fn open_beneath(_: &OwnedFd, _: &str, _: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
     None
 }
 
@@ -329,7 +330,7 @@ impl LocalBackend {
     /// any link. FIFOs and devices are refused without blocking on them.
     fn open_object(&self, name: &str) -> BackendResult<(File, u64)> {
         let parts = components(name)?;
-        let fd = match open_beneath(&self.root_fd, &parts, READ_FLAGS) {
+        let fd = match open_beneath(&self.root_fd, name.trim_end_matches('/'), READ_FLAGS) {
             Some(opened) => opened.map_err(|e| err(name, e))?,
             None => self.open_walking(name, &parts)?,
         };

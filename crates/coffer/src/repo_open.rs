@@ -474,9 +474,9 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
     if loc.local_path().is_some_and(|p| !p.exists()) {
         return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
     }
-    let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
     // With a copy of the key file that opened this location last time and a
-    // passphrase that needs no prompt, the key derivation runs during the probe.
+    // passphrase that needs no prompt, the key derivation starts first and runs
+    // while the storage client is made and during the probe.
     let copy = crate::key_copy::place(global, loc);
     let kept = copy.as_ref().and_then(crate::key_copy::read);
     let early = match kept {
@@ -489,11 +489,12 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
     };
     // One round trip: the config and the listings read next, together; a backup's
     // marker and listings follow while the keys are derived.
-    let (repo, pw) = std::thread::scope(|s| -> Result<_> {
+    let (repo, pw, be, slot) = std::thread::scope(|s| -> Result<_> {
         let unlocked = early
             .as_ref()
             .zip(kept.clone())
             .map(|(pw, bytes)| s.spawn(move || Repository::unlock_ahead(bytes, pw.as_bytes())));
+        let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
         let probe = Repository::probe_with(be.as_ref(), also);
         if !probe.exists() {
             // What is there may be a repository whose config was lost: say so.
@@ -505,7 +506,10 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
         // backup writes it once that is known. Nor while a passphrase is typed: a
         // marker left unchanged for the grace period is taken for a stopped writer's.
         let announcing = (matches!(ahead, Ahead::Backup) && probe.on_one_backend() && password::given(global))
-            .then(|| s.spawn(|| coffer_core::lifecycle::writer::announce(be.clone())));
+            .then(|| {
+                let be = be.clone();
+                s.spawn(move || coffer_core::lifecycle::writer::announce(be))
+            });
         let prompted = match early {
             Some(_) => None,
             None => Some(password::read(global, Purpose::Open)?),
@@ -518,7 +522,7 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
         if let Some(Ok(announced)) = announcing.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))) {
             announced.hand_to(&repo);
         }
-        Ok((repo, prompted))
+        Ok((repo, prompted, be, slot))
     })?;
     let pw = early.or(pw).expect("a passphrase was read");
     if let Some(place) = &copy {

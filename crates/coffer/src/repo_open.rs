@@ -505,8 +505,8 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
         // Over several backends the marker belongs on the composed storage: the
         // backup writes it once that is known. Nor while a passphrase is typed: a
         // marker left unchanged for the grace period is taken for a stopped writer's.
-        let announcing = (matches!(ahead, Ahead::Backup) && probe.on_one_backend() && password::given(global))
-            .then(|| {
+        let announcing =
+            (matches!(ahead, Ahead::Backup) && probe.on_one_backend() && password::given(global)).then(|| {
                 let be = be.clone();
                 s.spawn(move || coffer_core::lifecycle::writer::announce(be))
             });

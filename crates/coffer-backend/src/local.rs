@@ -269,11 +269,13 @@ impl LocalBackend {
     /// local cache's record of last use, kept to within `fresh`. A time that
     /// cannot be set is left as it was.
     pub fn read_max_used(&self, name: &str, max: u64, fresh: Duration) -> BackendResult<Vec<u8>> {
-        let (file, size) = self.open_object(name)?;
-        let bytes = read_all(&file, name, size, max)?;
+        let (file, st) = self.open_stat(name)?;
+        let bytes = read_all(&file, name, st.st_size.max(0) as u64, max)?;
         let now = SystemTime::now();
-        let used = file.metadata().and_then(|m| m.modified());
-        if !used.is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age <= fresh)) {
+        let used = u64::try_from(st.st_mtime)
+            .ok()
+            .map(|secs| SystemTime::UNIX_EPOCH + Duration::new(secs, st.st_mtime_nsec as u32));
+        if !used.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age <= fresh)) {
             // Only a record for eviction: a read it fails to update still served.
             let _ = file.set_modified(now);
         }
@@ -329,6 +331,12 @@ impl LocalBackend {
     /// Opens object `name` for reading: a regular file reached without following
     /// any link. FIFOs and devices are refused without blocking on them.
     fn open_object(&self, name: &str) -> BackendResult<(File, u64)> {
+        let (file, st) = self.open_stat(name)?;
+        Ok((file, st.st_size.max(0) as u64))
+    }
+
+    /// [`LocalBackend::open_object`], with the status the check was made on.
+    fn open_stat(&self, name: &str) -> BackendResult<(File, rustix::fs::Stat)> {
         let parts = components(name)?;
         let fd = match open_beneath(&self.root_fd, name.trim_end_matches('/'), READ_FLAGS) {
             Some(opened) => opened.map_err(|e| err(name, e))?,
@@ -338,7 +346,7 @@ impl LocalBackend {
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(not_a_file(name));
         }
-        Ok((File::from(fd), st.st_size.max(0) as u64))
+        Ok((File::from(fd), st))
     }
 
     /// Opens object `name` (its `parts`) for reading by walking to it one

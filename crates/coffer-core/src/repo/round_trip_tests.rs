@@ -214,7 +214,7 @@ fn a_restore_of_many_batches_has_their_reads_in_flight_together() {
     let opts = crate::ops::restore::RestoreOptions {
         target: target.clone(),
         subpath: Some(src.clone()),
-        batch: crate::ops::restore::BatchLimits { entries: 1, chunks: 1 },
+        batch: crate::ops::restore::BatchLimits { entries: 1, chunks: 1, ..crate::ops::restore::BatchLimits::DEFAULT },
         ..Default::default()
     };
     slow.reads.lock().unwrap().clear();

@@ -221,7 +221,7 @@ fn batch_limits() -> Result<BatchLimits> {
     match std::env::var("COFFER_TEST_RESTORE_BATCH") {
         Ok(v) if !v.is_empty() => {
             let n: usize = v.parse().map_err(|_| anyhow!("COFFER_TEST_RESTORE_BATCH: {v:?} is not a count"))?;
-            Ok(BatchLimits { entries: n, chunks: n })
+            Ok(BatchLimits { entries: n, chunks: n, ..BatchLimits::DEFAULT })
         }
         _ => Ok(BatchLimits::default()),
     }

@@ -14,10 +14,12 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io;
 use std::ops::Range;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -114,7 +116,7 @@ impl Errors {
     }
 
     /// Per file: its length and identity, or why it failed. Takes the errors out.
-    fn results(&self, sizes: &[u64], created: Vec<Option<(u64, u64)>>) -> Vec<Written> {
+    fn results(&self, sizes: &[u64], created: Vec<Option<Created>>) -> Vec<Written> {
         self.0
             .iter()
             .zip(sizes)
@@ -131,8 +133,29 @@ impl Errors {
 pub(super) struct Written {
     /// Its length, or why it failed.
     pub result: Result<u64>,
-    /// The device and inode of the file created, if it was.
-    pub created: Option<(u64, u64)>,
+    /// The file created, if it was.
+    pub created: Option<Created>,
+}
+
+/// A file the restore created: its device and inode, and the handle it was
+/// created with, kept while the batch's share of open files allows; without
+/// it, the file is opened again by name, and checked to be the same file, each
+/// time it is written to or finished.
+pub(super) struct Created {
+    /// The device and inode.
+    pub id: (u64, u64),
+    file: Option<File>,
+}
+
+impl Created {
+    /// Runs `f` on a handle to the file `n` of `dir`: the one kept, else the
+    /// file opened again.
+    pub fn with<R>(&self, dir: BorrowedFd<'_>, n: &[u8], f: impl FnOnce(&File) -> io::Result<R>) -> io::Result<R> {
+        match &self.file {
+            Some(file) => f(file),
+            None => f(&File::from(handles::reopen_file(dir, n, self.id)?)),
+        }
+    }
 }
 
 /// Where the contents of one batch's files come from, and which files failed:
@@ -245,7 +268,7 @@ impl Sources {
 
     /// Per file: its length, or why it failed (taking the errors out), and
     /// the identity of the file created.
-    pub fn results(&self, created: Vec<Option<(u64, u64)>>) -> Vec<Written> {
+    pub fn results(&self, created: Vec<Option<Created>>) -> Vec<Written> {
         self.errors.results(&self.sizes, created)
     }
 }
@@ -261,9 +284,11 @@ pub(super) type Read = (usize, Bytes);
 pub(super) type Bytes = std::result::Result<Vec<u8>, (String, String)>;
 
 /// Creates every file at its full length, as `sources` says (with `O_EXCL`, in
-/// its directory's handle); returns the device and inode of each file created.
-pub(super) fn create_files(files: &[FileJob], sources: &Sources, overwrite: bool) -> Vec<Option<(u64, u64)>> {
+/// its directory's handle); returns each file created, the handles of the
+/// first `keep` kept.
+pub(super) fn create_files(files: &[FileJob], sources: &Sources, overwrite: bool, keep: usize) -> Vec<Option<Created>> {
     let (sizes, errors) = (&sources.sizes, &sources.errors);
+    let kept = AtomicUsize::new(0);
     files
         .par_iter()
         .enumerate()
@@ -274,11 +299,13 @@ pub(super) fn create_files(files: &[FileJob], sources: &Sources, overwrite: bool
             let p = &job.place;
             let made = handles::create_file(p.dir.as_fd(), &p.name, overwrite).and_then(|fd| {
                 let id = handles::identity(fd.as_fd())?;
-                File::from(fd).set_len(sizes[i])?;
-                Ok(id)
+                let file = File::from(fd);
+                file.set_len(sizes[i])?;
+                let keeping = kept.fetch_add(1, Ordering::Relaxed) < keep;
+                Ok(Created { id, file: keeping.then_some(file) })
             });
             match made {
-                Ok(id) => Some(id),
+                Ok(created) => Some(created),
                 Err(e) => {
                     let e = if handles::exists(&e) {
                         Error::TargetNotEmpty { path: p.path() }
@@ -322,7 +349,7 @@ pub(super) fn write_read(
     repo: &Repository,
     files: &[FileJob],
     sources: &Sources,
-    created: &[Option<(u64, u64)>],
+    created: &[Option<Created>],
     (i, bytes): &Read,
     progress: &dyn Progress,
 ) {
@@ -340,7 +367,7 @@ fn write_blob(
     repo: &Repository,
     files: &[FileJob],
     sources: &Sources,
-    created: &[Option<(u64, u64)>],
+    created: &[Option<Created>],
     s: &Span,
     bytes: &Bytes,
     blob: &[Target],
@@ -362,7 +389,8 @@ fn write_blob(
         Ok(d) => d,
         Err(err) => return errors.fail_all(blob, pack, &err),
     };
-    let zeros = data.iter().all(|&b| b == 0);
+    // Only a file flagged sparse leaves its chunks of zeros unwritten.
+    let zeros = blob.iter().any(|t| files[t.file].node.sparse) && data.iter().all(|&b| b == 0);
     for t in blob {
         let FileJob { place, node } = &files[t.file];
         if errors.failed(t.file) {
@@ -374,9 +402,8 @@ fn write_blob(
             progress.start_item(&place.path());
         }
         if !(zeros && node.sparse) {
-            let Some(id) = created[t.file] else { continue };
-            let w = handles::reopen_file(place.dir.as_fd(), &place.name, id)
-                .and_then(|fd| File::from(fd).write_all_at(&data, t.offset));
+            let Some(made) = &created[t.file] else { continue };
+            let w = made.with(place.dir.as_fd(), &place.name, |file| file.write_all_at(&data, t.offset));
             if let Err(err) = w {
                 errors.fail(t.file, Error::io(place.path(), err));
                 continue;

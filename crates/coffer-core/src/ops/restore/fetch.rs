@@ -131,14 +131,27 @@ impl Drop for Closing<'_> {
     }
 }
 
+/// Open files kept for the batch being planned (at most 256 handles), the
+/// walk's stack (at most 80), the storage's connections and the like.
+const RESERVE: u64 = 384;
+
+/// The process's limit of open files.
+fn open_file_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
 /// The directory handles the batches between the walk and the writer may hold
-/// together: half of the open files the process may have beyond a reserve for
-/// the batch being planned (at most 256 handles), the walk's stack (at most 80),
-/// the files being written and the storage's connections; at least one batch.
+/// together: half of the open files the process may have beyond [`RESERVE`];
+/// at least one batch.
 fn handle_budget() -> usize {
-    const RESERVE: u64 = 384;
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
-    (limit.saturating_sub(RESERVE) / 2).clamp(256, 16_384) as usize
+    (open_file_limit().saturating_sub(RESERVE) / 2).clamp(256, 16_384) as usize
+}
+
+/// How many files of the batch being written keep the handle they were
+/// created with: the open files left beside [`RESERVE`] and [`handle_budget`]
+/// (at most 16,384).
+pub(super) fn file_handles() -> usize {
+    (open_file_limit().saturating_sub(RESERVE + handle_budget() as u64)).min(16_384) as usize
 }
 
 /// Runs the stage until `batches` ends or the writer is gone (`to_writer`

@@ -129,13 +129,17 @@ pub struct BatchLimits {
     pub entries: usize,
     /// Chunk references of the batch's regular files.
     pub chunks: usize,
+    /// The most files of a batch that keep the handle they were created with
+    /// until they are written and finished (fewer if the limit of open files
+    /// says so); the others are opened again by name for each write.
+    pub kept_files: usize,
 }
 
 impl BatchLimits {
     /// The limits a restore uses unless told otherwise: well under a few MiB of
     /// plan (chunk ids are 32 bytes), and few enough files that creating them
     /// does not hold up the writes for long.
-    pub const DEFAULT: BatchLimits = BatchLimits { entries: 1024, chunks: 16_384 };
+    pub const DEFAULT: BatchLimits = BatchLimits { entries: 1024, chunks: 16_384, kept_files: usize::MAX };
 }
 
 impl Default for BatchLimits {
@@ -269,7 +273,8 @@ fn restore_observed(
     prepare_target(&opts.target, opts.overwrite)?;
     let root: handles::Handle = Arc::new(handles::open_target(&opts.target).map_err(|e| Error::io(&opts.target, e))?);
     let policy = RestorePolicy::new(crate::fs::meta::is_root(), opts.privileged);
-    let mut writer = write::Writer::new(repo, progress, policy, opts.overwrite.allows_existing(), root.clone());
+    let overwrite = opts.overwrite.allows_existing();
+    let mut writer = write::Writer::new(repo, progress, policy, overwrite, root.clone(), opts.batch.kept_files);
     let sizing = content::Sizing::for_connections(repo.backend().connections());
     let budget = fetch::Budget::new(fetch::Ahead::limit(sizing));
     std::thread::scope(|s| {

@@ -224,7 +224,7 @@ impl<'a> Planner<'a> {
             as_root: meta::is_root(),
             policy,
             progress,
-            limits: BatchLimits { entries: opts.batch.entries.max(1), chunks: opts.batch.chunks.max(1) },
+            limits: BatchLimits { entries: opts.batch.entries.max(1), chunks: opts.batch.chunks.max(1), ..opts.batch },
             first_names: HashMap::new(),
             stack: Vec::new(),
             snap: Vec::new(),

@@ -230,7 +230,7 @@ fn tiny_batches_restore_exactly_what_one_batch_does() {
     let (repo, snapshot) = backed_up(dir.path(), &src);
 
     let whole = dir.path().join("whole");
-    let huge = BatchLimits { entries: usize::MAX, chunks: usize::MAX };
+    let huge = BatchLimits { entries: usize::MAX, chunks: usize::MAX, ..BatchLimits::DEFAULT };
     let (want, seen) = restore_with(&repo, &snapshot, &src, &whole, huge, &[]);
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_same(&src, &whole);
@@ -241,13 +241,16 @@ fn tiny_batches_restore_exactly_what_one_batch_does() {
     assert_eq!(total_entries as u64, want.files + 4 + want.dirs);
 
     for limits in [
-        BatchLimits { entries: 1, chunks: 1 },
-        BatchLimits { entries: 3, chunks: 2 },
-        BatchLimits { entries: 1000, chunks: 5 },
-        BatchLimits { entries: 7, chunks: 1000 },
+        BatchLimits { entries: 1, chunks: 1, ..BatchLimits::DEFAULT },
+        BatchLimits { entries: 3, chunks: 2, ..BatchLimits::DEFAULT },
+        BatchLimits { entries: 1000, chunks: 5, ..BatchLimits::DEFAULT },
+        BatchLimits { entries: 7, chunks: 1000, ..BatchLimits::DEFAULT },
+        // Files opened again by name for every write, or some of them.
+        BatchLimits { entries: 1000, chunks: 1000, kept_files: 0 },
+        BatchLimits { entries: 50, chunks: 1000, kept_files: 3 },
         BatchLimits::DEFAULT,
     ] {
-        let target = dir.path().join(format!("out_{}_{}", limits.entries, limits.chunks));
+        let target = dir.path().join(format!("out_{}_{}_{}", limits.entries, limits.chunks, limits.kept_files));
         let (got, seen) = restore_with(&repo, &snapshot, &src, &target, limits, &[]);
         assert_same(&src, &target);
         assert_bounded(&seen, limits);
@@ -279,7 +282,11 @@ fn tiny_batches_fetched_ahead_as_over_a_remote_store_restore_exactly() {
     let repo = Repository::open(Arc::new(be), b"pw").unwrap();
     assert!(repo.load_index().unwrap().is_empty());
     let snapshot = repo.snapshots().unwrap().0.pop().unwrap().1;
-    for limits in [BatchLimits { entries: 1, chunks: 1 }, BatchLimits { entries: 5, chunks: 3 }, BatchLimits::DEFAULT] {
+    for limits in [
+        BatchLimits { entries: 1, chunks: 1, ..BatchLimits::DEFAULT },
+        BatchLimits { entries: 5, chunks: 3, ..BatchLimits::DEFAULT },
+        BatchLimits::DEFAULT,
+    ] {
         let target = dir.path().join(format!("out_{}_{}", limits.entries, limits.chunks));
         let (got, seen) = restore_with(&repo, &snapshot, &src, &target, limits, &[]);
         assert_same(&src, &target);
@@ -297,7 +304,7 @@ fn tiny_batches_with_includes_restore_only_what_is_selected() {
     let sel = &["**/e1/f2", "d2/"];
     let (want, _) = restore_with(&repo, &snapshot, &src, &dir.path().join("whole"), BatchLimits::DEFAULT, sel);
     let target = dir.path().join("tiny");
-    let limits = BatchLimits { entries: 1, chunks: 1 };
+    let limits = BatchLimits { entries: 1, chunks: 1, ..BatchLimits::DEFAULT };
     let (got, seen) = restore_with(&repo, &snapshot, &src, &target, limits, sel);
     assert_bounded(&seen, limits);
     assert_eq!(entries(&dir.path().join("whole")), entries(&target));
@@ -323,7 +330,7 @@ fn a_file_with_more_chunks_than_the_limit_closes_the_batch_it_joins() {
     write(src.join("b"), &noise(400_000, 2));
     write(src.join("c"), &noise(300, 3));
     let (repo, snapshot) = backed_up(dir.path(), &src);
-    let limits = BatchLimits { entries: 100, chunks: 4 };
+    let limits = BatchLimits { entries: 100, chunks: 4, ..BatchLimits::DEFAULT };
     let target = dir.path().join("out");
     let (_, seen) = restore_with(&repo, &snapshot, &src, &target, limits, &[]);
     assert_bounded(&seen, limits);

@@ -60,7 +60,7 @@ fn options(target: &Path, subpath: &Path, overwrite: bool, limit: usize) -> Rest
         target: target.to_path_buf(),
         subpath: Some(subpath.to_path_buf()),
         overwrite: if overwrite { Overwrite::Always } else { Overwrite::Refuse },
-        batch: BatchLimits { entries: limit, chunks: limit },
+        batch: BatchLimits { entries: limit, chunks: limit, ..BatchLimits::DEFAULT },
         ..RestoreOptions::default()
     }
 }

@@ -13,8 +13,8 @@ use std::sync::mpsc::Receiver;
 use rayon::prelude::*;
 
 use super::RestoreSummary;
-use super::content::{self, Sources};
-use super::fetch::{Ahead, Budget, Fetching, PendingWave};
+use super::content::{self, Sources, Written};
+use super::fetch::{self, Ahead, Budget, Fetching, PendingWave};
 use super::handles::{self, Handle};
 use super::plan::{DirJob, FileJob, Link};
 use crate::error::Error;
@@ -33,6 +33,10 @@ pub(super) struct Writer<'a> {
     /// Inodes with several names whose first name could not be restored, so that
     /// their other names, in this batch or a later one, are reported rather than linked.
     failed_firsts: HashSet<(u64, u64)>,
+    /// How many files of a batch keep the handle they were created with
+    /// ([`BatchLimits::kept_files`](super::BatchLimits), at most
+    /// [`fetch::file_handles`]).
+    keep: usize,
     summary: RestoreSummary,
 }
 
@@ -43,6 +47,7 @@ impl<'a> Writer<'a> {
         policy: RestorePolicy,
         overwrite: bool,
         root: Handle,
+        keep: usize,
     ) -> Writer<'a> {
         Writer {
             repo,
@@ -51,6 +56,7 @@ impl<'a> Writer<'a> {
             overwrite,
             root,
             failed_firsts: HashSet::new(),
+            keep: keep.min(fetch::file_handles()),
             summary: RestoreSummary::default(),
         }
     }
@@ -78,7 +84,7 @@ impl<'a> Writer<'a> {
         if files.is_empty() {
             return;
         }
-        let created = content::create_files(files, sources, self.overwrite);
+        let created = content::create_files(files, sources, self.overwrite, self.keep);
         let (repo, progress, made) = (self.repo, self.progress, &created);
         for pending in waves {
             // Each read is written as soon as it arrives, beside the others.
@@ -95,13 +101,15 @@ impl<'a> Writer<'a> {
         let bytes = AtomicU64::new(0);
         let withheld = Mutex::new(Withheld::default());
         let failures = Mutex::new(Vec::new());
-        files.par_iter().zip(results).for_each(|(FileJob { place, node }, w)| {
+        files.par_iter().zip(results).for_each(|(FileJob { place, node }, Written { result, created })| {
             let dir = place.dir.as_fd();
-            let result = w.result.and_then(|n| {
-                let created = w.created.expect("a file written was created");
-                let fd = handles::reopen_file(dir, &place.name, created).map_err(|e| Error::io(place.path(), e))?;
+            let result = result.and_then(|n| {
+                let made = created.as_ref().expect("a file written was created");
                 let mut held = Withheld::default();
-                if let Err(e) = meta::apply_to_fd(fd.as_fd(), node, policy, &mut held) {
+                let applied = made
+                    .with(dir, &place.name, |file| Ok(meta::apply_to_fd(file.as_fd(), node, policy, &mut held)))
+                    .map_err(|e| Error::io(place.path(), e))?;
+                if let Err(e) = applied {
                     warnings.fetch_add(1, Ordering::Relaxed);
                     progress.warn(&place.path(), &format!("cannot restore all metadata: {e}"));
                 }
@@ -115,8 +123,8 @@ impl<'a> Writer<'a> {
                 }
                 Err(e) => {
                     // Never leave a half-written file that looks restored.
-                    if let Some(created) = w.created {
-                        handles::remove_created(dir, &place.name, created);
+                    if let Some(made) = created {
+                        handles::remove_created(dir, &place.name, made.id);
                     }
                     let key = (node.links > 1).then_some((node.device, node.inode));
                     failures.lock().expect("poisoned").push((place.path(), key, e));

@@ -47,6 +47,8 @@ pub fn check(be: &dyn Backend) -> Result<(), NotCoffer> {
 pub fn check_probed(be: &dyn Backend, probe: &coffer_core::repo::Probe) -> Result<(), NotCoffer> {
     match probe.config() {
         Some(config) => check_head(be, config),
+        // A read that failed is reported by the open, as the storage gave it.
+        None if probe.config_failure().is_some() => Ok(()),
         None if probe.exists() => check(be),
         None => Ok(()),
     }

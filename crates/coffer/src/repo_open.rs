@@ -250,6 +250,7 @@ fn storage_stack(
     let counting = CountingBackend::new(inner);
     let counts = counting.handle();
     let json = settings.json;
+    let lines = RetryLines::default();
     let retry = RetryBackend::new(counting, policy).on_retry(move |e| {
         if json {
             eprintln!(
@@ -259,9 +260,13 @@ fn storage_stack(
                     "delay_ms": e.delay.as_millis() as u64, "error": e.error.to_string(),
                 })
             );
-        } else {
+        } else if let Some(hidden) = lines.admit(e.attempt, std::time::Instant::now()) {
+            let others = match hidden {
+                0 => String::new(),
+                n => format!(" ({n} more retried since the line before)"),
+            };
             eprintln!(
-                "storage: retrying {} in {:.1}s (attempt {} of {}): {}",
+                "storage: retrying {} in {:.1}s (attempt {} of {}){others}: {}",
                 e.object,
                 e.delay.as_secs_f64(),
                 e.attempt,
@@ -273,6 +278,34 @@ fn storage_stack(
     // The cache sits above the counter: a hit is no request to the storage.
     let slot = CacheSlot::new();
     Ok((Arc::new(CachingBackend::new(retry, slot.clone())), counts, slot))
+}
+
+/// Which retries a terminal is told of. Requests sent together fail together
+/// (a storage that cannot be reached fails every request of a round), and a
+/// line for each would bury the screen: one line per attempt number within
+/// [`RetryLines::WITHIN`], the others counted on the next line. `--json` has an
+/// event for every retry.
+#[derive(Default)]
+struct RetryLines {
+    last: Mutex<Option<(u32, std::time::Instant)>>,
+    hidden: std::sync::atomic::AtomicU64,
+}
+
+impl RetryLines {
+    const WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+    /// Whether a retry that makes attempt `attempt` at `now` gets a line, and
+    /// then how many were left out since the last line.
+    fn admit(&self, attempt: u32, now: std::time::Instant) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut last = self.last.lock().expect("poisoned");
+        if last.is_some_and(|(a, at)| a == attempt && now.duration_since(at) < Self::WITHIN) {
+            self.hidden.fetch_add(1, Relaxed);
+            return None;
+        }
+        *last = Some((attempt, now));
+        Some(self.hidden.swap(0, Relaxed))
+    }
 }
 
 /// Where the local caches are kept: `--cache-dir`, else `$XDG_CACHE_HOME/coffer`,
@@ -358,6 +391,11 @@ pub fn open_source(location: &str, password_file: Option<&std::path::Path>) -> R
             .context("the source repository (--from-repo)"));
     }
     crate::foreign::check_probed(be.as_ref(), &probe)?;
+    if let Some(e) = probe.config_failure() {
+        return Err(
+            anyhow::Error::new(coffer_core::Error::Backend(e.clone())).context("the source repository (--from-repo)")
+        );
+    }
     let pw = password::read_source(password_file)?;
     let repo =
         Repository::open_probed(be, probe, pw.as_bytes(), None).context("the source repository (--from-repo)")?;
@@ -502,6 +540,10 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
             return Err(coffer_core::Error::RepoNotFound { location: loc.to_string() }.into());
         }
         crate::foreign::check_probed(be.as_ref(), &probe)?;
+        // A config the storage would not give: said before asking for a passphrase.
+        if let Some(e) = probe.config_failure() {
+            return Err(coffer_core::Error::Backend(e.clone()).into());
+        }
         // Over several backends the marker belongs on the composed storage: the
         // backup writes it once that is known. Nor while a passphrase is typed: a
         // marker left unchanged for the grace period is taken for a stopped writer's.
@@ -649,4 +691,27 @@ pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> 
         }
     }
     Ok(repo.find_snapshot(name, filter)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::RetryLines;
+
+    #[test]
+    fn retries_of_requests_that_fail_together_get_one_line_per_attempt() {
+        let lines = RetryLines::default();
+        let t = Instant::now();
+        // The six requests of one round fail: one line, five left out.
+        assert_eq!(lines.admit(2, t), Some(0));
+        for _ in 0..5 {
+            assert_eq!(lines.admit(2, t + Duration::from_millis(3)), None);
+        }
+        // Their next attempts: one line, which counts the five.
+        assert_eq!(lines.admit(3, t + Duration::from_millis(200)), Some(5));
+        assert_eq!(lines.admit(3, t + Duration::from_millis(210)), None);
+        // The same attempt number seconds later is another failure: a line of its own.
+        assert_eq!(lines.admit(3, t + Duration::from_secs(5)), Some(1));
+    }
 }

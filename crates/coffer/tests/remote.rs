@@ -126,6 +126,39 @@ fn an_unknown_or_malformed_location_is_refused_and_no_local_directory_is_made() 
 }
 
 #[test]
+fn a_storage_that_cannot_be_reached_is_retried_once_over_and_reported_in_one_line_per_attempt() {
+    let env = Env::empty();
+    // A port nothing listens on: every request's connection is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let run = |args: &[&str]| {
+        env.cmd()
+            .env("COFFER_REPOSITORY", format!("s3:http://127.0.0.1:{port}/bucket/repo"))
+            .env("AWS_ACCESS_KEY_ID", "id")
+            .env("AWS_SECRET_ACCESS_KEY", "secret")
+            .env("COFFER_RETRY_BASE_MS", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--json", "snapshots"]);
+    assert_eq!(out.status.code(), Some(23), "{}", text(&out.stderr));
+    let config_retries = text(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "retry" && v["object"] == "config")
+        .count();
+    // The open's first round reads the config with its retries, and reports
+    // what they ended in: it is not read (and retried) again.
+    assert_eq!(config_retries, 9, "{}", text(&out.stderr));
+    let out = run(&["snapshots"]);
+    assert_eq!(out.status.code(), Some(23));
+    let err = text(&out.stderr);
+    let lines = err.lines().filter(|l| l.starts_with("storage: retrying ")).count();
+    assert!((1..=9).contains(&lines), "six requests retried nine times each: {err}");
+    assert!(err.contains("connection was refused"), "{err}");
+}
+
+#[test]
 fn retries_are_reported_as_they_happen_in_text_and_json() {
     let env = Env::new();
     let src = env.path("src");

@@ -101,6 +101,14 @@ impl Probe {
         self.config.as_deref().ok()
     }
 
+    /// Why `config` could not be read, when it is neither absent nor too large:
+    /// the storage's own error, after the retries the backend makes. An open
+    /// reports it as it is rather than read again (and wait out the retries
+    /// again).
+    pub fn config_failure(&self) -> Option<&BackendError> {
+        self.config.as_ref().err().filter(|e| !matches!(e.kind, ErrorKind::NotFound | ErrorKind::TooLarge))
+    }
+
     /// Whether the repository is known to be on this storage alone: `layout/`
     /// was listed, and is empty.
     pub fn on_one_backend(&self) -> bool {
@@ -187,9 +195,12 @@ impl Repository {
             Self::check_new_location(backend.as_ref())?;
             return Err(Error::RepoNotFound { location: backend.location() });
         }
+        if let Some(e) = probe.config_failure() {
+            return Err(Error::Backend(e.clone()));
+        }
         let sealed = match probe.config {
             Ok(bytes) => bytes,
-            // Too large, or a failed read: read again for the error it gives.
+            // Too large: read again for the error that names the object.
             Err(_) => read_bounded(backend.as_ref(), ObjectKind::Config, "config", "config")?,
         };
         let listed = probe.keys.map_err(Error::Backend)?;
@@ -336,6 +347,28 @@ mod tests {
         let probe = Repository::probe(counting.as_ref());
         let repo = Repository::open_probed(counting.clone(), probe, b"pw", Some(ahead)).unwrap();
         assert_eq!((counting.counts().get, repo.key_id()), (2, other));
+    }
+
+    #[test]
+    fn a_config_the_storage_would_not_give_is_reported_from_the_probe_without_a_second_read() {
+        let mem = init();
+        // Every read of `config` fails, as one through a storage that cannot be reached.
+        let faults = coffer_backend::Faults { transient: 1.0, only: "config".into(), ..Default::default() };
+        let failing = coffer_backend::FaultyBackend::new(mem.clone(), faults);
+        let counting = Arc::new(CountingBackend::new(Arc::new(failing)));
+        let probe = Repository::probe(counting.as_ref());
+        assert!(probe.exists(), "a failed read is not absence");
+        let failure = probe.config_failure().expect("the read failed").clone();
+        assert_eq!(failure.kind, coffer_backend::ErrorKind::Transient);
+        let gets = counting.counts().get;
+        match Repository::open_probed(counting.clone(), probe, b"pw", None) {
+            Err(crate::error::Error::Backend(e)) => assert_eq!(e.to_string(), failure.to_string()),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("opened"),
+        }
+        assert_eq!(counting.counts().get, gets, "config not read again");
+        let absent = Repository::probe(&MemBackend::new());
+        assert!(absent.config_failure().is_none(), "absence is not a failure");
     }
 
     #[test]

@@ -285,6 +285,7 @@ impl<B: Backend> Backend for CountingBackend<B> {
 mod tests {
     use super::*;
     use crate::MemBackend;
+    use crate::testing::{Intercepted, Request};
 
     #[test]
     fn counts_each_kind_of_request_and_the_bytes() {
@@ -335,37 +336,16 @@ mod tests {
         assert!(h.latency().max > 3_600_000_000, "an hour or more lands in the last bucket");
     }
 
-    /// Lists after a pause, so that requests sent together overlap.
-    struct Slow(MemBackend);
-
-    impl Backend for Slow {
-        fn location(&self) -> String {
-            "slow".into()
-        }
-        fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
-            self.0.read_max(name, max)
-        }
-        fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
-            self.0.read_range(name, offset, len)
-        }
-        fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
-            self.0.write(name, data)
-        }
-        fn stat(&self, name: &str) -> BackendResult<u64> {
-            self.0.stat(name)
-        }
-        fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            self.0.list(prefix)
-        }
-        fn delete(&self, name: &str) -> BackendResult<()> {
-            self.0.delete(name)
-        }
-    }
-
     #[test]
     fn requests_sent_together_are_one_round_and_those_in_turn_one_each() {
-        let be = CountingBackend::new(Slow(MemBackend::new()));
+        // Lists after a pause, so that requests sent together overlap.
+        let pause = |r: Request<'_>| {
+            if matches!(r, Request::List(_)) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Ok(())
+        };
+        let be = CountingBackend::new(Intercepted::new(MemBackend::new(), crate::local_connections(), pause));
         let prefixes = ["a/", "b/", "c/", "d/"];
         crate::fan_out(4, &prefixes, |p| be.list(p).unwrap());
         assert_eq!((be.counts().list, be.counts().rounds), (4, 1));

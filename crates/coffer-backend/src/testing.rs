@@ -427,3 +427,92 @@ mod tests {
         assert!(failed.len() >= 5, "{report}");
     }
 }
+
+/// A request on its way to the backend an [`Intercepted`] wraps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `read_max` or `read_range` of this object.
+    Read(&'a str),
+    /// `write` of this object.
+    Write(&'a str),
+    /// `stat` of this object.
+    Stat(&'a str),
+    /// `list` of this prefix.
+    List(&'a str),
+    /// `delete` of this object.
+    Delete(&'a str),
+}
+
+/// What an [`Intercepted`] backend does with each request before passing it on:
+/// wait (a slow store), record it, or refuse it with an error.
+pub trait Hook: Send + Sync {
+    /// Called before `request` reaches the wrapped backend; an error is the
+    /// request's answer.
+    fn before(&self, request: Request<'_>) -> BackendResult<()>;
+}
+
+impl<F: Fn(Request<'_>) -> BackendResult<()> + Send + Sync> Hook for F {
+    fn before(&self, request: Request<'_>) -> BackendResult<()> {
+        self(request)
+    }
+}
+
+/// A backend for tests of a storage that misbehaves in one way: each request
+/// goes through `hook` before the backend it wraps, which serves it otherwise
+/// unchanged; it wants `connections` requests in flight. The trait's other
+/// methods keep their defaults, which reach the wrapped backend through these.
+pub struct Intercepted<B, H> {
+    inner: B,
+    connections: usize,
+    hook: H,
+}
+
+impl<B: Backend, H: Hook> Intercepted<B, H> {
+    /// Wraps `inner`.
+    pub fn new(inner: B, connections: usize, hook: H) -> Self {
+        Intercepted { inner, connections, hook }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The hook.
+    pub fn hook(&self) -> &H {
+        &self.hook
+    }
+}
+
+impl<B: Backend, H: Hook> Backend for Intercepted<B, H> {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn connections(&self) -> usize {
+        self.connections
+    }
+    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
+        self.hook.before(Request::Read(name))?;
+        self.inner.read_max(name, max)
+    }
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        self.hook.before(Request::Read(name))?;
+        self.inner.read_range(name, offset, len)
+    }
+    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
+        self.hook.before(Request::Write(name))?;
+        self.inner.write(name, data)
+    }
+    fn stat(&self, name: &str) -> BackendResult<u64> {
+        self.hook.before(Request::Stat(name))?;
+        self.inner.stat(name)
+    }
+    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
+        self.hook.before(Request::List(prefix))?;
+        self.inner.list(prefix)
+    }
+    fn delete(&self, name: &str) -> BackendResult<()> {
+        self.hook.before(Request::Delete(name))?;
+        self.inner.delete(name)
+    }
+}

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use coffer_backend::testing::{Hook, Intercepted, Request};
 use coffer_backend::{
     BackendResult, Cache, CacheSlot, CachingBackend, CountingBackend, Counts, DEFAULT_CACHE_SIZE, MemBackend,
-    ObjectInfo,
 };
 
 use super::*;
@@ -21,56 +21,28 @@ use crate::testing::{FAST_KDF, PASSPHRASE, noise};
 /// Added to every request, so that requests sent together overlap.
 const LATENCY: Duration = Duration::from_millis(40);
 
-/// A storage that answers after [`LATENCY`] and records the names it was asked
-/// to read and the prefixes it listed (`list <prefix>`).
-struct Slow {
-    inner: MemBackend,
+/// Answers after [`LATENCY`] and records the names it was asked to read and
+/// the prefixes it listed (`list <prefix>`).
+#[derive(Default)]
+struct Latency {
     reads: Mutex<Vec<String>>,
 }
 
-impl Slow {
-    fn wait(&self) {
+impl Hook for Latency {
+    fn before(&self, request: Request<'_>) -> BackendResult<()> {
         std::thread::sleep(LATENCY);
-    }
-
-    fn read(&self, name: &str) {
-        self.wait();
-        self.reads.lock().unwrap().push(name.to_string());
-    }
-}
-
-impl Backend for Slow {
-    fn location(&self) -> String {
-        "slow".into()
-    }
-    fn connections(&self) -> usize {
-        32
-    }
-    fn read_max(&self, name: &str, max: u64) -> BackendResult<Vec<u8>> {
-        self.read(name);
-        self.inner.read_max(name, max)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
-        self.read(name);
-        self.inner.read_range(name, offset, len)
-    }
-    fn write(&self, name: &str, data: Vec<u8>) -> BackendResult<()> {
-        self.wait();
-        self.inner.write(name, data)
-    }
-    fn stat(&self, name: &str) -> BackendResult<u64> {
-        self.wait();
-        self.inner.stat(name)
-    }
-    fn list(&self, prefix: &str) -> BackendResult<Vec<ObjectInfo>> {
-        self.read(&format!("list {prefix}"));
-        self.inner.list(prefix)
-    }
-    fn delete(&self, name: &str) -> BackendResult<()> {
-        self.wait();
-        self.inner.delete(name)
+        let read = match request {
+            Request::Read(name) => name.to_string(),
+            Request::List(prefix) => format!("list {prefix}"),
+            Request::Write(_) | Request::Stat(_) | Request::Delete(_) => return Ok(()),
+        };
+        self.reads.lock().unwrap().push(read);
+        Ok(())
     }
 }
+
+/// A storage that wants 32 requests in flight, answering as [`Latency`] says.
+type Slow = Intercepted<MemBackend, Latency>;
 
 /// The storage stack of the command line over `slow`: counter, then the cache.
 fn stack(slow: &Arc<Slow>, cache: Option<&Arc<Cache>>) -> (Arc<dyn Backend>, coffer_backend::CountsHandle) {
@@ -84,7 +56,7 @@ fn stack(slow: &Arc<Slow>, cache: Option<&Arc<Cache>>) -> (Arc<dyn Backend>, cof
 }
 
 fn new_repo() -> Arc<Slow> {
-    let slow = Arc::new(Slow { inner: MemBackend::new(), reads: Mutex::new(Vec::new()) });
+    let slow = Arc::new(Intercepted::new(MemBackend::new(), 32, Latency::default()));
     let opts = InitOptions { kdf: FAST_KDF, ..InitOptions::default() };
     Repository::init(slow.clone(), PASSPHRASE, &opts).unwrap();
     slow
@@ -144,7 +116,7 @@ fn unchanged_backup(announced: bool) -> Counts {
         repo.set_tree_cache(cache.clone());
         // The first backup registers the writer's key itself.
         assert_eq!(repo.writer(&key.public()).unwrap().is_some(), !first);
-        slow.reads.lock().unwrap().clear();
+        slow.hook().reads.lock().unwrap().clear();
         let before = counts.get();
         let r = backup(&repo, &opts, &key, &NoProgress).unwrap();
         let c = counts.get();
@@ -159,14 +131,14 @@ fn unchanged_backup(announced: bool) -> Counts {
             rounds: c.rounds - before.rounds,
             latency_us: Default::default(),
         };
-        (r, during, std::mem::take(&mut *slow.reads.lock().unwrap()))
+        (r, during, std::mem::take(&mut *slow.hook().reads.lock().unwrap()))
     };
     let (first, ..) = run(true);
     let (second, c, reads) = run(false);
     assert_eq!(second.snapshot.parent, first.id, "the first backup is the parent");
     assert_eq!(second.snapshot.tree, first.snapshot.tree);
     assert!(reads.iter().all(|n| !n.starts_with("data/")), "no pack read: {reads:?}");
-    assert!(slow.inner.list("sessions/").unwrap().is_empty(), "the marker is removed");
+    assert!(slow.inner().list("sessions/").unwrap().is_empty(), "the marker is removed");
     c
 }
 
@@ -217,7 +189,7 @@ fn a_restore_of_many_batches_has_their_reads_in_flight_together() {
         batch: crate::ops::restore::BatchLimits { entries: 1, chunks: 1, ..crate::ops::restore::BatchLimits::DEFAULT },
         ..Default::default()
     };
-    slow.reads.lock().unwrap().clear();
+    slow.hook().reads.lock().unwrap().clear();
     let before = counts.get();
     let summary = crate::ops::restore::restore(&repo, &snapshot, &opts, &NoProgress).unwrap();
     let c = counts.get();
@@ -229,7 +201,7 @@ fn a_restore_of_many_batches_has_their_reads_in_flight_together() {
             assert!(std::fs::read(src.join(&name)).unwrap() == std::fs::read(target.join(&name)).unwrap(), "{name}");
         }
     }
-    let reads = std::mem::take(&mut *slow.reads.lock().unwrap());
+    let reads = std::mem::take(&mut *slow.hook().reads.lock().unwrap());
     let pack_reads = reads.iter().filter(|n| n.starts_with("data/")).count();
     // Batches read one after the other took a round each: twelve for the files,
     // besides the trees' (the walk loads the root and each directory). The fetch
@@ -256,8 +228,8 @@ fn snapshots_loaded_side_by_side_share_one_listing_of_the_writers() {
 
     let (be, _) = stack(&slow, None);
     let repo = Repository::open(be, PASSPHRASE).unwrap();
-    let listed = || slow.reads.lock().unwrap().iter().filter(|n| *n == "list writers/").count();
-    slow.reads.lock().unwrap().clear();
+    let listed = || slow.hook().reads.lock().unwrap().iter().filter(|n| *n == "list writers/").count();
+    slow.hook().reads.lock().unwrap().clear();
     let history = history::History::load(&repo).unwrap();
     assert_eq!(history.snapshots.len(), 4);
     assert!(history.snapshots.iter().all(|(_, s)| s.signature.is_valid()), "every signer is known");

@@ -331,6 +331,7 @@ mod tests {
     use super::*;
     use crate::format::limits;
     use crate::repo::InitOptions;
+    use coffer_backend::testing::{Hook, Intercepted, Request};
     use coffer_backend::{Backend, LocalBackend};
 
     #[test]
@@ -379,61 +380,41 @@ mod tests {
         assert!(saver.take_pack(&pool).unwrap().len() < full_len);
     }
 
-    /// A store that wants 32 requests in flight and takes 100 ms per pack
-    /// written, counting how many pack writes overlap.
-    struct SlowStore {
-        inner: coffer_backend::MemBackend,
+    /// Takes 100 ms per pack written, counting how many pack writes overlap.
+    #[derive(Default)]
+    struct SlowPackWrites {
         in_flight: std::sync::atomic::AtomicUsize,
         most: std::sync::atomic::AtomicUsize,
     }
 
-    impl Backend for SlowStore {
-        fn location(&self) -> String {
-            "slow".into()
-        }
-        fn connections(&self) -> usize {
-            32
-        }
-        fn read_max(&self, name: &str, max: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-            self.inner.read_max(name, max)
-        }
-        fn read_range(&self, name: &str, offset: u64, len: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-            self.inner.read_range(name, offset, len)
-        }
-        fn write(&self, name: &str, data: Vec<u8>) -> coffer_backend::BackendResult<()> {
-            if name.starts_with(ObjectKind::Pack.prefix()) {
+    impl Hook for SlowPackWrites {
+        fn before(&self, request: Request<'_>) -> coffer_backend::BackendResult<()> {
+            if let Request::Write(name) = request
+                && name.starts_with(ObjectKind::Pack.prefix())
+            {
                 let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 self.most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 self.in_flight.fetch_sub(1, Ordering::SeqCst);
             }
-            self.inner.write(name, data)
-        }
-        fn stat(&self, name: &str) -> coffer_backend::BackendResult<u64> {
-            self.inner.stat(name)
-        }
-        fn list(&self, prefix: &str) -> coffer_backend::BackendResult<Vec<coffer_backend::ObjectInfo>> {
-            self.inner.list(prefix)
-        }
-        fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
-            self.inner.delete(name)
+            Ok(())
         }
     }
 
     #[test]
     fn a_store_that_wants_many_requests_gets_packs_uploaded_side_by_side_and_all_indexed() {
-        let store = Arc::new(SlowStore {
-            inner: coffer_backend::MemBackend::new(),
-            in_flight: Default::default(),
-            most: Default::default(),
-        });
+        // A store that wants 32 requests in flight.
+        let store = Arc::new(Intercepted::new(coffer_backend::MemBackend::new(), 32, SlowPackWrites::default()));
         let opts = InitOptions { kdf: crate::testing::FAST_KDF, pack_size: 1 << 20, ..InitOptions::default() };
         let repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
         let saver = BlobSaver::new(&repo);
         let blobs: Vec<Id> =
             (0..12u64).map(|i| saver.save(BlobType::Data, &crate::testing::noise(1 << 20, i + 1)).unwrap().0).collect();
         saver.finish().unwrap();
-        assert!(store.most.load(Ordering::SeqCst) >= 2, "pack uploads overlap on a store that wants many requests");
+        assert!(
+            store.hook().most.load(Ordering::SeqCst) >= 2,
+            "pack uploads overlap on a store that wants many requests"
+        );
         let stored = repo.list_ids(ObjectKind::Pack).unwrap();
         let mut indexed = Vec::new();
         for f in repo.list_ids(ObjectKind::Index).unwrap() {

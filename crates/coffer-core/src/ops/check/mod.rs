@@ -515,6 +515,7 @@ mod tests {
     use crate::progress::NoProgress;
     use crate::repo::InitOptions;
     use crate::testing::noise;
+    use coffer_backend::testing::{Intercepted, Request};
     use coffer_backend::{Backend, OpendalBackend};
 
     use crate::testing::FAST_KDF as FAST;
@@ -537,44 +538,6 @@ mod tests {
         let opts = BackupOptions { paths: vec![src.clone()], ..BackupOptions::default() };
         let id = backup(&repo, &opts, &key, &NoProgress).unwrap().id.unwrap();
         (be, key, id, src)
-    }
-
-    /// Refuses every read of a pack, as a storage that denies permission does.
-    struct PacksRefused(Arc<dyn Backend>);
-
-    impl PacksRefused {
-        fn refuse(name: &str) -> coffer_backend::BackendResult<()> {
-            if name.starts_with("data/") {
-                return Err(BackendError::new(coffer_backend::ErrorKind::Permanent, name, "permission denied"));
-            }
-            Ok(())
-        }
-    }
-
-    impl Backend for PacksRefused {
-        fn location(&self) -> String {
-            self.0.location()
-        }
-        fn read_max(&self, name: &str, max: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-            Self::refuse(name)?;
-            self.0.read_max(name, max)
-        }
-        fn read_range(&self, name: &str, offset: u64, len: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-            Self::refuse(name)?;
-            self.0.read_range(name, offset, len)
-        }
-        fn write(&self, name: &str, data: Vec<u8>) -> coffer_backend::BackendResult<()> {
-            self.0.write(name, data)
-        }
-        fn stat(&self, name: &str) -> coffer_backend::BackendResult<u64> {
-            self.0.stat(name)
-        }
-        fn list(&self, prefix: &str) -> coffer_backend::BackendResult<Vec<coffer_backend::ObjectInfo>> {
-            self.0.list(prefix)
-        }
-        fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
-            self.0.delete(name)
-        }
     }
 
     #[test]
@@ -612,7 +575,14 @@ mod tests {
     fn a_pack_the_storage_refuses_is_a_storage_error_not_damage() {
         let dir = tempfile::tempdir().unwrap();
         let (be, _, _, _) = backed_up(dir.path());
-        let refused: Arc<dyn Backend> = Arc::new(PacksRefused(be));
+        // Every read of a pack refused, as a storage that denies permission does.
+        let refuse = |r: Request<'_>| match r {
+            Request::Read(name) if name.starts_with("data/") => {
+                Err(BackendError::new(coffer_backend::ErrorKind::Permanent, name, "permission denied"))
+            }
+            _ => Ok(()),
+        };
+        let refused: Arc<dyn Backend> = Arc::new(Intercepted::new(be, coffer_backend::local_connections(), refuse));
         let repo = Repository::open(refused, b"pw").unwrap();
         let r = check(&repo, &CheckOptions { read_data: true, ..CheckOptions::default() }, &NoProgress);
         match r {

@@ -16,6 +16,7 @@ use crate::ops::backup::{BackupOptions, backup};
 use crate::progress::NoProgress;
 use crate::repo::InitOptions;
 use crate::testing::noise;
+use coffer_backend::testing::{Hook, Intercepted, Request};
 use coffer_backend::{Backend, OpendalBackend};
 
 pub(super) use crate::testing::FAST_KDF as FAST;
@@ -342,11 +343,9 @@ fn a_file_with_more_chunks_than_the_limit_closes_the_batch_it_joins() {
     assert_same(&src, &target);
 }
 
-/// A local repository behind a store that wants as many requests in flight as a
-/// remote one, and holds back the first read of a pack of file contents until
-/// some content was written (or 20 s passed).
+/// Holds back the first read of a pack of file contents until some content was
+/// written (or 20 s passed).
 struct HoldsARead {
-    inner: OpendalBackend,
     /// Names of the packs that hold trees: their reads pass.
     tree_packs: Mutex<std::collections::HashSet<String>>,
     written: Arc<AtomicU64>,
@@ -355,43 +354,24 @@ struct HoldsARead {
     content_reads: AtomicU64,
 }
 
-impl Backend for HoldsARead {
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn connections(&self) -> usize {
-        32
-    }
-    fn read_max(&self, name: &str, max: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-        self.inner.read_max(name, max)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: u64) -> coffer_backend::BackendResult<Vec<u8>> {
-        if name.starts_with("data/") && !self.tree_packs.lock().unwrap().contains(name) {
-            self.content_reads.fetch_add(1, Ordering::SeqCst);
-            if !self.held.swap(true, Ordering::SeqCst) {
-                let start = std::time::Instant::now();
-                while self.written.load(Ordering::SeqCst) == 0 {
-                    if start.elapsed() > std::time::Duration::from_secs(20) {
-                        self.waited_out.store(true, Ordering::SeqCst);
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+impl Hook for HoldsARead {
+    fn before(&self, request: Request<'_>) -> coffer_backend::BackendResult<()> {
+        let Request::Read(name) = request else { return Ok(()) };
+        if !name.starts_with("data/") || self.tree_packs.lock().unwrap().contains(name) {
+            return Ok(());
+        }
+        self.content_reads.fetch_add(1, Ordering::SeqCst);
+        if !self.held.swap(true, Ordering::SeqCst) {
+            let start = std::time::Instant::now();
+            while self.written.load(Ordering::SeqCst) == 0 {
+                if start.elapsed() > std::time::Duration::from_secs(20) {
+                    self.waited_out.store(true, Ordering::SeqCst);
+                    break;
                 }
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
-        self.inner.read_range(name, offset, len)
-    }
-    fn write(&self, name: &str, data: Vec<u8>) -> coffer_backend::BackendResult<()> {
-        self.inner.write(name, data)
-    }
-    fn stat(&self, name: &str) -> coffer_backend::BackendResult<u64> {
-        self.inner.stat(name)
-    }
-    fn list(&self, prefix: &str) -> coffer_backend::BackendResult<Vec<coffer_backend::ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, name: &str) -> coffer_backend::BackendResult<()> {
-        self.inner.delete(name)
+        Ok(())
     }
 }
 
@@ -412,19 +392,21 @@ fn each_read_is_written_as_it_arrives_not_when_its_whole_wave_has() {
     backed_up(dir.path(), &src);
     let root = dir.path().join("repo");
     let written = Arc::new(AtomicU64::new(0));
-    let be = Arc::new(HoldsARead {
-        inner: OpendalBackend::local(&root).unwrap(),
+    // The local repository behind a store that wants as many requests in flight
+    // as a remote one.
+    let holds = HoldsARead {
         tree_packs: Mutex::default(),
         written: written.clone(),
         held: Default::default(),
         waited_out: Default::default(),
         content_reads: AtomicU64::new(0),
-    });
+    };
+    let be = Arc::new(Intercepted::new(OpendalBackend::local(&root).unwrap(), 32, holds));
     let repo = Repository::open(be.clone(), b"pw").unwrap();
     assert!(repo.load_index().unwrap().is_empty());
     {
         let idx = repo.index();
-        let mut trees = be.tree_packs.lock().unwrap();
+        let mut trees = be.hook().tree_packs.lock().unwrap();
         for e in idx.iter().filter(|e| e.entry.blob_type == crate::format::pack::BlobType::Tree) {
             trees.insert(crate::format::ObjectKind::Pack.path(&idx.packs()[e.pack as usize].id));
         }
@@ -434,7 +416,7 @@ fn each_read_is_written_as_it_arrives_not_when_its_whole_wave_has() {
     let opts = RestoreOptions { target: target.clone(), subpath: Some(src.clone()), ..RestoreOptions::default() };
     let summary = restore(&repo, &snapshot, &opts, &BytesWritten(written)).unwrap();
     assert!(summary.failures.is_empty(), "{:?}", summary.failures);
-    assert!(be.content_reads.load(Ordering::SeqCst) >= 2, "one wave of several reads");
-    assert!(!be.waited_out.load(Ordering::SeqCst), "one read held back kept the others of its wave unwritten");
+    assert!(be.hook().content_reads.load(Ordering::SeqCst) >= 2, "one wave of several reads");
+    assert!(!be.hook().waited_out.load(Ordering::SeqCst), "one read held back kept the others of its wave unwritten");
     assert_same(&src, &target);
 }

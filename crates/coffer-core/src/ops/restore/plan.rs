@@ -130,6 +130,18 @@ impl Batch {
     }
 }
 
+/// How many batches the entry limit takes to reach its full value: batch `k`
+/// (from 0) may hold `entries >> (RAMP - k)` entries until then.
+pub(super) const RAMP: usize = 4;
+
+/// The limits of the batch after `handed` others: the first ones hold fewer
+/// entries (a sixteenth of the limit, doubling with each batch), so that the
+/// first reads go out before a whole batch's trees are walked.
+pub(super) fn ramped(limits: BatchLimits, handed: usize) -> BatchLimits {
+    let shift = RAMP - handed.min(RAMP);
+    BatchLimits { entries: (limits.entries >> shift).max(1), ..limits }
+}
+
 /// The first restored name of an inode with several names, and how many more
 /// names it is expected to have.
 struct FirstName {
@@ -169,6 +181,8 @@ pub(super) struct Planner<'a> {
     policy: RestorePolicy,
     progress: &'a dyn Progress,
     limits: BatchLimits,
+    /// Batches handed over so far.
+    handed: usize,
     /// Inodes with several names whose names are not all planned yet.
     first_names: HashMap<(u64, u64), FirstName>,
     stack: Vec<Frame<'a>>,
@@ -225,6 +239,7 @@ impl<'a> Planner<'a> {
             policy,
             progress,
             limits: BatchLimits { entries: opts.batch.entries.max(1), chunks: opts.batch.chunks.max(1), ..opts.batch },
+            handed: 0,
             first_names: HashMap::new(),
             stack: Vec::new(),
             snap: Vec::new(),
@@ -288,6 +303,7 @@ impl<'a> Planner<'a> {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        self.handed += 1;
         self.to_writer
             .send(batch)
             .map_err(|_| Error::InvalidInput("the restore writer stopped before the walk ended".into()))
@@ -295,7 +311,7 @@ impl<'a> Planner<'a> {
 
     /// Hands the current batch over if it is full.
     fn hand_over_if_full(&mut self) -> Result<()> {
-        if self.batch.is_full(&self.limits) { self.hand_over() } else { Ok(()) }
+        if self.batch.is_full(&ramped(self.limits, self.handed)) { self.hand_over() } else { Ok(()) }
     }
 
     fn warn(&mut self, path: &Path, msg: String) {

@@ -249,12 +249,18 @@ fn tiny_batches_restore_exactly_what_one_batch_does() {
         // Files opened again by name for every write, or some of them.
         BatchLimits { entries: 1000, chunks: 1000, kept_files: 0 },
         BatchLimits { entries: 50, chunks: 1000, kept_files: 3 },
+        // Batches that grow from 2 entries to 32.
+        BatchLimits { entries: 32, chunks: 1000, ..BatchLimits::DEFAULT },
         BatchLimits::DEFAULT,
     ] {
         let target = dir.path().join(format!("out_{}_{}_{}", limits.entries, limits.chunks, limits.kept_files));
         let (got, seen) = restore_with(&repo, &snapshot, &src, &target, limits, &[]);
         assert_same(&src, &target);
         assert_bounded(&seen, limits);
+        for (k, batch) in seen.iter().enumerate() {
+            let ramp = plan::ramped(limits, k).entries;
+            assert!(batch.entries <= ramp, "batch {k} of {limits:?}: {batch:?}");
+        }
         assert_eq!(seen.iter().map(|s| s.entries).sum::<usize>(), total_entries, "{limits:?}");
         if limits.entries == 1 {
             assert_eq!(seen.len(), total_entries);

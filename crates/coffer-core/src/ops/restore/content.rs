@@ -156,6 +156,19 @@ impl Created {
             None => f(&File::from(handles::reopen_file(dir, n, self.id)?)),
         }
     }
+
+    /// Checks that name `n` of `dir` still holds this file, as opening it again
+    /// does: a file swapped for another while it was restored through its kept
+    /// handle is not reported restored.
+    pub fn still_there(&self, dir: BorrowedFd<'_>, n: &[u8]) -> io::Result<()> {
+        if self.file.is_none() {
+            return Ok(());
+        }
+        match handles::stat_at(dir, n)? {
+            Some(st) if (st.st_dev, st.st_ino) == self.id => Ok(()),
+            _ => Err(handles::replaced()),
+        }
+    }
 }
 
 /// Where the contents of one batch's files come from, and which files failed:

@@ -179,9 +179,14 @@ pub(super) fn reopen_file(dir: BorrowedFd<'_>, n: &[u8], created: (u64, u64)) ->
     let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name(n), flags, Mode::empty())?;
     if identity(fd.as_fd())? != created {
-        return Err(io::Error::other("replaced by another file while it was being restored"));
+        return Err(replaced());
     }
     Ok(fd)
+}
+
+/// The error of a file found swapped for another while it was restored.
+pub(super) fn replaced() -> io::Error {
+    io::Error::other("replaced by another file while it was being restored")
 }
 
 /// What stands at name `n` in `dir` (never following a symlink), if anything.

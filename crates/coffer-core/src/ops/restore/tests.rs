@@ -426,3 +426,46 @@ fn each_read_is_written_as_it_arrives_not_when_its_whole_wave_has() {
     assert!(!be.hook().waited_out.load(Ordering::SeqCst), "one read held back kept the others of its wave unwritten");
     assert_same(&src, &target);
 }
+
+/// Swaps the restored file `name` of `dir` for another file once its first
+/// bytes are written, as a local user racing the restore could.
+struct SwapsTheFile {
+    dir: PathBuf,
+    swapped: std::sync::atomic::AtomicBool,
+}
+
+impl Progress for SwapsTheFile {
+    fn add_bytes(&self, _: u64) {
+        if !self.swapped.swap(true, Ordering::SeqCst) {
+            std::fs::rename(self.dir.join("only"), self.dir.join("moved")).unwrap();
+            write(self.dir.join("only"), b"not what was backed up");
+        }
+    }
+}
+
+#[test]
+fn a_file_swapped_for_another_while_it_is_restored_is_reported_not_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    write(src.join("only"), &noise(200_000, 9));
+    let (repo, snapshot) = backed_up(dir.path(), &src);
+    // With the handle it was created with kept, and opened again for each write.
+    for kept_files in [usize::MAX, 0] {
+        let target = dir.path().join(format!("out_{kept_files}"));
+        let opts = RestoreOptions {
+            target: target.clone(),
+            subpath: Some(src.clone()),
+            batch: BatchLimits { kept_files, ..BatchLimits::DEFAULT },
+            ..RestoreOptions::default()
+        };
+        let progress = SwapsTheFile { dir: target.clone(), swapped: Default::default() };
+        let summary = restore(&repo, &snapshot, &opts, &progress).unwrap();
+        assert!(progress.swapped.load(Ordering::SeqCst));
+        assert_eq!(summary.files, 0, "kept_files {kept_files}");
+        let [(path, e)] = &summary.failures[..] else { panic!("{:?}", summary.failures) };
+        assert_eq!(path, &target.join("only"));
+        assert!(e.to_string().contains("replaced by another file"), "{e}");
+        assert_eq!(std::fs::read(target.join("only")).unwrap(), b"not what was backed up", "left alone");
+    }
+}

@@ -108,6 +108,7 @@ impl<'a> Writer<'a> {
                 let mut held = Withheld::default();
                 let applied = made
                     .with(dir, &place.name, |file| Ok(meta::apply_to_fd(file.as_fd(), node, policy, &mut held)))
+                    .and_then(|applied| made.still_there(dir, &place.name).map(|()| applied))
                     .map_err(|e| Error::io(place.path(), e))?;
                 if let Err(e) = applied {
                     warnings.fetch_add(1, Ordering::Relaxed);

@@ -132,7 +132,7 @@ impl Batch {
 
 /// How many batches the entry limit takes to reach its full value: batch `k`
 /// (from 0) may hold `entries >> (RAMP - k)` entries until then.
-pub(super) const RAMP: usize = 4;
+const RAMP: usize = 4;
 
 /// The limits of the batch after `handed` others: the first ones hold fewer
 /// entries (a sixteenth of the limit, doubling with each batch), so that the

@@ -117,7 +117,8 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
     report.packs = plan.stored.len() as u64;
     report.bytes_before = plan.stored.values().sum();
     (report.blobs_used, report.blobs_unused) = plan.blob_counts();
-    report.packs_spared += plan.spare(&session::list(repo)?);
+    let markers = session::list(repo)?;
+    report.packs_spared += plan.spare(&markers);
     if opts.dry_run {
         report.index_files_replaced = plan.index_files_touched() as u64;
         report.packs_deleted = plan.delete.len() as u64;
@@ -126,6 +127,18 @@ pub fn prune(repo: &Repository, opts: &PruneOptions, progress: &dyn Progress) ->
         // The used blobs repacking copies; the new packs' headers and index
         // files add a little (docs/design.md#prune).
         report.bytes_repacked = plan.repack.iter().map(|p| plan.usage[p].used_bytes).sum();
+        report.duration_ms = start.elapsed().as_millis() as u64;
+        return Ok(report);
+    }
+
+    // Nothing to delete or repack, no backup running (no marker, stale or not)
+    // and no notice left: steps 4 to 7 would change nothing, so the grace
+    // period is not waited.
+    if plan.delete.is_empty()
+        && plan.repack.is_empty()
+        && markers.is_empty()
+        && repo.list_ids(ObjectKind::PruneNotice)?.is_empty()
+    {
         report.duration_ms = start.elapsed().as_millis() as u64;
         return Ok(report);
     }

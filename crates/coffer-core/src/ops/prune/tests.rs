@@ -397,9 +397,30 @@ fn a_whole_prune_frees_garbage_and_keeps_every_live_blob_readable() {
     for (ty, b) in blobs_of(&fresh, root) {
         fresh.load_blob(ty, &b).unwrap();
     }
-    // A second prune finds nothing to do.
-    let again = prune(&t.reopen(), &fast(5.0), &NoProgress).unwrap();
+    // A second prune finds nothing to do, and does not wait its grace period
+    // for it: nothing is announced.
+    let long = PruneOptions { timing: Timing::with_grace(Duration::from_secs(30)), ..fast(5.0) };
+    let started = Instant::now();
+    let again = prune(&t.reopen(), &long, &NoProgress).unwrap();
     assert_eq!((again.packs_deleted, again.packs_repacked, again.blobs_unused), (0, 0, 0));
+    assert!(started.elapsed() < Duration::from_secs(15), "waited {:?}", started.elapsed());
+    assert!(t.backend.list("prune/").unwrap().is_empty(), "no notice stored");
+}
+
+#[test]
+fn a_prune_with_nothing_to_delete_still_waits_while_a_backup_may_be_running() {
+    let (t, ..) = live_and_garbage();
+    prune(&t.reopen(), &fast(5.0), &NoProgress).unwrap();
+    // A backup that stopped before its keys were derived left its opening marker:
+    // only the wait tells a stopped backup's marker from a running one's.
+    std::mem::forget(Opening::write(t.repo.backend_arc()).unwrap());
+    let grace = Duration::from_millis(300);
+    let opts = PruneOptions { timing: Timing::with_grace(grace), ..fast(5.0) };
+    let started = Instant::now();
+    let r = prune(&t.reopen(), &opts, &NoProgress).unwrap();
+    assert!(started.elapsed() >= grace, "did not wait: {:?}", started.elapsed());
+    assert_eq!((r.packs_deleted, r.stale_sessions), (0, 1), "{r:?}");
+    assert!(crate::lifecycle::session::list(&t.repo).unwrap().is_empty(), "the stale marker is removed");
 }
 
 /// A backup that reuses blobs a running prune is deleting commits while the prune

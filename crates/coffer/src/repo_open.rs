@@ -282,11 +282,14 @@ fn storage_stack(
 
 /// Which retries a terminal is told of. Requests sent together fail together
 /// (a storage that cannot be reached fails every request of a round), and a
-/// line for each would bury the screen: one line per attempt number within
-/// [`RetryLines::WITHIN`], the others counted on the next line. `--json` has an
-/// event for every retry.
+/// line for each would bury the screen: within [`RetryLines::WITHIN`] of the
+/// last line, only an attempt number higher than any told of gets a line (the
+/// requests of a round need not keep in step: one may be at its fourth attempt
+/// while another makes its second), the others counted on the next line.
+/// `--json` has an event for every retry.
 #[derive(Default)]
 struct RetryLines {
+    /// The highest attempt told of since the last line beyond the window, and when.
     last: Mutex<Option<(u32, std::time::Instant)>>,
     hidden: std::sync::atomic::AtomicU64,
 }
@@ -299,7 +302,7 @@ impl RetryLines {
     fn admit(&self, attempt: u32, now: std::time::Instant) -> Option<u64> {
         use std::sync::atomic::Ordering::Relaxed;
         let mut last = self.last.lock().expect("poisoned");
-        if last.is_some_and(|(a, at)| a == attempt && now.duration_since(at) < Self::WITHIN) {
+        if last.is_some_and(|(a, at)| attempt <= a && now.duration_since(at) < Self::WITHIN) {
             self.hidden.fetch_add(1, Relaxed);
             return None;
         }
@@ -711,7 +714,11 @@ mod tests {
         // Their next attempts: one line, which counts the five.
         assert_eq!(lines.admit(3, t + Duration::from_millis(200)), Some(5));
         assert_eq!(lines.admit(3, t + Duration::from_millis(210)), None);
+        // Out of step: one at its fourth attempt, then another at its second.
+        assert_eq!(lines.admit(4, t + Duration::from_millis(220)), Some(1));
+        assert_eq!(lines.admit(2, t + Duration::from_millis(230)), None);
+        assert_eq!(lines.admit(3, t + Duration::from_millis(240)), None);
         // The same attempt number seconds later is another failure: a line of its own.
-        assert_eq!(lines.admit(3, t + Duration::from_secs(5)), Some(1));
+        assert_eq!(lines.admit(3, t + Duration::from_secs(5)), Some(2));
     }
 }

@@ -174,16 +174,18 @@ pub fn chunker_sets(configured: ChunkerParams) -> Vec<ChunkerParams> {
 
 /// Describes chunker parameters: `512K/1M/4M`.
 pub fn describe_chunker(p: &ChunkerParams) -> String {
-    let s = |v: u32| {
-        if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
-            format!("{}M", v >> 20)
-        } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
-            format!("{}K", v >> 10)
-        } else {
-            v.to_string()
-        }
-    };
-    format!("{}/{}/{}", s(p.min_size), s(p.avg_size), s(p.max_size))
+    format!("{}/{}/{}", size_label(p.min_size), size_label(p.avg_size), size_label(p.max_size))
+}
+
+/// A chunk size as the chunker sets name it: `512K`, `1M`.
+fn size_label(v: u32) -> String {
+    if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
+        format!("{}M", v >> 20)
+    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
+        format!("{}K", v >> 10)
+    } else {
+        v.to_string()
+    }
 }
 
 /// The zstd levels compared.
@@ -203,8 +205,10 @@ pub(crate) fn chunkers(ctx: &Ctx<'_>, files: &[Vec<u8>], out: &mut Vec<StageRow>
             std::hint::black_box(chunker.chunk_lengths(p).len());
         };
         let seg = (params.max_size as usize * 2).max(8 << 20);
-        let pieces = segments(files, seg);
-        out.push(ctx.row("chunker", &choice, "sample", BYTES, ctx.bytes_stage(&pieces, &f)));
+        let pieces = every_kth(&segments(files, seg), ctx.stage_bytes);
+        let mut r = ctx.row("chunker", &choice, "sample", BYTES, ctx.fixed_bytes_stage(&pieces, &f));
+        r.note = unscanned_note(&pieces, params.min_size);
+        out.push(r);
         let adv_len = ctx.adversarial_len.max(2 * params.max_size as usize);
         let nocut = [data::no_cut(&key, params, adv_len)];
         let pieces = segments(&nocut, seg);
@@ -214,6 +218,22 @@ pub(crate) fn chunkers(ctx: &Ctx<'_>, files: &[Vec<u8>], out: &mut Vec<StageRow>
         let zeros = [vec![0u8; adv_len]];
         let pieces = segments(&zeros, seg);
         out.push(ctx.row("chunker", &choice, "zeros", BYTES, ctx.bytes_stage(&pieces, &f)));
+    }
+}
+
+/// What a chunker figure on the sample must say when files at or below the
+/// minimum chunk size hold some of its bytes: each such file is one chunk, and
+/// the chunker reads none of it, so the rate counts bytes it did not scan.
+fn unscanned_note(pieces: &[&[u8]], min_size: u32) -> Option<String> {
+    let unscanned: f64 = pieces.iter().filter(|p| p.len() <= min_size as usize).map(|p| p.len() as f64).sum();
+    let min = size_label(min_size);
+    match unscanned / total(pieces).max(1.0) {
+        0.0 => None,
+        share if share >= 1.0 => Some(format!("every file is at or below the {min} minimum: one chunk each, none scanned")),
+        share => Some(format!(
+            "{:.0}% of the bytes are in files at or below the {min} minimum: one chunk each, not scanned",
+            100.0 * share
+        )),
     }
 }
 
@@ -640,6 +660,28 @@ mod tests {
         assert_eq!(threads_seen.into_inner().unwrap().len(), 4, "the caller's thread and the pool's 3");
         let (one, all) = ctx.ops_stage(&|_| {});
         assert_eq!(all.units_per_run, 3.0 * one.units_per_run);
+    }
+
+    #[test]
+    fn a_chunker_figure_says_what_share_of_the_sample_it_did_not_scan() {
+        let small = vec![1u8; 256 << 10];
+        let large = vec![2u8; 3 << 20];
+        // No file at or below the minimum: nothing to say.
+        assert_eq!(unscanned_note(&[&large], 1 << 20), None);
+        // A quarter of the bytes in a file of the minimum's size or less.
+        let quarter = vec![3u8; 1 << 20];
+        assert_eq!(
+            unscanned_note(&[&large, &quarter], 1 << 20).as_deref(),
+            Some("25% of the bytes are in files at or below the 1M minimum: one chunk each, not scanned")
+        );
+        // All of them: the chunker read nothing, and the figure says so.
+        assert_eq!(
+            unscanned_note(&[&small, &small], 512 << 10).as_deref(),
+            Some("every file is at or below the 512K minimum: one chunk each, none scanned")
+        );
+        // And the chunker indeed reads none of such a file: one chunk, whatever its bytes.
+        let chunker = Chunker::new(&chunker_key(), ChunkerParams::default());
+        assert_eq!(chunker.chunk_lengths(&small), vec![small.len()]);
     }
 
     #[test]

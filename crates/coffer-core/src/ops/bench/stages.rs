@@ -229,7 +229,9 @@ fn unscanned_note(pieces: &[&[u8]], min_size: u32) -> Option<String> {
     let min = size_label(min_size);
     match unscanned / total(pieces).max(1.0) {
         0.0 => None,
-        share if share >= 1.0 => Some(format!("every file is at or below the {min} minimum: one chunk each, none scanned")),
+        share if share >= 1.0 => {
+            Some(format!("every file is at or below the {min} minimum: one chunk each, none scanned"))
+        }
         share => Some(format!(
             "{:.0}% of the bytes are in files at or below the {min} minimum: one chunk each, not scanned",
             100.0 * share

@@ -289,7 +289,7 @@ fn storage_stack(
 /// `--json` has an event for every retry.
 #[derive(Default)]
 struct RetryLines {
-    /// The highest attempt told of since the last line beyond the window, and when.
+    /// The attempt the last line told of, and when: within the window, the highest told of.
     last: Mutex<Option<(u32, std::time::Instant)>>,
     hidden: std::sync::atomic::AtomicU64,
 }

@@ -423,7 +423,7 @@ fn latency_json(l: &coffer_backend::Latency) -> serde_json::Value {
 /// Opens the repository and loads its index. An index file that does not load is
 /// skipped with a warning on stderr.
 pub fn open(global: &GlobalArgs) -> Result<Repository> {
-    Ok(open_finding(global, &[], &SnapshotFilter::default())?.0)
+    Ok(open_finding(global, Ahead::List(READERS), &[], &SnapshotFilter::default())?.0)
 }
 
 /// [`open`], finding the snapshots `names` (as [`find_snapshot`]) while the index
@@ -431,11 +431,12 @@ pub fn open(global: &GlobalArgs) -> Result<Repository> {
 /// rounds. A snapshot not found is the error reported first.
 pub fn open_finding(
     global: &GlobalArgs,
+    ahead: Ahead,
     names: &[&str],
     filter: &SnapshotFilter,
 ) -> Result<(Repository, Vec<(Id, Snapshot)>)> {
     let (path, _) = location(global)?;
-    let repo = open_ahead(global, &path, Ahead::List(READERS))?.0;
+    let repo = open_ahead(global, &path, ahead)?.0;
     let (indexed, found) = std::thread::scope(|s| {
         let indexed = s.spawn(|| load_index(global, &repo));
         let found: Result<Vec<_>> = names.iter().map(|n| find_snapshot(&repo, n, filter)).collect();
@@ -449,10 +450,11 @@ pub fn open_finding(
 /// [`open_finding`] for one snapshot name.
 pub fn open_finding_one(
     global: &GlobalArgs,
+    ahead: Ahead,
     name: &str,
     filter: &SnapshotFilter,
 ) -> Result<(Repository, Id, Snapshot)> {
-    let (repo, mut found) = open_finding(global, &[name], filter)?;
+    let (repo, mut found) = open_finding(global, ahead, &[name], filter)?;
     let (id, snap) = found.pop().expect("a snapshot per name");
     Ok((repo, id, snap))
 }
@@ -500,6 +502,11 @@ pub enum Ahead {
     Nothing,
     /// Lists these prefixes in the first round: what a reading command reads next.
     List(&'static [ObjectKind]),
+    /// As `List`, for a command that then fetches pack data many requests wide
+    /// (a restore, `check --read-data`), whose memory over a remote store is
+    /// larger than two lanes of the key derivation anyway: there the lanes run
+    /// side by side (docs/design.md#key-derivation).
+    Fetch(&'static [ObjectKind]),
     /// A backup: writes its opening marker once the location is known to hold a
     /// repository, then lists what it reads first
     /// ([`coffer_core::lifecycle::writer::announce`]).
@@ -525,8 +532,12 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
         _ => None,
     };
     let also = match ahead {
-        Ahead::List(kinds) => kinds,
+        Ahead::List(kinds) | Ahead::Fetch(kinds) => kinds,
         Ahead::Nothing | Ahead::Backup => &[],
+    };
+    let threads = match ahead {
+        Ahead::Fetch(_) if loc.local_path().is_none() => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        _ => 1,
     };
     // One round trip: the config and the listings read next, together; a backup's
     // marker and listings follow while the keys are derived.
@@ -534,7 +545,7 @@ pub fn open_ahead(global: &GlobalArgs, loc: &Location, ahead: Ahead) -> Result<(
         let unlocked = early
             .as_ref()
             .zip(kept.clone())
-            .map(|(pw, bytes)| s.spawn(move || Repository::unlock_ahead(bytes, pw.as_bytes())));
+            .map(|(pw, bytes)| s.spawn(move || Repository::unlock_ahead(bytes, pw.as_bytes(), threads)));
         let (be, slot) = backend_with_modes(loc, Modes::PRIVATE)?;
         let probe = Repository::probe_with(be.as_ref(), also);
         if !probe.exists() {

@@ -8,6 +8,7 @@
 //! a fresh subkey derived from a random 32-byte salt, and the messages under it get
 //! distinct counter nonces (see [`Nonce`]).
 
+mod lanes;
 pub mod sign;
 
 use ring::aead::{self, Aad, LessSafeKey, UnboundKey};
@@ -240,10 +241,16 @@ impl AeadKey {
     /// or the key is wrong.
     pub fn open(&self, nonce: Nonce, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
         let mut buf = sealed.to_vec();
-        let len =
-            self.key.open_in_place(aead::Nonce::assume_unique_for_key(nonce.0), Aad::from(aad), &mut buf).ok()?.len();
+        let len = self.open_in_place(nonce, aad, &mut buf)?.len();
         buf.truncate(len);
         Some(buf)
+    }
+
+    /// Authenticates and decrypts `ciphertext || tag` where it lies; returns the
+    /// plaintext (the front of `sealed`), or `None` if anything was altered or the
+    /// key is wrong (`sealed` then holds nothing usable).
+    pub fn open_in_place<'a>(&self, nonce: Nonce, aad: &[u8], sealed: &'a mut [u8]) -> Option<&'a mut [u8]> {
+        self.key.open_in_place(aead::Nonce::assume_unique_for_key(nonce.0), Aad::from(aad), sealed).ok()
     }
 }
 
@@ -298,11 +305,28 @@ pub const MAX_SCRYPT_WORK: u128 = 1 << 25;
 
 /// Derives a key-encryption key from a passphrase with scrypt.
 pub fn scrypt_kdf(passphrase: &[u8], salt: &[u8], params: ScryptParams) -> Result<Key, String> {
+    scrypt_kdf_on(passphrase, salt, params, 1)
+}
+
+/// [`scrypt_kdf`] with its lanes on up to `threads` threads, each holding one
+/// lane's memory, as long as they hold at most [`SIDE_BY_SIDE_MEMORY`] together
+/// (docs/design.md#key-derivation). On one thread, the `scrypt` crate runs.
+pub fn scrypt_kdf_on(passphrase: &[u8], salt: &[u8], params: ScryptParams, threads: usize) -> Result<Key, String> {
     let p = params.validate()?;
+    let lane_memory = 128 * params.r as u64 * (1u64 << params.log_n);
+    let threads = threads.min(params.p as usize).min((SIDE_BY_SIDE_MEMORY / lane_memory) as usize);
     let mut out = [0u8; KEY_LEN];
-    scrypt::scrypt(passphrase, salt, &p, &mut out).map_err(|e| e.to_string())?;
+    if threads > 1 {
+        lanes::derive(passphrase, salt, params, threads, &mut out);
+    } else {
+        scrypt::scrypt(passphrase, salt, &p, &mut out).map_err(|e| e.to_string())?;
+    }
     Ok(Key(out))
 }
+
+/// The most memory the lanes of a key derivation hold together when run side by
+/// side: two lanes of the default parameters.
+pub const SIDE_BY_SIDE_MEMORY: u64 = 64 << 20;
 
 /// Fills an array from the operating system's CSPRNG.
 pub fn random_array<const N: usize>() -> [u8; N] {

@@ -10,7 +10,9 @@
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroize;
 
-use crate::crypto::{AeadKey, Cipher, DataKeys, Key, Nonce, ScryptParams, TAG_LEN, random_array, scrypt_kdf};
+use crate::crypto::{
+    AeadKey, Cipher, DataKeys, Key, Nonce, ScryptParams, TAG_LEN, random_array, scrypt_kdf, scrypt_kdf_on,
+};
 
 /// Associated data of the wrapped secrets.
 pub const AAD: &[u8] = b"coffer v1 key file";
@@ -158,9 +160,15 @@ impl KeyFile {
     /// Unwraps the master secrets. `Ok(None)` means the passphrase is wrong (or the
     /// wrapped secrets were altered: the two cannot be told apart).
     pub fn open(&self, passphrase: &[u8]) -> Result<Option<MasterKeys>, String> {
+        self.open_on(passphrase, 1)
+    }
+
+    /// [`KeyFile::open`], deriving the key with its lanes on up to `threads`
+    /// threads ([`scrypt_kdf_on`]).
+    pub fn open_on(&self, passphrase: &[u8], threads: usize) -> Result<Option<MasterKeys>, String> {
         let salt = hex::decode(&self.salt).map_err(|_| "salt is not hex")?;
         let sealed = hex::decode(&self.data).map_err(|_| "data is not hex")?;
-        let kek = scrypt_kdf(passphrase, &salt, self.scrypt)?;
+        let kek = scrypt_kdf_on(passphrase, &salt, self.scrypt, threads)?;
         let Some(mut plain) = AeadKey::new(self.cipher, &kek).open(Nonce::new(0, 0), AAD, &sealed) else {
             return Ok(None);
         };

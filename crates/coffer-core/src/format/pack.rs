@@ -341,44 +341,84 @@ pub fn open_header(key: &AeadKey, trailer: &Trailer, sealed: &[u8], pack_len: u6
     Ok(entries)
 }
 
-/// Decompresses a zstd frame that must decode to exactly `raw` bytes. Memory is
-/// `raw` bytes (from the authenticated header, and at most the largest chunk size
-/// allowed), never a length the frame merely claims; a frame that decodes to more
-/// fails. Each thread keeps one decompression context.
-fn decompress_bounded(payload: &[u8], raw: usize) -> Result<Vec<u8>, String> {
+/// Decompresses a zstd frame that must decode to exactly `raw` bytes into the
+/// front of `out`, returning how many it decoded to. Memory is `raw` bytes (from
+/// the authenticated header, and at most the largest chunk size allowed), never a
+/// length the frame merely claims; a frame that decodes to more fails. `out` is
+/// reused from one blob to the next: it grows to the largest blob it has held and
+/// is only zeroed where it grows. Each thread keeps one decompression context.
+fn decompress_bounded(payload: &[u8], raw: usize, out: &mut Vec<u8>) -> Result<usize, String> {
     thread_local! {
         static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
             const { std::cell::RefCell::new(None) };
     }
-    let mut out = Vec::with_capacity(raw.min(crate::chunker::ChunkerParams::MAX_MAX_SIZE as usize));
+    let raw = raw.min(crate::chunker::ChunkerParams::MAX_MAX_SIZE as usize);
+    if out.len() < raw {
+        out.resize(raw, 0);
+    }
     DECOMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         let d = match slot.as_mut() {
             Some(d) => d,
             None => slot.insert(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?),
         };
-        d.decompress_to_buffer(payload, &mut out).map_err(|e| format!("zstd: {e}"))
-    })?;
-    Ok(out)
+        d.decompress_to_buffer(payload, &mut out[..raw]).map_err(|e| format!("zstd: {e}"))
+    })
 }
 
 /// Decrypts one blob's ciphertext. Returns the compression byte's payload decoded,
 /// or a description of what is wrong. The caller checks the id.
 pub fn open_blob(key: &AeadKey, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>, String> {
+    let mut buf = sealed.to_vec();
+    let mut out = Vec::new();
+    let plain = open_blob_in_place(key, entry, &mut buf, &mut out)?;
+    let (mut v, range) = match plain {
+        Plain::Stored(range) => (buf, range),
+        Plain::Decompressed(len) => (out, 0..len),
+    };
+    v.truncate(range.end);
+    v.drain(..range.start);
+    Ok(v)
+}
+
+/// Where [`open_blob_in_place`] left a blob's plaintext.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plain {
+    /// Stored uncompressed: this range of the sealed bytes, decrypted in place.
+    Stored(std::ops::Range<usize>),
+    /// Decompressed into the front of the buffer given: this many bytes.
+    Decompressed(usize),
+}
+
+/// Decrypts one blob's ciphertext where it lies (`sealed` is overwritten) and
+/// decodes it: an uncompressed payload stays in `sealed`, a compressed one is
+/// decompressed into the front of `out` (which is reused: see
+/// [`decompress_bounded`]). Returns where the plaintext is, or a description of
+/// what is wrong. The caller checks the id.
+pub fn open_blob_in_place(
+    key: &AeadKey,
+    entry: &PackEntry,
+    sealed: &mut [u8],
+    out: &mut Vec<u8>,
+) -> Result<Plain, String> {
+    let nonce = Nonce::new(BLOB_NONCE_DOMAIN, entry.offset);
     let plain = key
-        .open(Nonce::new(BLOB_NONCE_DOMAIN, entry.offset), &PackEntry::aad(entry.blob_type, &entry.id), sealed)
+        .open_in_place(nonce, &PackEntry::aad(entry.blob_type, &entry.id), sealed)
         .ok_or("authentication failed: the blob was altered")?;
     let (&comp, payload) = plain.split_first().ok_or("empty plaintext")?;
     let raw = entry.raw_length as usize;
-    let data = match comp {
-        COMPRESSION_NONE => payload.to_vec(),
-        COMPRESSION_ZSTD => decompress_bounded(payload, raw)?,
+    let (decoded, len) = match comp {
+        COMPRESSION_NONE => (Plain::Stored(1..plain.len()), payload.len()),
+        COMPRESSION_ZSTD => {
+            let len = decompress_bounded(payload, raw, out)?;
+            (Plain::Decompressed(len), len)
+        }
         c => return Err(format!("unknown compression byte {c}")),
     };
-    if data.len() != raw {
-        return Err(format!("decoded to {} bytes, the index says {raw}", data.len()));
+    if len != raw {
+        return Err(format!("decoded to {len} bytes, the index says {raw}"));
     }
-    Ok(data)
+    Ok(decoded)
 }
 
 #[cfg(test)]
@@ -440,14 +480,49 @@ mod tests {
     #[test]
     fn decompression_is_bounded_by_the_authenticated_length() {
         let z = zstd::bulk::compress(&[5u8; 100_000], 3).unwrap();
-        assert_eq!(decompress_bounded(&z, 100_000).unwrap(), vec![5u8; 100_000]);
-        // A frame decoding to more than the header says fails without growing.
-        assert!(decompress_bounded(&z, 99_999).is_err());
+        let mut out = Vec::new();
+        assert_eq!(decompress_bounded(&z, 100_000, &mut out).unwrap(), 100_000);
+        assert_eq!(out, vec![5u8; 100_000]);
+        // A frame decoding to more than the header says fails, even into a buffer
+        // that has held more before.
+        assert!(decompress_bounded(&z, 99_999, &mut out).is_err());
+        assert!(decompress_bounded(&z, 99_999, &mut Vec::new()).is_err());
         // To fewer: decoded, and refused by the length check of open_blob.
-        assert_eq!(decompress_bounded(&z, 100_001).unwrap().len(), 100_000);
-        assert!(decompress_bounded(b"not zstd", 10).is_err());
-        // The context kept by the thread is reusable after an error.
-        assert_eq!(decompress_bounded(&z, 100_000).unwrap().len(), 100_000);
+        assert_eq!(decompress_bounded(&z, 100_001, &mut out).unwrap(), 100_000);
+        assert!(decompress_bounded(b"not zstd", 10, &mut out).is_err());
+        // The context kept by the thread is reusable after an error, and the
+        // buffer is reused: it grew to the largest length asked for, no further.
+        assert_eq!(decompress_bounded(&z, 100_000, &mut out).unwrap(), 100_000);
+        assert_eq!(&out[..100_000], &[5u8; 100_000][..]);
+        assert_eq!(out.len(), 100_001);
+    }
+
+    #[test]
+    fn a_blob_opened_in_place_is_the_blob_opened_from_a_copy() {
+        let dk = Key::random();
+        let mut b = PackBuilder::new(&dk, 0, Cipher::Aes256Gcm, 0);
+        let z = zstd::bulk::compress(&[7u8; 3000], 3).unwrap();
+        b.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"hello", 5).unwrap();
+        b.add(BlobType::Data, Id([2; 32]), COMPRESSION_ZSTD, &z, 3000).unwrap();
+        let p = b.finish().unwrap();
+        let t = decode_trailer(&p.bytes[p.bytes.len() - TRAILER_LEN..], p.len).unwrap();
+        let key = pack_key(&dk, t.cipher, &t.salt);
+        let mut out = vec![9u8; 10_000];
+        for e in &p.entries {
+            let sealed = &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize];
+            let copy = open_blob(&key, e, sealed).unwrap();
+            let mut buf = sealed.to_vec();
+            let plain = match open_blob_in_place(&key, e, &mut buf, &mut out).unwrap() {
+                Plain::Stored(r) => buf[r].to_vec(),
+                Plain::Decompressed(n) => out[..n].to_vec(),
+            };
+            assert_eq!(plain, copy);
+            // Altered, it fails either way.
+            let mut bad = sealed.to_vec();
+            bad[3] ^= 1;
+            assert!(open_blob(&key, e, &bad).is_err());
+            assert!(open_blob_in_place(&key, e, &mut bad, &mut out).is_err());
+        }
     }
 
     fn one_blob_pack(dk: &Key, epoch: Epoch) -> FinishedPack {

@@ -130,9 +130,10 @@ impl Repository {
     /// Unlocks the key file `bytes` with `passphrase`, without the storage: `None`
     /// if they do not decode as a key file or the passphrase does not open it.
     /// The id is the hash of the bytes, so a copy that was altered names another
-    /// key file, one the storage does not list.
-    pub fn unlock_ahead(bytes: Vec<u8>, passphrase: &[u8]) -> Option<UnlockedAhead> {
-        let keys = KeyFile::decode(&bytes).ok()?.open(passphrase).ok()??;
+    /// key file, one the storage does not list. The key derivation runs its lanes
+    /// on up to `threads` threads ([`crate::crypto::scrypt_kdf_on`]).
+    pub fn unlock_ahead(bytes: Vec<u8>, passphrase: &[u8], threads: usize) -> Option<UnlockedAhead> {
+        let keys = KeyFile::decode(&bytes).ok()?.open_on(passphrase, threads).ok()??;
         Some(UnlockedAhead { keys, file: KeyFileRead { id: Id::hash_of(&bytes), bytes } })
     }
 
@@ -326,13 +327,13 @@ mod tests {
         let mem = init();
         let first = Repository::open(mem.clone(), b"pw").unwrap();
         let copy = first.key_file().to_vec();
-        assert!(Repository::unlock_ahead(copy.clone(), b"wrong").is_none());
+        assert!(Repository::unlock_ahead(copy.clone(), b"wrong", 1).is_none());
         let mut altered = copy.clone();
         *altered.last_mut().unwrap() ^= 1;
-        assert!(Repository::unlock_ahead(altered, b"pw").is_none(), "an altered copy does not open");
+        assert!(Repository::unlock_ahead(altered, b"pw", 2).is_none(), "an altered copy does not open");
 
         let counting = Arc::new(CountingBackend::new(mem.clone()));
-        let ahead = Repository::unlock_ahead(copy.clone(), b"pw").unwrap();
+        let ahead = Repository::unlock_ahead(copy.clone(), b"pw", 1).unwrap();
         let probe = Repository::probe(counting.as_ref());
         let repo = Repository::open_probed(counting.clone(), probe, b"pw", Some(ahead)).unwrap();
         assert_eq!((counting.counts().get, repo.key_id()), (1, first.key_id()), "config only");
@@ -343,7 +344,7 @@ mod tests {
         let other = crate::ops::keys::add(&repo, b"pw", FAST_KDF).unwrap();
         mem.delete(&ObjectKind::Key.path(&first.key_id())).unwrap();
         let counting = Arc::new(CountingBackend::new(mem.clone()));
-        let ahead = Repository::unlock_ahead(copy, b"pw").unwrap();
+        let ahead = Repository::unlock_ahead(copy, b"pw", 2).unwrap();
         let probe = Repository::probe(counting.as_ref());
         let repo = Repository::open_probed(counting.clone(), probe, b"pw", Some(ahead)).unwrap();
         assert_eq!((counting.counts().get, repo.key_id()), (2, other));

@@ -997,6 +997,31 @@ impl Repository {
         Ok(data)
     }
 
+    /// [`Repository::decode_blob`] without a copy: decrypts `sealed` where it lies
+    /// (overwriting it), decompresses into `scratch` (reused from blob to blob),
+    /// checks the id, and returns the plaintext (in `sealed` or `scratch`).
+    pub fn decode_blob_in_place<'a>(
+        &self,
+        pack_info: &PackInfo,
+        entry: &PackEntry,
+        sealed: &'a mut [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8]> {
+        let object = || format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short());
+        let key = self
+            .pack_key(pack_info.epoch, pack_info.cipher, &pack_info.salt)
+            .map_err(|e| Error::corrupt(object(), e))?;
+        let data: &[u8] = match pack::open_blob_in_place(&key, entry, sealed, scratch) {
+            Ok(pack::Plain::Stored(range)) => &sealed[range],
+            Ok(pack::Plain::Decompressed(len)) => &scratch[..len],
+            Err(e) => return Err(Error::corrupt(object(), e)),
+        };
+        if self.blob_id(entry.blob_type, data) != entry.id {
+            return Err(Error::corrupt(object(), "content does not match its id"));
+        }
+        Ok(data)
+    }
+
     /// Applies `f` (which fetches objects) to every item on the backend's I/O
     /// pool: [`Backend::connections`] threads, not the CPU pool, so a remote
     /// backend has many requests in flight and a local one a few

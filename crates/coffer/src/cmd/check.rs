@@ -13,8 +13,9 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
         return crate::cmd::backend::check(global);
     }
     let (path, _) = repo_open::location(global)?;
-    let repo = repo_open::open_ahead(global, &path, repo_open::Ahead::List(repo_open::READERS))?.0;
     let reads_data = a.read_data || a.read_data_subset.is_some();
+    let ahead = if reads_data { repo_open::Ahead::Fetch } else { repo_open::Ahead::List };
+    let repo = repo_open::open_ahead(global, &path, ahead(repo_open::READERS))?.0;
     // The local state holds the history heads seen last (rollback detection) and
     // the packs verified by partial data checks.
     let state = match Some(repo_open::local_state(&repo)) {

@@ -357,24 +357,95 @@ fn split_ranges(pack: usize, targets: &[Target], max_range: u64) -> Vec<Span> {
     spans
 }
 
-/// Writes the blobs of a fetched read in parallel.
+/// Writes the blobs of a fetched read in parallel, each decrypted where it lies
+/// in the read ([`cut_blobs`]).
 pub(super) fn write_read(
     repo: &Repository,
     files: &[FileJob],
     sources: &Sources,
     created: &[Option<Created>],
-    (i, bytes): &Read,
+    (i, bytes): Read,
     progress: &dyn Progress,
 ) {
-    let s = &sources.spans[*i];
+    let s = &sources.spans[i];
     let blobs: Vec<&[Target]> = sources.targets(s).chunk_by(|a, b| a.entry.offset == b.entry.offset).collect();
-    blobs.par_iter().for_each(|blob| write_blob(repo, files, sources, created, s, bytes, blob, progress));
+    let write = |(blob, sealed): (&[Target], Sealed<'_>)| {
+        write_blob(repo, files, sources, created, s, sealed, blob, progress);
+    };
+    match bytes {
+        Ok(mut bytes) => {
+            let sealed = cut_blobs(&mut bytes, s.start, &blobs);
+            blobs.into_par_iter().zip(sealed).for_each(write);
+        }
+        Err(bad) => blobs.into_par_iter().map(|blob| (blob, Sealed::Bad(&bad))).for_each(write),
+    }
 }
 
-/// Decrypts and verifies one blob read as part of `s` (`bytes`), and writes it
-/// to every target in `blob` (all of which name that blob). A blob whose copy in
-/// `s`'s pack is missing or does not verify is read from another copy the index
-/// knows ([`Repository::load_other_copy`]) before its files fail.
+/// One blob's sealed bytes as read, to be decrypted where they lie, or what is
+/// wrong with the copy they were read from.
+enum Sealed<'a> {
+    /// Its own part of the read.
+    Part(&'a mut [u8]),
+    /// A copy of its bytes (see [`cut_blobs`]).
+    Copy(Vec<u8>),
+    /// The copy read is missing or damaged: this object, this detail.
+    Bad(&'a (String, String)),
+}
+
+/// Cuts a read beginning at pack offset `start` into the sealed bytes of each
+/// of `blobs` (sorted by offset), so that each is decrypted where it lies. The
+/// blobs of a pack do not overlap, but a hostile pack header could make them: a
+/// blob overlapping one before it gets a copy of its bytes instead, made before
+/// any blob is decrypted.
+fn cut_blobs<'a>(bytes: &'a mut [u8], start: u64, blobs: &[&[Target]]) -> Vec<Sealed<'a>> {
+    let range = |blob: &[Target]| {
+        let e = &blob[0].entry;
+        let at = (e.offset - start) as usize;
+        at..at + e.length as usize
+    };
+    let mut end = 0;
+    let copies: Vec<Option<Vec<u8>>> = blobs
+        .iter()
+        .map(|blob| {
+            let r = range(blob);
+            if r.start < end {
+                return Some(bytes[r].to_vec());
+            }
+            end = r.end;
+            None
+        })
+        .collect();
+    let (mut rest, mut cut) = (bytes, 0);
+    blobs
+        .iter()
+        .zip(copies)
+        .map(|(blob, copy)| match copy {
+            Some(copy) => Sealed::Copy(copy),
+            None => {
+                let r = range(blob);
+                let (mine, after) = std::mem::take(&mut rest)[r.start - cut..].split_at_mut(r.len());
+                (rest, cut) = (after, r.end);
+                Sealed::Part(mine)
+            }
+        })
+        .collect()
+}
+
+thread_local! {
+    /// Per writer thread, the buffer blobs are decompressed into, reused from
+    /// blob to blob; one grown beyond [`SCRATCH_KEPT`] is let go after its blob.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The largest decompression buffer a writer thread keeps: twice the default
+/// largest chunk.
+const SCRATCH_KEPT: usize = 8 << 20;
+
+/// Decrypts and verifies one blob read as part of `s` (`sealed`, decrypted
+/// where it lies), and writes it to every target in `blob` (all of which name
+/// that blob). A blob whose copy in `s`'s pack is missing or does not verify is
+/// read from another copy the index knows ([`Repository::load_other_copy`])
+/// before its files fail.
 #[allow(clippy::too_many_arguments)]
 fn write_blob(
     repo: &Repository,
@@ -382,7 +453,7 @@ fn write_blob(
     sources: &Sources,
     created: &[Option<Created>],
     s: &Span,
-    bytes: &Bytes,
+    mut sealed: Sealed<'_>,
     blob: &[Target],
     progress: &dyn Progress,
 ) {
@@ -392,16 +463,42 @@ fn write_blob(
     }
     let pack = sources.pack(s);
     let e = &blob[0].entry;
-    let at = (e.offset - s.start) as usize;
-    let decoded = match bytes {
-        Ok(bytes) => repo.decode_blob(pack, e, &bytes[at..at + e.length as usize]),
-        Err((object, detail)) => Err(Error::corrupt(object.clone(), detail.clone())),
+    // Taken, not borrowed: a thread that picks up another blob while this one
+    // waits (for another copy) starts a buffer of its own.
+    let mut scratch = SCRATCH.take();
+    let decoded = match &mut sealed {
+        Sealed::Part(bytes) => repo.decode_blob_in_place(pack, e, bytes, &mut scratch),
+        Sealed::Copy(bytes) => repo.decode_blob_in_place(pack, e, bytes, &mut scratch),
+        Sealed::Bad((object, detail)) => Err(Error::corrupt(object.clone(), detail.clone())),
     };
     // A bad copy gives way to another copy the index knows.
-    let data = match decoded.or_else(|err| repo.load_other_copy(BlobType::Data, &e.id, &pack.id, err)) {
+    let other;
+    let data = match decoded {
         Ok(d) => d,
-        Err(err) => return errors.fail_all(blob, pack, &err),
+        Err(err) => match repo.load_other_copy(BlobType::Data, &e.id, &pack.id, err) {
+            Ok(d) => {
+                other = d;
+                &other[..]
+            }
+            Err(err) => return errors.fail_all(blob, pack, &err),
+        },
     };
+    write_targets(files, sources, created, blob, data, progress);
+    if scratch.capacity() <= SCRATCH_KEPT {
+        SCRATCH.set(scratch);
+    }
+}
+
+/// Writes a blob's plaintext `data` to every target in `blob`.
+fn write_targets(
+    files: &[FileJob],
+    sources: &Sources,
+    created: &[Option<Created>],
+    blob: &[Target],
+    data: &[u8],
+    progress: &dyn Progress,
+) {
+    let errors = &sources.errors;
     // Only a file flagged sparse leaves its chunks of zeros unwritten.
     let zeros = blob.iter().any(|t| files[t.file].node.sparse) && data.iter().all(|&b| b == 0);
     for t in blob {
@@ -416,7 +513,7 @@ fn write_blob(
         }
         if !(zeros && node.sparse) {
             let Some(made) = &created[t.file] else { continue };
-            let w = made.with(place.dir.as_fd(), &place.name, |file| file.write_all_at(&data, t.offset));
+            let w = made.with(place.dir.as_fd(), &place.name, |file| file.write_all_at(data, t.offset));
             if let Err(err) = w {
                 errors.fail(t.file, Error::io(place.path(), err));
                 continue;
@@ -428,7 +525,37 @@ fn write_blob(
 
 #[cfg(test)]
 mod tests {
-    use super::Sizing;
+    use super::{Sealed, Sizing, Target, cut_blobs};
+    use crate::format::pack::{BlobType, PackEntry};
+    use crate::id::Id;
+
+    fn target(offset: u64, length: u32) -> Target {
+        let entry = PackEntry { blob_type: BlobType::Data, id: Id([offset as u8; 32]), offset, length, raw_length: 0 };
+        Target { entry, file: 0, offset: 0 }
+    }
+
+    #[test]
+    fn a_read_is_cut_into_its_blobs_and_an_overlapping_blob_gets_a_copy() {
+        // A read of pack bytes 100..160: blobs at 100 (10 bytes), 115 (20), one
+        // a hostile header makes overlap it at 125 (10), and 140 (20).
+        let targets = [target(100, 10), target(115, 20), target(125, 10), target(140, 20)];
+        let blobs: Vec<&[Target]> = targets.chunks(1).collect();
+        let mut bytes: Vec<u8> = (0..60).collect();
+        let want: Vec<Vec<u8>> = [0..10, 15..35, 25..35, 40..60].map(|r| bytes[r].to_vec()).to_vec();
+        let cut = cut_blobs(&mut bytes, 100, &blobs);
+        let kinds: Vec<bool> = cut.iter().map(|c| matches!(c, Sealed::Copy(_))).collect();
+        assert_eq!(kinds, [false, false, true, false], "only the overlapping blob is copied");
+        for (c, want) in cut.into_iter().zip(&want) {
+            match c {
+                Sealed::Part(part) => {
+                    assert_eq!(&part[..], &want[..]);
+                    part.fill(0xff); // decrypted in place: the copy is not affected
+                }
+                Sealed::Copy(copy) => assert_eq!(&copy, want),
+                Sealed::Bad(_) => unreachable!(),
+            }
+        }
+    }
 
     #[test]
     fn remote_waves_are_several_reads_and_local_ones_stay_small() {

@@ -90,7 +90,7 @@ impl<'a> Writer<'a> {
             // Each read is written as soon as it arrives, beside the others.
             rayon::in_place_scope(|scope| {
                 for read in pending.arrivals() {
-                    scope.spawn(move |_| content::write_read(repo, files, sources, made, &read, progress));
+                    scope.spawn(move |_| content::write_read(repo, files, sources, made, read, progress));
                 }
             });
             budget.give_back(pending.held());

@@ -4,6 +4,7 @@
 # See bench/README.md ("Object storage over latency").  Usage:
 #   bash bench/s3.sh [--latency 0,20,50] [--size MB] [--tools coffer,restic,rustic]
 #                    [--coffer PATH] [--work DIR] [--cache DIR] [--step-timeout SECONDS]
+#                    [--repeat N]
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,8 +18,9 @@ CACHE=${COFFER_BENCH_CACHE:-$HOME/.cache/coffer-bench}
 WORK=${COFFER_BENCH_WORK:-$BENCH_DIR/work}
 COFFER_BIN=${COFFER_BIN:-$ROOT/target/release/coffer}
 STEP_TIMEOUT=3600
+REPEAT=1
 
-usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --latency) LATENCIES=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [[ $# -gt 0 ]]; do
         --work) WORK=$2; shift 2 ;;
         --cache) CACHE=$2; shift 2 ;;
         --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
+        --repeat) REPEAT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "s3.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -88,7 +91,7 @@ proxy_for() {
 
 # ---- steps -------------------------------------------------------------------------------
 CSV=$RUN_DIR/raw.csv
-echo "latency_ms,tool,step,status,wall_s,cpu_s,rss_kib,get,list,head,put,delete,post" >"$CSV"
+echo "rep,latency_ms,tool,step,status,wall_s,cpu_s,rss_kib,get,list,head,put,delete,post" >"$CSV"
 
 # requests LINE_FROM: counts by kind of the server's log lines after LINE_FROM.  A GET of the
 # bucket itself (no object path) is a LIST.
@@ -117,9 +120,9 @@ step() {
     [[ $rc == 0 ]] || status=fail
     sleep 0.2 # the server writes its log line after answering
     local req; req=$(requests "$before")
-    printf '%s,%s,%s,%s,%s,%s,%s,%s\n' "$lat" "$tool" "$name" "$status" "$wall" \
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$REP" "$lat" "$tool" "$name" "$status" "$wall" \
         "$(echo "$user + $sys" | bc)" "$rss" "$req" >>"$CSV"
-    log "  $lat ms $tool $name: $status wall ${wall}s rss ${rss}KiB requests get,list,head,put,delete,post=$req"
+    log "  [$REP] $lat ms $tool $name: $status wall ${wall}s rss ${rss}KiB requests get,list,head,put,delete,post=$req"
     [[ $status == ok ]] || tail -n 5 "$logf" | sed 's/^/    | /' >&2
 }
 
@@ -142,7 +145,7 @@ tool_cmd() {
 
 run_tool() { # LAT TOOL
     local lat=$1 tool=$2 target
-    PREFIX=$RUN_ID-$tool-$lat STATE=$RUN_DIR/state
+    PREFIX=$RUN_ID-$tool-$lat-$REP STATE=$RUN_DIR/state
     rm -rf "${STATE:?}/$tool" "$SRC"; mkdir -p "$STATE/$tool/config/rustic"
     if [[ $tool == rustic ]]; then
         cat >"$STATE/$tool/config/rustic/bench.toml" <<EOF
@@ -179,22 +182,33 @@ EOF
 
 BUCKET=$COFFER_TEST_S3_BUCKET
 IFS=, read -r -a LAT_LIST <<<"$LATENCIES"
-log "run $RUN_ID: latencies ${LAT_LIST[*]} ms, tools ${TOOL_LIST[*]}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+log "run $RUN_ID: latencies ${LAT_LIST[*]} ms, tools ${TOOL_LIST[*]}, $REPEAT round(s), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for lat in "${LAT_LIST[@]}"; do
     ENDPOINT=$(proxy_for "$lat")
-    for tool in "${TOOL_LIST[@]}"; do run_tool "$lat" "$tool"; done
+    # Rounds of every tool in turn, so that a slower spell of the machine falls on all of them.
+    for REP in $(seq "$REPEAT"); do
+        for tool in "${TOOL_LIST[@]}"; do run_tool "$lat" "$tool"; done
+    done
 done
 
 OUT=$BENCH_DIR/results/$RUN_ID-$(hostname -s 2>/dev/null || hostname)
 cp "$CSV" "$OUT.csv"
 python3 - "$CSV" "$CMDLINE" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$OUT.md" <<'EOF'
-import csv, sys
+import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+reps = sorted({int(r["rep"]) for r in rows})
 print(f"# coffer, restic, rustic on S3 through a latency proxy\n\n`{sys.argv[2]}` on {sys.argv[3]} cores, "
       f"load at the end {sys.argv[4]}. Wall seconds, CPU seconds, peak RSS MiB and server requests "
-      "(GET/LIST/HEAD/PUT/DELETE/POST) per step; ratio = coffer / the faster peer.\n")
+      "(GET/LIST/HEAD/PUT/DELETE/POST) per step; ratio = coffer / the faster peer."
+      + (f" Medians of {len(reps)} rounds (requests: the first round's); the ratio is that of the medians, "
+         "with the range of the rounds' own ratios." if len(reps) > 1 else "") + "\n")
 steps = ["init", "backup-v1", "backup-v1-unchanged", "backup-v2", "restore", "check-read-data"]
 tools = sorted({r["tool"] for r in rows}, key=["coffer", "restic", "rustic"].index)
+def ok(r):
+    return r["status"] == "ok" and r["wall_s"] != "NA"
+def ratio(walls):
+    peers = [w for t, w in walls.items() if t != "coffer"]
+    return walls["coffer"] / min(peers) if "coffer" in walls and peers and min(peers) > 0 else None
 for lat in sorted({int(r["latency_ms"]) for r in rows}):
     print(f"\n## {lat} ms round trip\n")
     print("| step | " + " | ".join(f"{t} wall / cpu / MiB / requests" for t in tools) + " | ratio |")
@@ -202,16 +216,30 @@ for lat in sorted({int(r["latency_ms"]) for r in rows}):
     for s in steps:
         cells, walls = [], {}
         for t in tools:
-            r = next((r for r in rows if r["tool"] == t and r["step"] == s and int(r["latency_ms"]) == lat), None)
-            if r is None:
+            rs = [r for r in rows if r["tool"] == t and r["step"] == s and int(r["latency_ms"]) == lat]
+            if not rs:
                 cells.append("-"); continue
-            req = "/".join(r[k] for k in ["get", "list", "head", "put", "delete", "post"])
-            rss = f"{int(r['rss_kib']) / 1024:.0f}" if r["rss_kib"] not in ("", "NA") else "NA"
-            cells.append(f"{r['wall_s']} / {float(r['cpu_s']):.1f} / {rss} / {req}" + ("" if r["status"] == "ok" else f" **{r['status']}**"))
-            if r["status"] == "ok" and r["wall_s"] != "NA":
-                walls[t] = float(r["wall_s"])
-        peers = [w for t, w in walls.items() if t != "coffer"]
-        ratio = f"{walls['coffer'] / min(peers):.2f}" if "coffer" in walls and peers and min(peers) > 0 else "-"
-        print(f"| {s} | " + " | ".join(cells) + f" | {ratio} |")
+            good = [r for r in rs if ok(r)]
+            bad = sorted({r["status"] for r in rs if r["status"] != "ok"})
+            req = "/".join(rs[0][k] for k in ["get", "list", "head", "put", "delete", "post"])
+            if good:
+                med = lambda k: statistics.median(float(r[k]) for r in good)
+                rss = [int(r["rss_kib"]) for r in good if r["rss_kib"] not in ("", "NA")]
+                rss = f"{statistics.median(rss) / 1024:.0f}" if rss else "NA"
+                cells.append(f"{med('wall_s'):.2f} / {med('cpu_s'):.1f} / {rss} / {req}")
+                walls[t] = med("wall_s")
+            else:
+                cells.append("NA")
+            if bad:
+                cells[-1] += " **" + ",".join(bad) + "**"
+        r = ratio(walls)
+        cell = f"{r:.2f}" if r is not None else "-"
+        if len(reps) > 1:
+            each = [ratio({row["tool"]: float(row["wall_s"]) for row in rows if row["step"] == s
+                           and int(row["latency_ms"]) == lat and int(row["rep"]) == k and ok(row)}) for k in reps]
+            each = [x for x in each if x is not None]
+            if each:
+                cell += f" ({min(each):.2f}-{max(each):.2f})"
+        print(f"| {s} | " + " | ".join(cells) + f" | {cell} |")
 EOF
 log "results: $OUT.md and $OUT.csv"

@@ -384,6 +384,20 @@ mod tests {
     }
 
     #[test]
+    fn the_snapshots_are_found_from_the_listing_the_open_fetched() {
+        let mem = init();
+        Repository::open(mem.clone(), b"pw").unwrap();
+        let counting = Arc::new(CountingBackend::new(mem.clone()));
+        let probe = Repository::probe_with(counting.as_ref(), &[ObjectKind::Snapshot]);
+        let repo = Repository::open_probed(counting.clone(), probe, b"pw", None).unwrap();
+        let listed = counting.counts().list;
+        repo.snapshots().unwrap();
+        assert_eq!(counting.counts().list, listed, "no listing of its own");
+        repo.snapshots().unwrap();
+        assert_eq!(counting.counts().list, listed + 1, "the next call lists afresh");
+    }
+
+    #[test]
     fn listings_fetched_ahead_are_served_once_and_then_listed_afresh() {
         let mem = init();
         let counting = Arc::new(CountingBackend::new(mem.clone()));

@@ -1032,8 +1032,11 @@ impl Repository {
 
     /// Loads every snapshot, oldest first. A damaged snapshot does not hide the
     /// others: it is returned in the second list. Storage errors fail the call.
+    /// The listing the open fetched ahead, if fresh, serves the first call (a
+    /// `latest` found on a client that remembers no history costs no round trip
+    /// of its own).
     pub fn snapshots(&self) -> Result<(Vec<(Id, Snapshot)>, DamagedSnapshots)> {
-        let ids = self.list_ids(ObjectKind::Snapshot)?;
+        let ids = self.list_ids_ahead(ObjectKind::Snapshot)?;
         let loaded: Vec<(Id, Result<Snapshot>)> = self.fetch_many(&ids, |id| (*id, self.load_snapshot(id)));
         let (mut snaps, damaged) = signed::split_damaged(loaded)?;
         snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));

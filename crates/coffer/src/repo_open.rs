@@ -423,13 +423,22 @@ fn latency_json(l: &coffer_backend::Latency) -> serde_json::Value {
 /// Opens the repository and loads its index. An index file that does not load is
 /// skipped with a warning on stderr.
 pub fn open(global: &GlobalArgs) -> Result<Repository> {
-    Ok(open_finding(global, Ahead::List(READERS), &[], &SnapshotFilter::default())?.0)
+    Ok(open_finding(global, &[], &SnapshotFilter::default())?.0)
 }
 
 /// [`open`], finding the snapshots `names` (as [`find_snapshot`]) while the index
 /// loads: neither needs the other, so over a remote storage their reads share
 /// rounds. A snapshot not found is the error reported first.
 pub fn open_finding(
+    global: &GlobalArgs,
+    names: &[&str],
+    filter: &SnapshotFilter,
+) -> Result<(Repository, Vec<(Id, Snapshot)>)> {
+    open_finding_ahead(global, Ahead::List(READERS), names, filter)
+}
+
+/// [`open_finding`], doing `ahead` on the way (see [`open_ahead`]).
+pub fn open_finding_ahead(
     global: &GlobalArgs,
     ahead: Ahead,
     names: &[&str],
@@ -450,11 +459,20 @@ pub fn open_finding(
 /// [`open_finding`] for one snapshot name.
 pub fn open_finding_one(
     global: &GlobalArgs,
+    name: &str,
+    filter: &SnapshotFilter,
+) -> Result<(Repository, Id, Snapshot)> {
+    open_finding_one_ahead(global, Ahead::List(READERS), name, filter)
+}
+
+/// [`open_finding_one`], doing `ahead` on the way (see [`open_ahead`]).
+pub fn open_finding_one_ahead(
+    global: &GlobalArgs,
     ahead: Ahead,
     name: &str,
     filter: &SnapshotFilter,
 ) -> Result<(Repository, Id, Snapshot)> {
-    let (repo, mut found) = open_finding(global, ahead, &[name], filter)?;
+    let (repo, mut found) = open_finding_ahead(global, ahead, &[name], filter)?;
     let (id, snap) = found.pop().expect("a snapshot per name");
     Ok((repo, id, snap))
 }

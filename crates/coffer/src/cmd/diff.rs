@@ -53,12 +53,7 @@ fn summary_text(s: &DiffStats) -> String {
 
 pub fn run(global: &GlobalArgs, a: &DiffArgs) -> Result<u8> {
     let filter = SnapshotFilter::from(&a.filter);
-    let (repo, found) = repo_open::open_finding(
-        global,
-        repo_open::Ahead::List(repo_open::READERS),
-        &[&a.snapshot1, &a.snapshot2],
-        &filter,
-    )?;
+    let (repo, found) = repo_open::open_finding(global, &[&a.snapshot1, &a.snapshot2], &filter)?;
     let mut found = found.into_iter();
     let (Some((id1, snap1)), Some((id2, snap2))) = (found.next(), found.next()) else {
         unreachable!("a snapshot per name")

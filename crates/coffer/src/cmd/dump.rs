@@ -18,12 +18,7 @@ use crate::args::{ArchiveFormat, DumpArgs, GlobalArgs};
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &DumpArgs) -> Result<u8> {
-    let (repo, id, snap) = repo_open::open_finding_one(
-        global,
-        repo_open::Ahead::List(repo_open::READERS),
-        &a.snapshot,
-        &SnapshotFilter::from(&a.filter),
-    )?;
+    let (repo, id, snap) = repo_open::open_finding_one(global, &a.snapshot, &SnapshotFilter::from(&a.filter))?;
     super::flag_signature(&id, &snap);
     let path = Path::new("/").join(&a.path);
     let located = locate_path(&repo, snap.tree, &path)?;

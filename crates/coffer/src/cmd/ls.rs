@@ -70,12 +70,7 @@ fn print(global: &GlobalArgs, long: bool, path: &Path, n: &Node) {
 }
 
 pub fn run(global: &GlobalArgs, a: &LsArgs) -> Result<u8> {
-    let (repo, id, snap) = repo_open::open_finding_one(
-        global,
-        repo_open::Ahead::List(repo_open::READERS),
-        &a.snapshot,
-        &SnapshotFilter::from(&a.filter),
-    )?;
+    let (repo, id, snap) = repo_open::open_finding_one(global, &a.snapshot, &SnapshotFilter::from(&a.filter))?;
     super::flag_signature(&id, &snap);
     let start = Path::new("/").join(a.path.clone().unwrap_or_default());
     let tree = match locate(&repo, snap.tree, &start)? {

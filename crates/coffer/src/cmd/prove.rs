@@ -14,12 +14,7 @@ use crate::args::{GlobalArgs, ProveArgs, VerifyProofArgs};
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &ProveArgs) -> Result<u8> {
-    let (repo, id, snap) = repo_open::open_finding_one(
-        global,
-        repo_open::Ahead::List(repo_open::READERS),
-        &a.snapshot,
-        &SnapshotFilter::from(&a.filter),
-    )?;
+    let (repo, id, snap) = repo_open::open_finding_one(global, &a.snapshot, &SnapshotFilter::from(&a.filter))?;
     super::flag_signature(&id, &snap);
     let proof = prove(&repo, &id, a.path.as_bytes())?;
     let bytes = proof.encode();

@@ -24,7 +24,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         None => (raw, None),
     };
     let name = std::str::from_utf8(name).map_err(|_| anyhow!("snapshot name {:?} is not valid UTF-8", a.snapshot))?;
-    let (repo, id, snap) = repo_open::open_finding_one(
+    let (repo, id, snap) = repo_open::open_finding_one_ahead(
         global,
         repo_open::Ahead::Fetch(repo_open::READERS),
         name,

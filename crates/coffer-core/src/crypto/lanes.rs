@@ -1,4 +1,5 @@
-//! scrypt with its lanes side by side (docs/design.md#key-derivation).
+//! scrypt with its lanes side by side
+//! (docs/design.md#key-derivation-from-a-passphrase).
 //!
 //! scrypt's `p` lanes are independent: the passphrase and salt are stretched
 //! into `p` blocks (PBKDF2-HMAC-SHA256, one iteration), each block is mixed on
@@ -11,6 +12,8 @@
 //! its BlockMix as RFC 7914 defines them, checked against the RFC's vectors and
 //! against the `scrypt` crate.
 
+use std::sync::Mutex;
+
 use pbkdf2::pbkdf2_hmac;
 use salsa20::SalsaCore;
 use salsa20::cipher::StreamCipherCore;
@@ -22,25 +25,39 @@ use super::ScryptParams;
 
 /// Derives `out` from `passphrase` and `salt` as scrypt with `params` does,
 /// running the lanes on up to `threads` threads (each holding `128 · r · N`
-/// bytes). The parameters must be valid ([`ScryptParams::validate`]).
+/// bytes). The parameters must be valid ([`ScryptParams::validate`]). The
+/// calling thread is one of them; a thread that cannot be started leaves its
+/// share to the others.
 pub(super) fn derive(passphrase: &[u8], salt: &[u8], params: ScryptParams, threads: usize, out: &mut [u8]) {
     let r128 = 128 * params.r as usize;
     let n = 1usize << params.log_n;
     let mut b = vec![0u8; params.p as usize * r128];
     pbkdf2_hmac::<Sha256>(passphrase, salt, 1, &mut b);
     let lanes_per_thread = (params.p as usize).div_ceil(threads.max(1));
-    std::thread::scope(|s| {
-        for lanes in b.chunks_mut(lanes_per_thread * r128) {
-            s.spawn(move || {
-                let mut v = vec![0u8; n * r128];
-                let mut t = vec![0u8; r128];
-                for lane in lanes.chunks_mut(r128) {
-                    ro_mix(lane, &mut v, &mut t, n);
-                }
-                v.zeroize();
-                t.zeroize();
-            });
+    let helpers = (params.p as usize).div_ceil(lanes_per_thread) - 1;
+    let shares: Mutex<Vec<&mut [u8]>> = Mutex::new(b.chunks_mut(lanes_per_thread * r128).collect());
+    let work = || {
+        let mut v = Vec::new();
+        let mut t = vec![0u8; r128];
+        loop {
+            // Taken in a statement of its own: the lock is not held while mixing.
+            let next = shares.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let Some(lanes) = next else { break };
+            if v.is_empty() {
+                v = vec![0u8; n * r128];
+            }
+            for lane in lanes.chunks_mut(r128) {
+                ro_mix(lane, &mut v, &mut t, n);
+            }
         }
+        v.zeroize();
+        t.zeroize();
+    };
+    std::thread::scope(|s| {
+        for _ in 0..helpers {
+            let _ = std::thread::Builder::new().spawn_scoped(s, work);
+        }
+        work();
     });
     pbkdf2_hmac::<Sha256>(passphrase, &b, 1, out);
     b.zeroize();

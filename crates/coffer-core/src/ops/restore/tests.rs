@@ -437,8 +437,11 @@ struct SwapsTheFile {
 impl Progress for SwapsTheFile {
     fn add_bytes(&self, _: u64) {
         if !self.swapped.swap(true, Ordering::SeqCst) {
-            std::fs::rename(self.dir.join("only"), self.dir.join("moved")).unwrap();
-            write(self.dir.join("only"), b"not what was backed up");
+            // In one step, as a rename over it does: the name never goes missing
+            // (a restore that looked in between would rightly find no file).
+            write(self.dir.join("incoming"), b"not what was backed up");
+            std::fs::hard_link(self.dir.join("only"), self.dir.join("moved")).unwrap();
+            std::fs::rename(self.dir.join("incoming"), self.dir.join("only")).unwrap();
         }
     }
 }

@@ -2,6 +2,12 @@
 //! saves blobs and sealed objects. The layers above (backup, restore, check) use it;
 //! it uses the backend, crypto and format layers. See docs/design.md.
 
+/// The damage of blob `entry` in pack `pack_info`, as `detail` says.
+fn blob_damage(pack_info: &PackInfo, entry: &PackEntry, detail: impl Into<String>) -> Error {
+    let object = format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short());
+    Error::corrupt(object, detail)
+}
+
 #[cfg(test)]
 mod copies_tests;
 pub mod history;
@@ -986,14 +992,9 @@ impl Repository {
     /// Authenticates, decrypts and decompresses one blob's sealed bytes and checks
     /// that the plaintext hashes to the entry's id.
     pub fn decode_blob(&self, pack_info: &PackInfo, entry: &PackEntry, sealed: &[u8]) -> Result<Vec<u8>> {
-        let object = || format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short());
-        let key = self
-            .pack_key(pack_info.epoch, pack_info.cipher, &pack_info.salt)
-            .map_err(|e| Error::corrupt(object(), e))?;
-        let data = pack::open_blob(&key, entry, sealed).map_err(|e| Error::corrupt(object(), e))?;
-        if self.blob_id(entry.blob_type, &data) != entry.id {
-            return Err(Error::corrupt(object(), "content does not match its id"));
-        }
+        let key = self.blob_key(pack_info, entry)?;
+        let data = pack::open_blob(&key, entry, sealed).map_err(|e| blob_damage(pack_info, entry, e))?;
+        self.check_blob_id(pack_info, entry, &data)?;
         Ok(data)
     }
 
@@ -1007,19 +1008,27 @@ impl Repository {
         sealed: &'a mut [u8],
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8]> {
-        let object = || format!("{} {} in pack {}", entry.blob_type.noun(), entry.id.short(), pack_info.id.short());
-        let key = self
-            .pack_key(pack_info.epoch, pack_info.cipher, &pack_info.salt)
-            .map_err(|e| Error::corrupt(object(), e))?;
+        let key = self.blob_key(pack_info, entry)?;
         let data: &[u8] = match pack::open_blob_in_place(&key, entry, sealed, scratch) {
             Ok(pack::Plain::Stored(range)) => &sealed[range],
             Ok(pack::Plain::Decompressed(len)) => &scratch[..len],
-            Err(e) => return Err(Error::corrupt(object(), e)),
+            Err(e) => return Err(blob_damage(pack_info, entry, e)),
         };
-        if self.blob_id(entry.blob_type, data) != entry.id {
-            return Err(Error::corrupt(object(), "content does not match its id"));
-        }
+        self.check_blob_id(pack_info, entry, data)?;
         Ok(data)
+    }
+
+    /// The key of the pack that holds `entry`.
+    fn blob_key(&self, pack_info: &PackInfo, entry: &PackEntry) -> Result<AeadKey> {
+        self.pack_key(pack_info.epoch, pack_info.cipher, &pack_info.salt).map_err(|e| blob_damage(pack_info, entry, e))
+    }
+
+    /// Checks that a blob's plaintext hashes to its id.
+    fn check_blob_id(&self, pack_info: &PackInfo, entry: &PackEntry, data: &[u8]) -> Result<()> {
+        if self.blob_id(entry.blob_type, data) != entry.id {
+            return Err(blob_damage(pack_info, entry, "content does not match its id"));
+        }
+        Ok(())
     }
 
     /// Applies `f` (which fetches objects) to every item on the backend's I/O

@@ -1,5 +1,6 @@
 //! Per-core throughput of each backup stage: chunking, blob id hashing, AEAD
-//! sealing, compression (with the skip probe), and pack assembly. Run with
+//! sealing, compression (with the skip probe), pack assembly, and the key
+//! derivation that opens a repository. Run with
 //! `cargo bench -p coffer-core --bench stages`; figures are recorded in
 //! docs/performance.md.
 
@@ -7,7 +8,7 @@ use std::hint::black_box;
 
 use coffer_core::chunker::{Chunker, ChunkerParams};
 use coffer_core::compress;
-use coffer_core::crypto::{AeadKey, Cipher, Key, Nonce, blob_id};
+use coffer_core::crypto::{AeadKey, Cipher, Key, Nonce, ScryptParams, blob_id, scrypt_kdf_on};
 use coffer_core::format::pack::{BlobType, COMPRESSION_NONE, PackBuilder};
 use coffer_core::id::Id;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -98,6 +99,17 @@ fn stages(c: &mut Criterion) {
             p.finish().unwrap().len
         })
     });
+    g.finish();
+
+    // Opening a repository: the default key derivation, its lanes one after
+    // the other (every command) and two side by side (a remote restore).
+    let mut g = c.benchmark_group("scrypt");
+    g.sample_size(10);
+    for threads in [1, 2] {
+        g.bench_function(format!("default-{threads}-threads"), |b| {
+            b.iter(|| scrypt_kdf_on(b"passphrase", &[7; 32], ScryptParams::DEFAULT, threads).unwrap().0[0])
+        });
+    }
     g.finish();
 }
 

@@ -7,17 +7,14 @@
 //! stretched into the key (PBKDF2 again). The `scrypt` crate runs the lanes one
 //! after the other, in one buffer; [`derive`] runs them on up to `threads`
 //! threads, one buffer per thread, for commands whose peak memory is larger than
-//! those buffers anyway. PBKDF2 and the Salsa20/8 core are the RustCrypto
-//! crates' (the same the `scrypt` crate uses); what is written here is ROMix and
-//! its BlockMix as RFC 7914 defines them, checked against the RFC's vectors and
-//! against the `scrypt` crate.
+//! those buffers anyway. PBKDF2 is the RustCrypto crate's (the one the `scrypt`
+//! crate uses); what is written here is ROMix, BlockMix and the Salsa20/8 core
+//! as RFC 7914 defines them, over rows of four words that are SSE2 registers on
+//! x86-64, checked against the RFC's vectors and against the `scrypt` crate.
 
 use std::sync::Mutex;
 
 use pbkdf2::pbkdf2_hmac;
-use salsa20::SalsaCore;
-use salsa20::cipher::StreamCipherCore;
-use salsa20::cipher::consts::U4;
 use sha2::Sha256;
 use zeroize::Zeroize;
 
@@ -29,6 +26,18 @@ use super::ScryptParams;
 /// calling thread is one of them; a thread that cannot be started leaves its
 /// share to the others.
 pub(super) fn derive(passphrase: &[u8], salt: &[u8], params: ScryptParams, threads: usize, out: &mut [u8]) {
+    derive_with(passphrase, salt, params, threads, out, rows::mix_lane)
+}
+
+/// [`derive`] with `mix` as ROMix over one kind of rows.
+fn derive_with<P: Zeroize>(
+    passphrase: &[u8],
+    salt: &[u8],
+    params: ScryptParams,
+    threads: usize,
+    out: &mut [u8],
+    mix: fn(&mut [u8], &mut Vec<P>, usize),
+) {
     let r128 = 128 * params.r as usize;
     let n = 1usize << params.log_n;
     let mut b = vec![0u8; params.p as usize * r128];
@@ -38,20 +47,15 @@ pub(super) fn derive(passphrase: &[u8], salt: &[u8], params: ScryptParams, threa
     let shares: Mutex<Vec<&mut [u8]>> = Mutex::new(b.chunks_mut(lanes_per_thread * r128).collect());
     let work = || {
         let mut v = Vec::new();
-        let mut t = vec![0u8; r128];
         loop {
             // Taken in a statement of its own: the lock is not held while mixing.
             let next = shares.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let Some(lanes) = next else { break };
-            if v.is_empty() {
-                v = vec![0u8; n * r128];
-            }
             for lane in lanes.chunks_mut(r128) {
-                ro_mix(lane, &mut v, &mut t, n);
+                mix(lane, &mut v, n);
             }
         }
         v.zeroize();
-        t.zeroize();
     };
     std::thread::scope(|s| {
         for _ in 0..helpers {
@@ -63,57 +67,230 @@ pub(super) fn derive(passphrase: &[u8], salt: &[u8], params: ScryptParams, threa
     b.zeroize();
 }
 
-/// ROMix (RFC 7914, section 5) of the block `b` (`128 · r` bytes) in place,
-/// with `v` (`N` blocks) and `t` (one block) as working memory.
-fn ro_mix(b: &mut [u8], v: &mut [u8], t: &mut [u8], n: usize) {
-    let len = b.len();
-    for slot in v.chunks_mut(len) {
-        slot.copy_from_slice(b);
-        block_mix(slot, b);
-    }
-    for _ in 0..n {
-        let j = integerify(b, n);
-        for ((t, b), v) in t.iter_mut().zip(b.iter()).zip(&v[j * len..(j + 1) * len]) {
-            *t = b ^ v;
+/// For each place of a part (see [`words`]), the index of the word it holds.
+const DIAGONAL_ORDER: [usize; 16] = [0, 5, 10, 15, 4, 9, 14, 3, 8, 13, 2, 7, 12, 1, 6, 11];
+
+/// ROMix, BlockMix and the Salsa20/8 core over rows of four words, written
+/// once for the two kinds of row below.
+///
+/// A block is `2r` parts of 64 bytes; a part is held as sixteen little-endian
+/// words in four rows, in the order of the Salsa20 matrix's diagonals (row 0
+/// holds words 0, 5, 10, 15; row 1 words 4, 9, 14, 3; row 2 words 8, 13, 2, 7;
+/// row 3 words 12, 1, 6, 11), so that the column and the row rounds both work
+/// on whole rows, which are vector registers. Word 0 stays first, where
+/// Integerify reads it.
+macro_rules! mixing {
+    ($(#[$feature:meta])*) => {
+        use zeroize::Zeroize;
+
+        use super::DIAGONAL_ORDER;
+
+        pub(super) type Part = [Row; 4];
+
+        /// ROMix (RFC 7914, section 5) of the block `b` (`128 · r` bytes) in
+        /// place, with `v` as its `N` blocks of memory (allocated once, for
+        /// all the lanes a thread mixes).
+        $(#[$feature])*
+        pub(super) fn ro_mix(b: &mut [u8], v: &mut Vec<Part>, n: usize) {
+            let mut x: Vec<Part> = b.chunks_exact(64).map(|bytes| to_part(bytes)).collect();
+            let mut y = x.clone();
+            let parts = x.len();
+            v.clear();
+            v.reserve_exact(n * parts);
+            for _ in 0..n {
+                v.extend_from_slice(&x);
+                block_mix(&v[v.len() - parts..], None, &mut x);
+            }
+            // N is a power of two of at least 2: the block goes from x to y
+            // and back.
+            let at = |b: &[Part]| (first_word(b[parts - 1][0]) as usize & (n - 1)) * parts;
+            for _ in 0..n / 2 {
+                let j = at(&x);
+                block_mix(&x, Some(&v[j..j + parts]), &mut y);
+                let j = at(&y);
+                block_mix(&y, Some(&v[j..j + parts]), &mut x);
+            }
+            for (part, bytes) in x.iter().zip(b.chunks_exact_mut(64)) {
+                from_part(part, bytes);
+            }
+            x.zeroize();
+            y.zeroize();
         }
-        block_mix(t, b);
-    }
-}
 
-/// The first word of the last 64-byte part of `b`, little-endian, modulo `n` (a
-/// power of two; RFC 7914 takes the whole last part as an integer, of which
-/// only these bits count).
-fn integerify(b: &[u8], n: usize) -> usize {
-    let last = &b[b.len() - 64..];
-    u32::from_le_bytes(last[..4].try_into().expect("four bytes")) as usize & (n - 1)
-}
-
-/// BlockMix with Salsa20/8 (RFC 7914, section 4) of `input` (`2r` parts of 64
-/// bytes) into `output`: the even parts' results first, then the odd ones'.
-fn block_mix(input: &[u8], output: &mut [u8]) {
-    let parts = input.len() / 64;
-    let mut x = [0u8; 64];
-    x.copy_from_slice(&input[input.len() - 64..]);
-    for (i, part) in input.chunks_exact(64).enumerate() {
-        for (x, p) in x.iter_mut().zip(part) {
-            *x ^= p;
+        /// BlockMix with Salsa20/8 (RFC 7914, section 4) of `input` (`2r`
+        /// parts), XORed with `with` first where given, into `output`: the
+        /// even parts' results first, then the odd ones'.
+        $(#[$feature])*
+        fn block_mix(input: &[Part], with: Option<&[Part]>, output: &mut [Part]) {
+            let parts = input.len();
+            let mut x = input[parts - 1];
+            if let Some(with) = with {
+                x = xor_part(x, with[parts - 1]);
+            }
+            for i in 0..parts {
+                x = xor_part(x, input[i]);
+                if let Some(with) = with {
+                    x = xor_part(x, with[i]);
+                }
+                x = salsa20_8(x);
+                output[i / 2 + (i % 2) * (parts / 2)] = x;
+            }
         }
-        x = salsa20_8(&x);
-        let at = (i / 2 + (i % 2) * (parts / 2)) * 64;
-        output[at..at + 64].copy_from_slice(&x);
+
+        $(#[$feature])*
+        fn xor_part(a: Part, b: Part) -> Part {
+            [xor(a[0], b[0]), xor(a[1], b[1]), xor(a[2], b[2]), xor(a[3], b[3])]
+        }
+
+        /// The Salsa20/8 core (four double rounds, then the input added) of
+        /// one part.
+        $(#[$feature])*
+        pub(super) fn salsa20_8(input: Part) -> Part {
+            let [mut a, mut b, mut c, mut d] = input;
+            for _ in 0..4 {
+                // Columns: each row holds one word of each column.
+                b = xor(b, rotated::<7, 25>(add(a, d)));
+                c = xor(c, rotated::<9, 23>(add(b, a)));
+                d = xor(d, rotated::<13, 19>(add(c, b)));
+                a = xor(a, rotated::<18, 14>(add(d, c)));
+                // Rows: turned, rows 1-3 line up one word of each matrix row.
+                let (mut b1, mut c1, mut d1) = (turn::<0x93>(b), turn::<0x4e>(c), turn::<0x39>(d));
+                d1 = xor(d1, rotated::<7, 25>(add(a, b1)));
+                c1 = xor(c1, rotated::<9, 23>(add(d1, a)));
+                b1 = xor(b1, rotated::<13, 19>(add(c1, d1)));
+                a = xor(a, rotated::<18, 14>(add(b1, c1)));
+                (b, c, d) = (turn::<0x39>(b1), turn::<0x4e>(c1), turn::<0x93>(d1));
+            }
+            [add(a, input[0]), add(b, input[1]), add(c, input[2]), add(d, input[3])]
+        }
+
+        $(#[$feature])*
+        pub(super) fn to_part(bytes: &[u8]) -> Part {
+            let word = |place: usize| {
+                let at = 4 * DIAGONAL_ORDER[place];
+                u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+            };
+            std::array::from_fn(|r| from_words([word(4 * r), word(4 * r + 1), word(4 * r + 2), word(4 * r + 3)]))
+        }
+
+        $(#[$feature])*
+        pub(super) fn from_part(part: &Part, bytes: &mut [u8]) {
+            for (r, row) in part.iter().enumerate() {
+                for (w, word) in to_words(*row).into_iter().enumerate() {
+                    let at = 4 * DIAGONAL_ORDER[4 * r + w];
+                    bytes[at..at + 4].copy_from_slice(&word.to_le_bytes());
+                }
+            }
+        }
+    };
+}
+
+/// Rows in SSE2 registers, which every x86-64 processor has.
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use std::arch::x86_64::*;
+
+    pub(super) type Row = __m128i;
+
+    mixing!(#[target_feature(enable = "sse2")] #[inline]);
+
+    /// [`ro_mix`] where SSE2 is known to be there.
+    pub(super) fn mix_lane(b: &mut [u8], v: &mut Vec<Part>, n: usize) {
+        // SAFETY: SSE2 is part of the x86-64 architecture itself: every
+        // processor this module is compiled for has it.
+        unsafe { ro_mix(b, v, n) }
+    }
+
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn add(a: Row, b: Row) -> Row {
+        _mm_add_epi32(a, b)
+    }
+
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn xor(a: Row, b: Row) -> Row {
+        _mm_xor_si128(a, b)
+    }
+
+    /// Each word rotated left by `L` (`R` is 32 - `L`).
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn rotated<const L: i32, const R: i32>(t: Row) -> Row {
+        _mm_or_si128(_mm_slli_epi32::<L>(t), _mm_srli_epi32::<R>(t))
+    }
+
+    /// Word `i` of the result is word `(ORDER >> 2i) & 3` of `row`.
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn turn<const ORDER: i32>(row: Row) -> Row {
+        _mm_shuffle_epi32::<ORDER>(row)
+    }
+
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn first_word(row: Row) -> u32 {
+        _mm_cvtsi128_si32(row) as u32
+    }
+
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn from_words(w: [u32; 4]) -> Row {
+        _mm_set_epi32(w[3] as i32, w[2] as i32, w[1] as i32, w[0] as i32)
+    }
+
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn to_words(row: Row) -> [u32; 4] {
+        [first_word(row), first_word(turn::<0x39>(row)), first_word(turn::<0x4e>(row)), first_word(turn::<0x93>(row))]
     }
 }
 
-/// The Salsa20/8 core of one 64-byte block.
-fn salsa20_8(block: &[u8; 64]) -> [u8; 64] {
-    let mut state = [0u32; 16];
-    for (w, b) in state.iter_mut().zip(block.chunks_exact(4)) {
-        *w = u32::from_le_bytes(b.try_into().expect("four bytes"));
+/// Rows as plain arrays of words, for other processors (and, in the tests,
+/// as the reference the SSE2 rows are checked against).
+#[cfg(any(test, not(target_arch = "x86_64")))]
+mod words {
+    pub(super) type Row = [u32; 4];
+
+    mixing!();
+
+    pub(super) fn mix_lane(b: &mut [u8], v: &mut Vec<Part>, n: usize) {
+        ro_mix(b, v, n)
     }
-    let mut out = Default::default();
-    SalsaCore::<U4>::from_raw_state(state).write_keystream_block(&mut out);
-    out.into()
+
+    fn add(a: Row, b: Row) -> Row {
+        std::array::from_fn(|i| a[i].wrapping_add(b[i]))
+    }
+
+    fn xor(a: Row, b: Row) -> Row {
+        std::array::from_fn(|i| a[i] ^ b[i])
+    }
+
+    fn rotated<const L: u32, const R: u32>(t: Row) -> Row {
+        t.map(|w| w.rotate_left(L))
+    }
+
+    fn turn<const ORDER: usize>(row: Row) -> Row {
+        std::array::from_fn(|i| row[(ORDER >> (2 * i)) & 3])
+    }
+
+    fn first_word(row: Row) -> u32 {
+        row[0]
+    }
+
+    fn from_words(w: [u32; 4]) -> Row {
+        w
+    }
+
+    fn to_words(row: Row) -> [u32; 4] {
+        row
+    }
 }
+
+#[cfg(target_arch = "x86_64")]
+use sse2 as rows;
+#[cfg(not(target_arch = "x86_64"))]
+use words as rows;
 
 #[cfg(test)]
 mod tests {
@@ -134,7 +311,16 @@ mod tests {
             "a41f859c6608cc993b81cacb020cef05044b2181a2fd337dfd7b1c6396682f29
              b4393168e3c9e6bcfe6bc5b7a06d96bae424cc102c91745c24ad673dc7618f81",
         );
-        assert_eq!(salsa20_8(&input.try_into().unwrap()).to_vec(), want);
+        let mut got = [0u8; 64];
+        // SAFETY (x86-64): SSE2 is part of the architecture.
+        #[allow(unused_unsafe)]
+        unsafe {
+            rows::from_part(&rows::salsa20_8(rows::to_part(&input)), &mut got)
+        };
+        assert_eq!(got.to_vec(), want);
+        let mut got = [0u8; 64];
+        words::from_part(&words::salsa20_8(words::to_part(&input)), &mut got);
+        assert_eq!(got.to_vec(), want);
     }
 
     #[test]
@@ -150,12 +336,14 @@ mod tests {
             "fdbabe1c9d3472007856e7190d01e9fe7c6ad7cbc8237830e77376634b373162
              2eaf30d92e22a3886ff109279d9830dac727afb94a83ee6d8360cbdfa2cc0640",
         );
-        for threads in 1..=5 {
-            let mut out = vec![0u8; 64];
-            derive(b"", b"", ScryptParams { log_n: 4, r: 1, p: 1 }, threads, &mut out);
-            assert_eq!(out, empty, "{threads} threads");
-            derive(b"password", b"NaCl", ScryptParams { log_n: 10, r: 8, p: 16 }, threads, &mut out);
-            assert_eq!(out, nacl, "{threads} threads");
+        for (rows, derive) in both_kinds_of_rows() {
+            for threads in 1..=5 {
+                let mut out = vec![0u8; 64];
+                derive(b"", b"", ScryptParams { log_n: 4, r: 1, p: 1 }, threads, &mut out);
+                assert_eq!(out, empty, "{rows}, {threads} threads");
+                derive(b"password", b"NaCl", ScryptParams { log_n: 10, r: 8, p: 16 }, threads, &mut out);
+                assert_eq!(out, nacl, "{rows}, {threads} threads");
+            }
         }
     }
 
@@ -166,11 +354,26 @@ mod tests {
             let crate_params = scrypt::Params::new(log_n, r, p).unwrap();
             let mut want = [0u8; 32];
             scrypt::scrypt(b"a passphrase", b"its salt", &crate_params, &mut want).unwrap();
-            for threads in [1, 2, 4] {
-                let mut got = [0u8; 32];
-                derive(b"a passphrase", b"its salt", params, threads, &mut got);
-                assert_eq!(got, want, "log_n {log_n} r {r} p {p} on {threads} threads");
+            for (rows, derive) in both_kinds_of_rows() {
+                for threads in [1, 2, 4] {
+                    let mut got = [0u8; 32];
+                    derive(b"a passphrase", b"its salt", params, threads, &mut got);
+                    assert_eq!(got, want, "log_n {log_n} r {r} p {p}, {rows}, on {threads} threads");
+                }
             }
         }
+    }
+
+    type Derive = fn(&[u8], &[u8], ScryptParams, usize, &mut [u8]);
+
+    /// The derivation as it runs here, and over rows of plain words (as it runs
+    /// on other processors).
+    fn both_kinds_of_rows() -> [(&'static str, Derive); 2] {
+        [
+            ("this processor's rows", derive),
+            ("rows of words", |pw, salt, params, threads, out| {
+                derive_with(pw, salt, params, threads, out, words::mix_lane)
+            }),
+        ]
     }
 }

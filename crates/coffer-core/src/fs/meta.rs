@@ -79,25 +79,43 @@ pub fn node_kind(md: &Metadata) -> NodeKind {
     }
 }
 
-/// Builds the node for `path` from its `lstat` metadata: everything but content
-/// and subtree. Extended attributes that cannot be read are left out and returned
+/// Builds the node for the entry at `path()` from its `lstat` metadata:
+/// everything but content and subtree. Extended attributes that cannot be read are left out and returned
 /// as a warning; a symlink whose target cannot be read is an error (the entry
 /// cannot be recorded).
-pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> Result<(Node, Option<String>), String> {
+///
+/// `previous` is the entry's node in the parent snapshot, if any. When it is
+/// the same inode with the same change time ([`same_inode_since`]), its
+/// extended attributes and symlink target are taken instead of read again:
+/// changing either changes the ctime (docs/design.md#change-detection).
+pub fn read_node(
+    name: &[u8],
+    path: impl FnOnce() -> PathBuf,
+    md: &Metadata,
+    names: &NameCache,
+    previous: Option<&Node>,
+) -> Result<(Node, Option<String>), String> {
     let kind = node_kind(md);
     let mut warning = None;
-    let target = if kind == NodeKind::Symlink {
-        let t = std::fs::read_link(path).map_err(|e| format!("cannot read symlink target: {e}"))?;
-        Some(Bytes(t.as_os_str().as_bytes().to_vec()))
-    } else {
-        None
-    };
-    let xattrs = match read_xattrs(path) {
-        Ok(x) => x,
-        Err(e) => {
-            warning = Some(format!("cannot read extended attributes: {e}"));
-            Vec::new()
+    let same = previous.filter(|p| p.kind == kind && same_inode_since(md, p));
+    let path = std::cell::LazyCell::new(path);
+    let target = match (kind, same) {
+        (NodeKind::Symlink, Some(p)) if p.target.is_some() => p.target.clone(),
+        (NodeKind::Symlink, _) => {
+            let t = std::fs::read_link(&*path).map_err(|e| format!("cannot read symlink target: {e}"))?;
+            Some(Bytes(t.as_os_str().as_bytes().to_vec()))
         }
+        _ => None,
+    };
+    let xattrs = match same {
+        Some(p) => p.xattrs.clone(),
+        None => match read_xattrs(&path) {
+            Ok(x) => x,
+            Err(e) => {
+                warning = Some(format!("cannot read extended attributes: {e}"));
+                Vec::new()
+            }
+        },
     };
     let is_file = kind == NodeKind::File;
     let node = Node {
@@ -124,6 +142,17 @@ pub fn read_node(name: &[u8], path: &Path, md: &Metadata, names: &NameCache) -> 
         subtree: None,
     };
     Ok((node, warning))
+}
+
+/// Whether the entry `md` describes is the inode `previous` recorded (same
+/// device and inode number) and has not changed since: same change time, which
+/// the kernel sets on every change to the inode's metadata, extended attributes
+/// included, and same modification time.
+pub fn same_inode_since(md: &Metadata, previous: &Node) -> bool {
+    previous.device == md.dev()
+        && previous.inode == md.ino()
+        && previous.ctime == Timestamp(md.ctime(), md.ctime_nsec() as u32)
+        && previous.mtime == Timestamp(md.mtime(), md.mtime_nsec() as u32)
 }
 
 fn unsupported(e: &io::Error) -> bool {
@@ -347,4 +376,94 @@ pub fn create_special(
     }
     keep_first(&mut first, rustix::fs::utimensat(CWD, &proc, &times(node), AtFlags::empty()).map_err(Into::into));
     first.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn read(path: &Path, previous: Option<&Node>) -> Node {
+        let md = std::fs::symlink_metadata(path).unwrap();
+        let name = path.file_name().unwrap().as_bytes();
+        read_node(name, || path.to_path_buf(), &md, &NameCache::default(), previous).unwrap().0
+    }
+
+    fn marked(node: &Node) -> Node {
+        let mut node = node.clone();
+        node.xattrs = vec![Xattr { name: Bytes(b"user.from-the-parent".to_vec()), value: Bytes(b"1".to_vec()) }];
+        node
+    }
+
+    #[test]
+    fn an_entry_unchanged_since_its_parent_node_takes_its_attributes_and_target_without_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, link) = (dir.path().join("file"), dir.path().join("link"));
+        std::fs::write(&file, b"x").unwrap();
+        symlink("file", &link).unwrap();
+        let md = std::fs::symlink_metadata(&file).unwrap();
+        let previous = marked(&read(&file, None));
+        let never = || -> PathBuf { panic!("the entry was read again") };
+        let (node, _) = read_node(b"file", never, &md, &NameCache::default(), Some(&previous)).unwrap();
+        assert_eq!(node.xattrs, previous.xattrs);
+
+        let mut previous_link = marked(&read(&link, None));
+        previous_link.target = Some(Bytes(b"the parent's target".to_vec()));
+        let md = std::fs::symlink_metadata(&link).unwrap();
+        let (node, _) = read_node(b"link", never, &md, &NameCache::default(), Some(&previous_link)).unwrap();
+        assert_eq!(node.target, previous_link.target);
+        assert_eq!(node.xattrs, previous_link.xattrs);
+    }
+
+    #[test]
+    fn an_entry_changed_since_its_parent_node_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let previous = marked(&read(&file, None));
+        let changes: [(&str, fn(&mut Node)); 5] = [
+            ("ctime", |n| n.ctime.1 ^= 1),
+            ("mtime", |n| n.mtime.0 -= 1),
+            ("inode", |n| n.inode += 1),
+            ("device", |n| n.device ^= 1),
+            ("type", |n| n.kind = NodeKind::Symlink),
+        ];
+        for (what, change) in changes {
+            let mut other = previous.clone();
+            change(&mut other);
+            assert!(read(&file, Some(&other)).xattrs.is_empty(), "another {what}: the attributes are read");
+        }
+        let link = dir.path().join("link");
+        symlink("file", &link).unwrap();
+        let mut previous_link = read(&link, None);
+        previous_link.target = Some(Bytes(b"elsewhere".to_vec()));
+        previous_link.ctime.1 ^= 1;
+        assert_eq!(read(&link, Some(&previous_link)).target, Some(Bytes(b"file".to_vec())));
+    }
+
+    #[test]
+    fn an_attribute_set_after_the_parent_was_read_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let previous = read(&file, None);
+        // The kernel's timestamps may be as coarse as a clock tick (up to 10 ms):
+        // the change below must come in a later one, as it does between backups.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        match xattr::set(&file, "user.added", b"later") {
+            Err(e) if unsupported(&e) => {
+                // No user attributes on this file system: changing the mode sets
+                // the ctime all the same.
+                std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+                assert!(!same_inode_since(&std::fs::symlink_metadata(&file).unwrap(), &previous));
+            }
+            r => {
+                r.unwrap();
+                let node = read(&file, Some(&previous));
+                assert_eq!(node.xattrs.len(), 1, "the attribute set since is read");
+                assert_eq!(node.xattrs[0].value.0, b"later");
+            }
+        }
+    }
 }

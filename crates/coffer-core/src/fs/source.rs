@@ -163,9 +163,12 @@ fn no_follow_error(e: rustix::io::Errno) -> Refused {
 /// An opened directory that was checked against its listing.
 pub struct Dir {
     fd: OwnedFd,
+    /// What it was checked against.
+    listed: Listed,
     /// `/proc/self/fd/N` for its descriptor, when that names it: a path through
-    /// which its entries are reached in this very directory.
-    by_fd: Option<std::path::PathBuf>,
+    /// which its entries are reached in this very directory. Found when first
+    /// needed: an unchanged entry needs none.
+    by_fd: std::sync::OnceLock<Option<std::path::PathBuf>>,
 }
 
 impl Dir {
@@ -182,8 +185,7 @@ impl Dir {
         #[cfg(not(target_os = "linux"))]
         let fd = rustix::fs::openat(CWD, path, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(no_follow_error)?;
         listed.check(&fd, FileType::Directory)?;
-        let by_fd = Self::path_by_fd(&fd, listed);
-        Ok(Dir { fd, by_fd })
+        Ok(Dir { fd, listed, by_fd: Default::default() })
     }
 
     /// Opens the directory holding `path` (absolute, its directories' symlinks
@@ -214,8 +216,7 @@ impl Dir {
         }
         let st = rustix::fs::fstat(&handle)?;
         let listed = Listed { dev: st.st_dev as u64, ino: st.st_ino as u64 };
-        let by_fd = Self::path_by_fd(&handle, listed);
-        Ok(Dir { fd: handle, by_fd })
+        Ok(Dir { fd: handle, listed, by_fd: Default::default() })
     }
 
     /// `/proc/self/fd/N` for `fd` if it leads to the directory `listed` (there may
@@ -233,7 +234,7 @@ impl Dir {
     /// (neither follows a symlink in the last component); `fallback` if there
     /// is none.
     pub fn entry_path(&self, name: &OsStr, fallback: &Path) -> std::path::PathBuf {
-        match &self.by_fd {
+        match self.by_fd.get_or_init(|| Self::path_by_fd(&self.fd, self.listed)) {
             Some(p) => p.join(name),
             None => fallback.to_path_buf(),
         }

@@ -622,7 +622,7 @@ impl Archiver<'_> {
                             let examined = source::Dir::open_parent_of(path).and_then(|d| {
                                 let base = path.file_name().unwrap_or_default();
                                 let md = d.metadata(base).map_err(source::Refused::Io)?;
-                                let read = meta::read_node(name, &d.entry_path(base, path), &md, &self.names);
+                                let read = meta::read_node(name, || d.entry_path(base, path), &md, &self.names, pnode);
                                 Ok((md, read))
                             });
                             match examined {
@@ -635,8 +635,8 @@ impl Archiver<'_> {
                         }
                         VirtualNode::Dir(path, sub) => {
                             let md = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
-                            let (mut node, warning) =
-                                meta::read_node(name, path, &md, &self.names).map_err(Error::InvalidInput)?;
+                            let (mut node, warning) = meta::read_node(name, || path.clone(), &md, &self.names, pnode)
+                                .map_err(Error::InvalidInput)?;
                             if let Some(w) = warning {
                                 self.progress.warn(path, &w);
                             }
@@ -782,9 +782,11 @@ impl Archiver<'_> {
                     }
                 },
             };
+            let pnodes = parent.take(batch.iter().map(|n| n.as_bytes()));
             let examined: Vec<_> = batch
                 .par_iter()
-                .map(|name| {
+                .zip(pnodes.par_iter())
+                .map(|(name, pnode)| {
                     let child = path.join(name);
                     let md = match d.metadata(name) {
                         Ok(md) => md,
@@ -799,12 +801,17 @@ impl Archiver<'_> {
                     {
                         return None;
                     }
-                    let read = meta::read_node(name.as_bytes(), &d.entry_path(name, &child), &md, &self.names);
+                    let read = meta::read_node(
+                        name.as_bytes(),
+                        || d.entry_path(name, &child),
+                        &md,
+                        &self.names,
+                        pnode.as_ref(),
+                    );
                     Some((child, md, read))
                 })
                 .collect();
             drop(d);
-            let pnodes = parent.take(batch.iter().map(|n| n.as_bytes()));
             let results: Vec<Result<Option<Saved>>> = examined
                 .into_par_iter()
                 .zip(pnodes.par_iter())

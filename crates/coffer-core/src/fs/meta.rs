@@ -422,7 +422,8 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, b"x").unwrap();
         let previous = marked(&read(&file, None));
-        let changes: [(&str, fn(&mut Node)); 5] = [
+        type Change = fn(&mut Node);
+        let changes: [(&str, Change); 5] = [
             ("ctime", |n| n.ctime.1 ^= 1),
             ("mtime", |n| n.mtime.0 -= 1),
             ("inode", |n| n.inode += 1),

@@ -2,6 +2,10 @@
 //! command, prints its result (text or `--json`) and exits with a code that says
 //! what happened (see `exit_code`). The only crate that prints.
 
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;
+
+mod alloc;
 mod args;
 mod cmd;
 mod foreign;

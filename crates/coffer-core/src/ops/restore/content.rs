@@ -30,14 +30,15 @@ use crate::format::pack::{BlobType, PackEntry};
 use crate::progress::Progress;
 use crate::repo::{PackInfo, Repository};
 
-/// Blobs closer than this in a pack are read with one request (the gap is read
-/// and discarded).
-const MAX_GAP: u64 = 1 << 20;
-/// How much one wave fetches, in how long reads, and how far the fetch stage
-/// runs ahead of the writer: waves are fetched while earlier ones are written, so
-/// that the storage's round trips overlap the decryption and the writes.
+/// How blobs are gathered into reads, how much one wave fetches, and how far
+/// the fetch stage runs ahead of the writer: waves are fetched while earlier
+/// ones are written, so that the storage's round trips overlap the decryption
+/// and the writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Sizing {
+    /// Blobs of a pack closer than this are read with one request (the gap
+    /// between them is read and discarded).
+    max_gap: u64,
     /// The longest single read.
     max_range: u64,
     /// The most bytes one wave fetches (unless a single range is longer).
@@ -48,18 +49,21 @@ pub(super) struct Sizing {
 
 impl Sizing {
     /// For a backend with `connections` requests in flight: on a local disk (a
-    /// few), waves of 8 MiB in reads of up to 8 MiB, one wave ahead (more saved
-    /// no time there: docs/performance.md); on a remote store (many), waves of up
-    /// to 32 MiB in reads of up to 4 MiB, so that a wave is several requests at
-    /// once, and two waves ahead, so that the reads of many small batches are in
-    /// flight together.
+    /// few), blobs less than 1 MiB apart read together (a seek costs about as
+    /// much as reading that), waves of 8 MiB in reads of up to 8 MiB, one wave
+    /// ahead (more saved no time there: docs/performance.md); on a remote store
+    /// (many), blobs less than 64 KiB apart read together (with many requests in
+    /// flight a request costs little time, while every byte of a gap is
+    /// transferred, and often paid for), waves of up to 32 MiB in reads of up to
+    /// 4 MiB, so that a wave is several requests at once, and two waves ahead,
+    /// so that the reads of many small batches are in flight together.
     pub fn for_connections(connections: usize) -> Sizing {
         const MIB: u64 = 1 << 20;
         if connections < 8 {
-            return Sizing { max_range: 8 * MIB, wave_bytes: 8 * MIB, ahead: 8 * MIB };
+            return Sizing { max_gap: MIB, max_range: 8 * MIB, wave_bytes: 8 * MIB, ahead: 8 * MIB };
         }
         let wave_bytes = (connections as u64 * MIB).min(32 * MIB);
-        Sizing { max_range: 4 * MIB, wave_bytes, ahead: 2 * wave_bytes }
+        Sizing { max_gap: 64 << 10, max_range: 4 * MIB, wave_bytes, ahead: 2 * wave_bytes }
     }
 }
 
@@ -216,9 +220,7 @@ impl Sources {
         for (_, targets) in &mut packs {
             targets.sort_by_key(|t| (t.entry.offset, t.file, t.offset));
         }
-        let spans = (packs.iter().enumerate())
-            .flat_map(|(i, (_, targets))| split_ranges(i, targets, sizing.max_range))
-            .collect();
+        let spans = (packs.iter().enumerate()).flat_map(|(i, (_, targets))| split_ranges(i, targets, sizing)).collect();
         Sources { sizes, packs, spans, errors }
     }
 
@@ -334,8 +336,8 @@ pub(super) fn create_files(files: &[FileJob], sources: &Sources, overwrite: bool
 }
 
 /// Cuts the sorted targets of pack `pack` into reads: blobs less than
-/// [`MAX_GAP`] apart share a read, up to `max_range` bytes.
-fn split_ranges(pack: usize, targets: &[Target], max_range: u64) -> Vec<Span> {
+/// `sizing`'s gap apart share a read, up to its longest read.
+fn split_ranges(pack: usize, targets: &[Target], sizing: Sizing) -> Vec<Span> {
     let mut spans = Vec::new();
     let mut start = 0;
     while start < targets.len() {
@@ -345,7 +347,7 @@ fn split_ranges(pack: usize, targets: &[Target], max_range: u64) -> Vec<Span> {
         while stop < targets.len() {
             let e = &targets[stop].entry;
             let e_end = e.offset + e.length as u64;
-            if e.offset > end + MAX_GAP || e_end - first > max_range {
+            if e.offset > end + sizing.max_gap || e_end - first > sizing.max_range {
                 break;
             }
             end = end.max(e_end);
@@ -525,7 +527,7 @@ fn write_targets(
 
 #[cfg(test)]
 mod tests {
-    use super::{Sealed, Sizing, Target, cut_blobs};
+    use super::{Sealed, Sizing, Target, cut_blobs, split_ranges};
     use crate::format::pack::{BlobType, PackEntry};
     use crate::id::Id;
 
@@ -555,6 +557,25 @@ mod tests {
                 Sealed::Bad(_) => unreachable!(),
             }
         }
+    }
+
+    #[test]
+    fn a_remote_store_reads_across_small_gaps_only_and_a_local_disk_across_larger_ones() {
+        const KIB: u64 = 1 << 10;
+        // Blobs of 10 KiB at 0, then 40 KiB after the first (a small gap), then
+        // 200 KiB after the second, then 900 KiB after the third.
+        let targets = [0, 50, 260, 1170].map(|at| target(at * KIB, 10 << 10));
+        let reads = |sizing| -> Vec<(u64, u64, usize)> {
+            split_ranges(0, &targets, sizing).iter().map(|s| (s.start, s.end, s.targets.len())).collect()
+        };
+        assert_eq!(
+            reads(Sizing::for_connections(32)),
+            [(0, 60 * KIB, 2), (260 * KIB, 270 * KIB, 1), (1170 * KIB, 1180 * KIB, 1)],
+            "only the 40 KiB gap is read over"
+        );
+        assert_eq!(reads(Sizing::for_connections(2)), [(0, 1180 * KIB, 4)], "every gap under 1 MiB is read over");
+        let short = Sizing { max_range: 100 * KIB, ..Sizing::for_connections(2) };
+        assert_eq!(reads(short), [(0, 60 * KIB, 2), (260 * KIB, 270 * KIB, 1), (1170 * KIB, 1180 * KIB, 1)]);
     }
 
     #[test]

@@ -300,6 +300,32 @@ pub struct Trailer {
     pub epoch: Epoch,
 }
 
+impl PackBuilder<io::BufWriter<std::fs::File>> {
+    /// Moves every blob of `other`, a pack being written to a file, into this
+    /// one: each is opened under `other`'s key and sealed again under this
+    /// pack's own key at its offset here (so no nonce is used twice under one
+    /// key). `other`'s file is dropped. On an error the packs must be abandoned.
+    pub fn absorb(&mut self, other: PackBuilder<io::BufWriter<std::fs::File>>) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let PackBuilder { key, out, entries, .. } = other;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        let mut sealed = Vec::new();
+        for e in entries {
+            sealed.resize(e.length as usize, 0);
+            file.read_exact_at(&mut sealed, e.offset)?;
+            let aad = PackEntry::aad(e.blob_type, &e.id);
+            let plain =
+                key.open_in_place(Nonce::new(BLOB_NONCE_DOMAIN, e.offset), &aad, &mut sealed).ok_or_else(|| {
+                    io::Error::other(format!("blob {} of a pack being written was altered", e.id.short()))
+                })?;
+            let (&compression, payload) =
+                plain.split_first().ok_or_else(|| io::Error::other("a sealed blob without its compression byte"))?;
+            self.add(e.blob_type, e.id, compression, payload, e.raw_length)?;
+        }
+        Ok(())
+    }
+}
+
 /// Parses the last [`TRAILER_LEN`] bytes of a pack of `pack_len` bytes.
 pub fn decode_trailer(t: &[u8], pack_len: u64) -> Result<Trailer, String> {
     if t.len() != TRAILER_LEN {
@@ -474,6 +500,39 @@ mod tests {
         for (i, e) in entries.iter().enumerate() {
             let blob = open_blob(&key, e, &bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
             assert_eq!(blob, vec![i as u8; 1000 * i]);
+        }
+    }
+
+    #[test]
+    fn a_pack_absorbed_into_another_reads_back_from_it_sealed_anew() {
+        let dk = Key::random();
+        let spooled =
+            || PackBuilder::with_output(&dk, 0, Cipher::Aes256Gcm, io::BufWriter::new(tempfile::tempfile().unwrap()));
+        let (mut a, mut b) = (spooled(), spooled());
+        a.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, b"first", 5).unwrap();
+        let z = zstd::bulk::compress(&[9u8; 3000], 3).unwrap();
+        b.add(BlobType::Data, Id([2; 32]), COMPRESSION_ZSTD, &z, 3000).unwrap();
+        b.add(BlobType::Data, Id([3; 32]), COMPRESSION_NONE, b"third", 5).unwrap();
+        let b_entries = b.entries.clone();
+        a.absorb(b).unwrap();
+        let p = a.finish().unwrap();
+        let mut file = p.bytes.into_inner().unwrap();
+        let mut bytes = Vec::new();
+        io::Seek::rewind(&mut file).unwrap();
+        io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+        let t = trailer_of(&bytes).unwrap();
+        let key = pack_key(&dk, t.cipher, &t.salt);
+        let entries = open_header(&key, &t, header_of(&bytes, &t), p.len).unwrap();
+        let ids: Vec<Id> = entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids, [Id([1; 32]), Id([2; 32]), Id([3; 32])]);
+        let want: [&[u8]; 3] = [b"first", &[9u8; 3000], b"third"];
+        for (e, want) in entries.iter().zip(want) {
+            let blob = open_blob(&key, e, &bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).unwrap();
+            assert_eq!(blob, want);
+        }
+        // Sealed again at their new offsets, not copied.
+        for (moved, was) in entries[1..].iter().zip(&b_entries) {
+            assert_ne!(moved.offset, was.offset);
         }
     }
 

@@ -12,7 +12,7 @@
 //! index file is stored, so a snapshot written after it references only stored blobs.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use super::uploader::Uploader;
@@ -42,16 +42,32 @@ pub struct SaverStats {
 /// The open packs of one stream (data or trees): each is either in `free` or
 /// held by one thread while it adds a blob.
 struct PackPool {
-    free: Mutex<Vec<PackBuilder<Spool>>>,
+    free: Mutex<Vec<OpenPack>>,
     open: Mutex<usize>,
     returned: Condvar,
     max_open: usize,
+    /// Packs opened so far.
+    opened: AtomicUsize,
 }
 
 impl PackPool {
     fn new(max_open: usize) -> Self {
-        PackPool { free: Mutex::new(Vec::new()), open: Mutex::new(0), returned: Condvar::new(), max_open }
+        PackPool {
+            free: Mutex::new(Vec::new()),
+            open: Mutex::new(0),
+            returned: Condvar::new(),
+            max_open,
+            opened: AtomicUsize::new(0),
+        }
     }
+}
+
+/// An open pack: the worker thread that added to it last (none until it is
+/// given back), and the length at which it is closed.
+struct OpenPack {
+    user: Option<usize>,
+    close_at: u64,
+    builder: PackBuilder<Spool>,
 }
 
 /// Open tree packs at most: tree blobs are small and sealed in microseconds, so
@@ -165,29 +181,30 @@ impl<'r> BlobSaver<'r> {
         // The pack is taken once the blob is compressed, so that it is held only
         // while the blob is sealed into it; trees and data go to packs apart.
         let pool = self.pool(blob_type);
-        let (builder, added) =
+        let me = rayon::current_thread_index();
+        let (mut pack, added) =
             crate::compress::with_compressed(data, self.repo.config().compression_level, |compressed| {
                 let (compression, payload) = match compressed {
                     Some(c) => (COMPRESSION_ZSTD, c),
                     None => (COMPRESSION_NONE, data),
                 };
-                let mut builder = self.take_pack(pool)?;
-                let added = builder.add(blob_type, id, compression, payload, raw_length);
-                Ok::<_, Error>((builder, added))
+                let mut pack = self.take_pack(pool, me)?;
+                let added = pack.builder.add(blob_type, id, compression, payload, raw_length);
+                Ok::<_, Error>((pack, added))
             })?;
         if let Err(e) = added {
             close_slot(pool);
             return Err(spool_error(&self.repo.spool_dir(), e));
         }
-        let pack_size = u64::from(self.repo.config().pack_size);
         self.count_new(blob_type, data.len());
-        // A pack is closed at its size, or at the number of blobs that keeps its
-        // header and index record bounded (many tiny blobs).
-        if builder.len() >= pack_size || builder.count() >= crate::format::limits::PACK_BLOBS {
+        // A pack is closed at its length, or at the number of blobs that keeps
+        // its header and index record bounded (many tiny blobs).
+        if pack.builder.len() >= pack.close_at || pack.builder.count() >= crate::format::limits::PACK_BLOBS {
             close_slot(pool);
-            self.upload(builder)?;
+            self.upload(pack.builder)?;
         } else {
-            pool.free.lock().expect("poisoned").push(builder);
+            pack.user = me;
+            pool.free.lock().expect("poisoned").push(pack);
             // Under the count's lock, so that a waiter cannot miss it.
             let _open = pool.open.lock().expect("poisoned");
             pool.returned.notify_one();
@@ -203,25 +220,38 @@ impl<'r> BlobSaver<'r> {
         }
     }
 
-    /// Takes an open pack: the fullest free one, a new one while fewer than
-    /// `max_open` are open, or else waits for one to be returned. Holders never
-    /// block while they hold a pack (adding a blob only seals it and writes it to
-    /// the spool file), so the wait is short. Filling the fullest first closes
-    /// packs one after the other, each uploaded while the next fills, rather than
-    /// all at once at the end (docs/design.md#backup).
-    fn take_pack(&self, pool: &PackPool) -> Result<PackBuilder<Spool>> {
+    /// Takes an open pack for worker thread `me`: the one it added to last if
+    /// that is free, else a new one while fewer than `max_open` are open, else
+    /// the fullest free one, or else waits for one to be returned (a thread
+    /// outside the pool of workers takes the fullest free one first). Holders never
+    /// block while they hold a pack (adding a blob only seals it and writes it
+    /// to the spool file), so the wait is short. A worker keeping to its own
+    /// pack keeps the files it walks together, where a restore of them reads
+    /// few ranges. The first packs of a pool close early, the `k`-th of `n` at
+    /// `k/n` of the pack size, so that packs filled side by side close one
+    /// after the other, each uploaded while the others fill
+    /// (docs/design.md#backup).
+    fn take_pack(&self, pool: &PackPool, me: Option<usize>) -> Result<OpenPack> {
         let mut open = pool.open.lock().expect("poisoned");
         loop {
             {
                 let mut free = pool.free.lock().expect("poisoned");
-                if let Some(i) = (0..free.len()).max_by_key(|&i| free[i].len()) {
+                let fullest = (0..free.len()).max_by_key(|&i| free[i].builder.len());
+                let pick = match me {
+                    Some(_) => free.iter().position(|p| p.user == me).or(fullest.filter(|_| *open >= pool.max_open)),
+                    None => fullest,
+                };
+                if let Some(i) = pick {
                     return Ok(free.swap_remove(i));
                 }
             }
             if *open < pool.max_open {
                 *open += 1;
                 drop(open);
-                return self.repo.new_pack().inspect_err(|_| close_slot(pool));
+                let builder = self.repo.new_pack().inspect_err(|_| close_slot(pool))?;
+                let k = pool.opened.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+                let (n, size) = (pool.max_open as u64, u64::from(self.repo.config().pack_size));
+                return Ok(OpenPack { user: None, close_at: size * k.min(n) / n, builder });
             }
             open = pool.returned.wait(open).expect("poisoned");
         }
@@ -287,14 +317,31 @@ impl<'r> BlobSaver<'r> {
         Ok(())
     }
 
-    /// Uploads every partly filled pack, waits for all uploads, writes the
-    /// remaining index records, and returns what was added.
+    /// Uploads every partly filled pack, the data packs filled side by side
+    /// first gathered into as few as the pack size allows, waits for all
+    /// uploads, writes the remaining index records, and returns what was added.
     pub fn finish(self) -> Result<SaverStats> {
-        let mut builders = std::mem::take(&mut *self.packs.free.lock().expect("poisoned"));
-        builders.append(&mut self.tree_packs.free.lock().expect("poisoned"));
-        for b in builders {
-            if !b.is_empty() {
-                self.upload(b)?;
+        let take = |pool: &PackPool| std::mem::take(&mut *pool.free.lock().expect("poisoned"));
+        let mut partial: Vec<_> = take(&self.packs).into_iter().map(|p| p.builder).filter(|b| !b.is_empty()).collect();
+        partial.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        let pack_size = u64::from(self.repo.config().pack_size);
+        let mut gathered: Option<PackBuilder<Spool>> = None;
+        for b in partial {
+            match &mut gathered {
+                Some(g) if g.len() + b.len() <= pack_size => {
+                    g.absorb(b).map_err(|e| spool_error(&self.repo.spool_dir(), e))?
+                }
+                _ => {
+                    if let Some(full) = gathered.replace(b) {
+                        self.upload(full)?;
+                    }
+                }
+            }
+        }
+        let trees = take(&self.tree_packs).into_iter().map(|p| p.builder);
+        for builder in gathered.into_iter().chain(trees) {
+            if !builder.is_empty() {
+                self.upload(builder)?;
             }
         }
         if let Some(u) = &self.uploader {
@@ -364,20 +411,66 @@ mod tests {
     }
 
     #[test]
-    fn the_fullest_free_pack_is_taken_first() {
+    fn a_worker_keeps_to_its_own_pack_and_the_first_packs_close_early() {
         let t = crate::testing::test_repo();
         let saver = BlobSaver::new(&t.repo);
         let pool = PackPool::new(2);
-        let mut small = saver.take_pack(&pool).unwrap();
-        let mut full = saver.take_pack(&pool).unwrap();
-        small.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, &[1; 100], 100).unwrap();
-        full.add(BlobType::Data, Id([2; 32]), COMPRESSION_NONE, &[2; 5000], 5000).unwrap();
-        let full_len = full.len();
-        // Returned in the order that taking the last returned would get the small one.
-        pool.free.lock().unwrap().push(full);
-        pool.free.lock().unwrap().push(small);
-        assert_eq!(saver.take_pack(&pool).unwrap().len(), full_len);
-        assert!(saver.take_pack(&pool).unwrap().len() < full_len);
+        let give_back = |mut p: OpenPack, me| {
+            p.user = me;
+            pool.free.lock().unwrap().push(p);
+        };
+        let mut a = saver.take_pack(&pool, Some(0)).unwrap();
+        a.builder.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, &[1; 5000], 5000).unwrap();
+        let (a_len, a_close) = (a.builder.len(), a.close_at);
+        give_back(a, Some(0));
+        // Worker 1 opens a pack of its own rather than add to worker 0's.
+        let mut b = saver.take_pack(&pool, Some(1)).unwrap();
+        assert!(b.builder.is_empty(), "a new pack");
+        b.builder.add(BlobType::Data, Id([2; 32]), COMPRESSION_NONE, &[2; 100], 100).unwrap();
+        let (b_len, b_close) = (b.builder.len(), b.close_at);
+        give_back(b, Some(1));
+        let pack_size = u64::from(t.repo.config().pack_size);
+        assert_eq!((a_close, b_close), (pack_size / 2, pack_size), "the first of two closes at half the size");
+        for (me, len) in [(0, a_len), (1, b_len), (1, b_len), (0, a_len)] {
+            let p = saver.take_pack(&pool, Some(me)).unwrap();
+            assert_eq!(p.builder.len(), len, "worker {me} gets its own pack back");
+            give_back(p, Some(me));
+        }
+        // With every pack open, a worker without one of its own takes the fullest.
+        let p = saver.take_pack(&pool, Some(2)).unwrap();
+        assert_eq!(p.builder.len(), a_len);
+        give_back(p, Some(2));
+        // A thread outside the workers takes the fullest free pack, even with
+        // room for another.
+        let p = saver.take_pack(&pool, Some(2)).unwrap();
+        close_slot(&pool);
+        assert_eq!(saver.take_pack(&pool, None).unwrap().builder.len(), b_len);
+        drop(p);
+    }
+
+    #[test]
+    fn packs_filled_side_by_side_are_gathered_into_one_at_the_end() {
+        let t = crate::testing::test_repo();
+        let workers = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let stored = workers.install(|| {
+            let saver = BlobSaver::new(&t.repo);
+            // Each worker opens a pack of its own.
+            workers.broadcast(|ctx| {
+                for i in 0..10u8 {
+                    saver.save(BlobType::Data, &[ctx.index() as u8, i].repeat(500)).unwrap();
+                }
+            });
+            assert_eq!(*saver.packs.open.lock().unwrap(), 2, "a pack per worker");
+            saver.finish().unwrap()
+        });
+        assert_eq!(stored.packs, 1, "one pack uploaded for the two partly filled");
+        t.repo.load_index().unwrap();
+        for worker in 0..2u8 {
+            for i in 0..10u8 {
+                let data = [worker, i].repeat(500);
+                assert_eq!(t.repo.load_blob(BlobType::Data, &t.repo.blob_id(BlobType::Data, &data)).unwrap(), data);
+            }
+        }
     }
 
     /// Takes 100 ms per pack written, counting how many pack writes overlap.

@@ -1,11 +1,11 @@
 //! The blob saver: deduplicates, compresses, encrypts and packs blobs, uploads
 //! full packs and writes index files. Safe to call from many threads at once:
-//! threads take open packs from a pool of at most one per worker thread, sealing
-//! blobs into them one at a time. An open pack is written to a spool file as it
-//! fills (it holds only a small write buffer in memory), so memory does not
-//! depend on the pack size. Tree blobs go to packs of their own (at most one
-//! open at a time), so that a reader fetches a snapshot's trees pack-wide in a
-//! few requests (docs/design.md#packs).
+//! threads take open packs from a pool of at most one per worker thread, each
+//! worker keeping to its own, sealing blobs into them one at a time. An open
+//! pack is written to a spool file as it fills (it holds only a small write
+//! buffer in memory), so memory does not depend on the pack size. Tree blobs go
+//! to packs of their own (at most one open at a time), so that a reader fetches
+//! a snapshot's trees pack-wide in a few requests (docs/design.md#packs).
 //!
 //! Write order (docs/design.md#write-order): a pack is uploaded before any index
 //! file lists it, and [`BlobSaver::finish`] returns only after every pack and
@@ -318,8 +318,9 @@ impl<'r> BlobSaver<'r> {
     }
 
     /// Uploads every partly filled pack, the data packs filled side by side
-    /// first gathered into as few as the pack size allows, waits for all
-    /// uploads, writes the remaining index records, and returns what was added.
+    /// first gathered into as few as the pack size (and the most blobs a pack
+    /// holds) allows, waits for all uploads, writes the remaining index
+    /// records, and returns what was added.
     pub fn finish(self) -> Result<SaverStats> {
         let take = |pool: &PackPool| std::mem::take(&mut *pool.free.lock().expect("poisoned"));
         let mut partial: Vec<_> = take(&self.packs).into_iter().map(|p| p.builder).filter(|b| !b.is_empty()).collect();
@@ -328,7 +329,9 @@ impl<'r> BlobSaver<'r> {
         let mut gathered: Option<PackBuilder<Spool>> = None;
         for b in partial {
             match &mut gathered {
-                Some(g) if g.len() + b.len() <= pack_size => {
+                Some(g)
+                    if g.len() + b.len() <= pack_size && g.count() + b.count() <= crate::format::limits::PACK_BLOBS =>
+                {
                     g.absorb(b).map_err(|e| spool_error(&self.repo.spool_dir(), e))?
                 }
                 _ => {
@@ -471,6 +474,28 @@ mod tests {
                 assert_eq!(t.repo.load_blob(BlobType::Data, &t.repo.blob_id(BlobType::Data, &data)).unwrap(), data);
             }
         }
+    }
+
+    #[test]
+    fn partly_filled_packs_are_not_gathered_past_the_most_blobs_a_pack_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
+        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
+        let opts = InitOptions { kdf, compression_level: 0, ..InitOptions::default() };
+        let repo = Repository::init(be, b"pw", &opts).unwrap();
+        let workers = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // Far below half the pack size in bytes each, but more than half the blobs.
+        let each = limits::PACK_BLOBS as u64 / 2 + 1;
+        let stored = workers.install(|| {
+            let saver = BlobSaver::new(&repo);
+            workers.broadcast(|ctx| {
+                for i in 0..each {
+                    saver.save(BlobType::Data, &(ctx.index() as u64 * each + i).to_le_bytes()).unwrap();
+                }
+            });
+            saver.finish().unwrap()
+        });
+        assert_eq!(stored.packs, 2, "together they would hold more blobs than a pack may");
     }
 
     /// Takes 100 ms per pack written, counting how many pack writes overlap.

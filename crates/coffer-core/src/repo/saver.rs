@@ -384,13 +384,19 @@ mod tests {
     use coffer_backend::testing::{Hook, Intercepted, Request};
     use coffer_backend::{Backend, LocalBackend};
 
+    /// A repository in `dir` that stores blobs uncompressed, so that their
+    /// sizes in packs are known.
+    fn uncompressed_repo(dir: &std::path::Path) -> Repository {
+        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir).unwrap());
+        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
+        let opts = InitOptions { kdf, compression_level: 0, ..InitOptions::default() };
+        Repository::init(be, b"pw", &opts).unwrap()
+    }
+
     #[test]
     fn a_pack_of_tiny_blobs_closes_at_its_blob_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
-        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
-        let opts = InitOptions { kdf, compression_level: 0, ..InitOptions::default() };
-        let repo = Repository::init(be, b"pw", &opts).unwrap();
+        let repo = uncompressed_repo(dir.path());
         let saver = BlobSaver::new(&repo);
         // Far below the pack size in bytes, but more blobs than one pack may hold.
         let n = limits::PACK_BLOBS as u64 + 1000;
@@ -479,10 +485,7 @@ mod tests {
     #[test]
     fn partly_filled_packs_are_not_gathered_past_the_most_blobs_a_pack_holds() {
         let dir = tempfile::tempdir().unwrap();
-        let be: Arc<dyn Backend> = Arc::new(LocalBackend::open(dir.path()).unwrap());
-        let kdf = crate::crypto::ScryptParams { log_n: 4, r: 8, p: 1 };
-        let opts = InitOptions { kdf, compression_level: 0, ..InitOptions::default() };
-        let repo = Repository::init(be, b"pw", &opts).unwrap();
+        let repo = uncompressed_repo(dir.path());
         let workers = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         // Far below half the pack size in bytes each, but more than half the blobs.
         let each = limits::PACK_BLOBS as u64 / 2 + 1;

@@ -12,6 +12,9 @@
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy; commas or spaces
+#                    between them): their servers are neither installed nor started (the
+#                    fault proxy needs S3, so skipping s3 skips it too).
 #   COFFER_CI_CACHE  where the binaries are kept (default "$HOME/.cache/coffer-ci").
 #   COFFER_CI_RUN    the run directory: data, logs, keys, pid files and the env file.
 #                    start creates a fresh temporary one when unset and remembers it in
@@ -39,6 +42,17 @@ PROXY_NAME=s3
 
 # How long (seconds) to wait for a server to answer.
 READY_TIMEOUT=${COFFER_CI_READY_TIMEOUT:-30}
+
+# wanted GROUP: true unless COFFER_TEST_SKIP names GROUP (or s3, for the proxy in front of it).
+wanted() {
+    local name skip=${COFFER_TEST_SKIP:-}
+    for name in ${skip//,/ }; do
+        name=${name,,}
+        [[ $name == "$1" ]] && return 1
+        [[ $1 == toxiproxy && $name == s3 ]] && return 1
+    done
+    return 0
+}
 
 say() { printf 'services: %s\n' "$*" >&2; }
 die() { printf 'services: error: %s\n' "$*" >&2; exit 1; }
@@ -108,10 +122,16 @@ install_sshd() {
 
 cmd_install() {
     mkdir -p "$BIN"
-    go_install versitygw "$VERSITYGW_MODULE" "$VERSITYGW_VERSION" "$VERSITYGW"
-    go_install toxiproxy-server "$TOXIPROXY_MODULE/server" "$TOXIPROXY_VERSION" "$TOXIPROXY_SERVER"
-    go_install toxiproxy-cli "$TOXIPROXY_MODULE/cli" "$TOXIPROXY_VERSION" "$TOXIPROXY_CLI"
-    install_sshd
+    if wanted s3; then
+        go_install versitygw "$VERSITYGW_MODULE" "$VERSITYGW_VERSION" "$VERSITYGW"
+    fi
+    if wanted toxiproxy; then
+        go_install toxiproxy-server "$TOXIPROXY_MODULE/server" "$TOXIPROXY_VERSION" "$TOXIPROXY_SERVER"
+        go_install toxiproxy-cli "$TOXIPROXY_MODULE/cli" "$TOXIPROXY_VERSION" "$TOXIPROXY_CLI"
+    fi
+    if wanted sftp; then
+        install_sshd
+    fi
 }
 
 # ---------------------------------------------------------------------------- helpers
@@ -336,21 +356,28 @@ write_env() {
     {
         echo "# coffer test services, written by .ci/services.sh start; load with: . $f"
         echo "export COFFER_CI_RUN=$(printf %q "$RUN")"
+        [[ -n ${COFFER_TEST_SKIP:-} ]] && echo "export COFFER_TEST_SKIP=$(printf %q "$COFFER_TEST_SKIP")"
+        if wanted s3; then
         echo "export COFFER_TEST_S3_ENDPOINT=http://127.0.0.1:$S3_PORT"
-        echo "export COFFER_TEST_S3_PROXY_ENDPOINT=http://127.0.0.1:$PROXY_PORT"
         echo "export COFFER_TEST_S3_BUCKET=$S3_BUCKET"
         echo "export COFFER_TEST_S3_ACCESS_KEY=$S3_ACCESS_KEY"
         echo "export COFFER_TEST_S3_SECRET_KEY=$S3_SECRET_KEY"
         echo "export COFFER_TEST_S3_REGION=$S3_REGION"
         echo "export COFFER_TEST_VERSITYGW=$(printf %q "$VERSITYGW")"
+        fi
+        if wanted toxiproxy; then
+        echo "export COFFER_TEST_S3_PROXY_ENDPOINT=http://127.0.0.1:$PROXY_PORT"
         echo "export COFFER_TEST_TOXIPROXY=http://127.0.0.1:$TOXIPROXY_PORT"
         echo "export COFFER_TEST_TOXIPROXY_PROXY=$PROXY_NAME"
+        fi
+        if wanted sftp; then
         echo "export COFFER_TEST_SFTP_HOST=127.0.0.1"
         echo "export COFFER_TEST_SFTP_PORT=$SFTP_PORT"
         echo "export COFFER_TEST_SFTP_USER=$(printf %q "$SFTP_USER")"
         echo "export COFFER_TEST_SFTP_KEY=$(printf %q "$RUN/sshd/client_ed25519")"
         echo "export COFFER_TEST_SFTP_KNOWN_HOSTS=$(printf %q "$RUN/sshd/known_hosts")"
         echo "export COFFER_TEST_SFTP_ROOT=$(printf %q "$RUN/sftp")"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -377,13 +404,26 @@ cmd_start() {
     fi
     # Whatever fails from here on, leave nothing running.
     trap 'say "start failed; stopping what was started"; COFFER_CI_RUN=$RUN cmd_stop' EXIT
-    start_s3
-    start_toxiproxy
-    start_sshd
+    local started=()
+    if wanted s3; then
+        start_s3
+        started+=("S3 127.0.0.1:$S3_PORT")
+    fi
+    if wanted toxiproxy; then
+        start_toxiproxy
+        started+=("proxy $PROXY_NAME 127.0.0.1:$PROXY_PORT, toxiproxy API 127.0.0.1:$TOXIPROXY_PORT")
+    fi
+    if wanted sftp; then
+        start_sshd
+        started+=("sshd 127.0.0.1:$SFTP_PORT")
+    fi
     write_env
     trap - EXIT
-    say "started in $RUN: S3 127.0.0.1:$S3_PORT, proxy $PROXY_NAME 127.0.0.1:$PROXY_PORT," \
-        "toxiproxy API 127.0.0.1:$TOXIPROXY_PORT, sshd 127.0.0.1:$SFTP_PORT"
+    local list=nothing part
+    for part in "${started[@]}"; do
+        [[ $list == nothing ]] && list=$part || list+="; $part"
+    done
+    say "started in $RUN: $list"
     say "load the test variables with: . $RUN/env"
 }
 
@@ -508,10 +548,16 @@ cmd_selftest() {
     . "$RUN/env"
     rm -rf "$RUN/selftest"
     mkdir -p "$RUN/selftest"
-    selftest_s3 gateway "$COFFER_TEST_S3_ENDPOINT"
-    selftest_s3 proxy "$COFFER_TEST_S3_PROXY_ENDPOINT"
-    selftest_toxic
-    selftest_sftp
+    if wanted s3; then
+        selftest_s3 gateway "$COFFER_TEST_S3_ENDPOINT"
+    fi
+    if wanted toxiproxy; then
+        selftest_s3 proxy "$COFFER_TEST_S3_PROXY_ENDPOINT"
+        selftest_toxic
+    fi
+    if wanted sftp; then
+        selftest_sftp
+    fi
     rm -rf "$RUN/selftest"
     ((FAILURES == 0)) || die "selftest: $FAILURES check(s) failed; logs are in $RUN"
     say "selftest passed"

@@ -1,11 +1,13 @@
 //! The conformance suite (docs/design.md#storage-contract) against real servers:
 //! an S3 server when `COFFER_TEST_S3_*` is set, an SSH server through SFTP when
-//! `COFFER_TEST_SFTP_*` is set (docs/testing.md; `.ci/services.sh start` starts
-//! both). Without the variables each test prints a skip notice and passes.
+//! `COFFER_TEST_SFTP_*` is set (docs/testing.md; the test command `.ci/test.sh`
+//! starts both). Without the variables a test fails, unless `COFFER_TEST_SKIP`
+//! names its group.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use coffer_backend::testing::run_suite;
+use coffer_backend::testing::servers::{Server, absent};
 use coffer_backend::{Backend, ErrorKind, Location, OpendalBackend, RemoteOptions};
 
 fn var(k: &str) -> Option<String> {
@@ -41,7 +43,7 @@ fn s3_at(endpoint: &str, bucket: &str, prefix: &str, opts: &RemoteOptions) -> Op
 #[test]
 fn s3_conforms() {
     let Some((endpoint, opts)) = s3_options() else {
-        eprintln!("skipped: COFFER_TEST_S3_ENDPOINT and the other COFFER_TEST_S3_* variables are not set");
+        absent(Server::S3);
         return;
     };
     let bucket = var("COFFER_TEST_S3_BUCKET").unwrap();
@@ -53,7 +55,7 @@ fn s3_conforms() {
 #[test]
 fn s3_errors_are_classified_and_explained() {
     let Some((endpoint, opts)) = s3_options() else {
-        eprintln!("skipped: the COFFER_TEST_S3_* variables are not set");
+        absent(Server::S3);
         return;
     };
     let bucket = var("COFFER_TEST_S3_BUCKET").unwrap();
@@ -84,7 +86,7 @@ fn s3_errors_are_classified_and_explained() {
 #[test]
 fn s3_connections_default_and_configured() {
     let Some((endpoint, mut opts)) = s3_options() else {
-        eprintln!("skipped: the COFFER_TEST_S3_* variables are not set");
+        absent(Server::S3);
         return;
     };
     let bucket = var("COFFER_TEST_S3_BUCKET").unwrap();
@@ -126,7 +128,7 @@ fn sftp_setup() -> Option<(tempfile::TempDir, String, String, u16, String, Remot
 #[test]
 fn sftp_conforms() {
     let Some((_wrapper, user, host, port, root, opts)) = sftp_setup() else {
-        eprintln!("skipped: the COFFER_TEST_SFTP_* variables are not set");
+        absent(Server::Sftp);
         return;
     };
     let report = run_suite(|| {

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use coffer_backend::testing::servers::{Server, absent};
+
 use super::*;
 
 pub fn var(k: &str) -> Option<String> {
@@ -27,10 +29,11 @@ pub struct Remote {
 
 impl Remote {
     /// A repository in a fresh prefix of the S3 test bucket; `None` (after a
-    /// notice) when the S3 variables are not set.
+    /// notice) when the S3 variables are not set and the `s3` group is skipped
+    /// by name, a failure when they are not set otherwise.
     pub fn s3(tag: &str) -> Option<Remote> {
         let Some(endpoint) = var("COFFER_TEST_S3_ENDPOINT") else {
-            eprintln!("skipped: COFFER_TEST_S3_ENDPOINT and the other COFFER_TEST_S3_* variables are not set");
+            absent(Server::S3);
             return None;
         };
         Remote::s3_at(&endpoint, tag)
@@ -54,7 +57,7 @@ impl Remote {
     /// checks the server's key against the test known-hosts file.
     pub fn sftp(tag: &str) -> Option<Remote> {
         let Some(host) = var("COFFER_TEST_SFTP_HOST") else {
-            eprintln!("skipped: COFFER_TEST_SFTP_HOST and the other COFFER_TEST_SFTP_* variables are not set");
+            absent(Server::Sftp);
             return None;
         };
         let (port, user) = (var("COFFER_TEST_SFTP_PORT")?, var("COFFER_TEST_SFTP_USER")?);
@@ -124,7 +127,7 @@ pub struct Proxy {
 impl Proxy {
     pub fn s3(tag: &str) -> Option<Proxy> {
         let (Some(api), Some(upstream)) = (var("COFFER_TEST_TOXIPROXY"), var("COFFER_TEST_S3_ENDPOINT")) else {
-            eprintln!("skipped: COFFER_TEST_TOXIPROXY and COFFER_TEST_S3_* are not set");
+            absent(Server::Toxiproxy);
             return None;
         };
         let name = unique(tag);
@@ -192,7 +195,10 @@ impl Gateway {
     /// bucket `COFFER_TEST_S3_BUCKET`. `None` (after a notice) without the S3
     /// variables.
     pub fn start(data: &Path) -> Option<Gateway> {
-        var("COFFER_TEST_S3_ENDPOINT")?;
+        if var("COFFER_TEST_S3_ENDPOINT").is_none() || var("COFFER_TEST_VERSITYGW").is_none() {
+            absent(Server::S3);
+            return None;
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut g =
             Gateway { child: None, port, data: data.to_path_buf(), endpoint: format!("http://127.0.0.1:{port}") };

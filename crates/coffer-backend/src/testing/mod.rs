@@ -7,11 +7,15 @@
 //! new directory, or a new prefix in a bucket), runs every check even when some
 //! fail, and returns a [`SuiteReport`]; [`SuiteReport::assert_passed`] fails a
 //! test with every failed point listed.
+//!
+//! [`servers`] says what a test does when the server it needs was not started.
 
 use std::fmt;
 use std::io::Write;
 
 use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
+
+pub mod servers;
 
 /// The outcome of the suite on one backend.
 #[derive(Debug)]

@@ -279,6 +279,20 @@ impl<B: Backend> Backend for CountingBackend<B> {
         }
         r
     }
+
+    fn placed_copies(&self, name: &str) -> Vec<crate::PlacedCopy> {
+        self.inner.placed_copies(name)
+    }
+
+    fn read_max_copy(&self, name: &str, max: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        let _in_flight = self.begin();
+        self.counters.get.fetch_add(1, Relaxed);
+        let r = self.inner.read_max_copy(name, max, copy);
+        if let Ok(d) = &r {
+            self.counters.bytes_down.fetch_add(d.len() as u64, Relaxed);
+        }
+        r
+    }
 }
 
 #[cfg(test)]

@@ -176,6 +176,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn read_range_copy(&self, name: &str, offset: u64, len: u64, copy: usize) -> BackendResult<Vec<u8>> {
         (**self).read_range_copy(name, offset, len, copy)
     }
+    fn placed_copies(&self, name: &str) -> Vec<PlacedCopy> {
+        (**self).placed_copies(name)
+    }
+    fn read_max_copy(&self, name: &str, max: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        (**self).read_max_copy(name, max, copy)
+    }
 }
 
 /// A store of immutable named objects.
@@ -278,6 +284,36 @@ pub trait Backend: Send + Sync {
             Err(BackendError::new(ErrorKind::NotFound, name, format!("this storage keeps no copy {copy}")))
         }
     }
+
+    /// The copies of object `name` this storage places on backends of its own,
+    /// each with the copy number [`Backend::read_max_copy`] takes and the name
+    /// of the backend that should hold it; empty for a storage that keeps one
+    /// copy. `coffer check --read-data` reads each of them.
+    fn placed_copies(&self, _name: &str) -> Vec<PlacedCopy> {
+        Vec::new()
+    }
+
+    /// [`Backend::read_max`] from copy `copy` (as [`Backend::read_range_copy`]).
+    fn read_max_copy(&self, name: &str, max: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        if copy == 0 {
+            self.read_max(name, max)
+        } else {
+            Err(BackendError::new(ErrorKind::NotFound, name, format!("this storage keeps no copy {copy}")))
+        }
+    }
+}
+
+/// One copy of an object that a storage of several backends places
+/// ([`Backend::placed_copies`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacedCopy {
+    /// The copy number, for [`Backend::read_max_copy`].
+    pub copy: usize,
+    /// The backend holding it.
+    pub backend: String,
+    /// Whether the backend must hold it now: a home in the current table, no
+    /// migration running (during one, a home may not have received it yet).
+    pub required: bool,
 }
 
 /// Reads `len` bytes at `offset` of the local file holding what is to become

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use super::placement::Table;
-use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
+use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo, PlacedCopy};
 
 /// Most requests in flight a replicated backend asks for.
 const MAX_CONNECTIONS: usize = 64;
@@ -406,6 +406,31 @@ impl Backend for ReplicatedBackend {
         let order = self.copy_order(name);
         match order.get(copy) {
             Some(&i) => self.read_from(name, &[i], |b| b.read_range(name, offset, len)),
+            None => Err(BackendError::new(ErrorKind::NotFound, name, format!("there is no copy {copy}"))),
+        }
+    }
+
+    fn placed_copies(&self, name: &str) -> Vec<PlacedCopy> {
+        let homes = self.homes(name);
+        let previous = match (pack_id_of(name), &self.previous) {
+            (Some(id), Some(prev)) => owners(prev, &id),
+            _ => Vec::new(),
+        };
+        self.copy_order(name)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, i)| homes.contains(i) || previous.contains(i))
+            .map(|(copy, i)| PlacedCopy {
+                copy,
+                backend: self.members[i].name.clone(),
+                required: homes.contains(&i) && self.previous.is_none(),
+            })
+            .collect()
+    }
+
+    fn read_max_copy(&self, name: &str, max: u64, copy: usize) -> BackendResult<Vec<u8>> {
+        match self.copy_order(name).get(copy) {
+            Some(&i) => self.read_from(name, &[i], |b| b.read_max(name, max)),
             None => Err(BackendError::new(ErrorKind::NotFound, name, format!("there is no copy {copy}"))),
         }
     }

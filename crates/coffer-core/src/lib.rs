@@ -43,6 +43,7 @@ pub mod recon;
 pub mod repo;
 pub mod server_log;
 pub mod translog;
+pub mod trust;
 pub mod vfs;
 
 /// The storage layer, re-exported so that callers name one crate.

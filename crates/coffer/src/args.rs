@@ -160,9 +160,9 @@ pub enum Command {
     /// Check a proof made by `coffer prove`, without the repository.
     #[command(name = "verify-proof", after_help = EXIT_CODES)]
     VerifyProof(VerifyProofArgs),
-    /// List the writers (signing keys) registered in the repository.
+    /// List the writers (signing keys) registered in the repository, and which this client trusts.
     #[command(after_help = EXIT_CODES)]
-    Writers,
+    Writers(WritersArgs),
     /// Delete data no snapshot uses; safe while backups run (no lock).
     #[command(after_help = EXIT_CODES)]
     Prune(PruneArgs),
@@ -678,7 +678,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "SPEC", conflicts_with = "read_data", value_parser = parse_subset)]
     pub read_data_subset: Option<DataSubset>,
     /// A repository over several backends: list `data/` on each backend and report
-    /// packs missing, under-replicated or misplaced, and other objects a backend lacks.
+    /// packs missing, under-replicated or misplaced, copies whose sizes differ, and
+    /// other objects a backend lacks. With --read-data, also read every copy.
     #[arg(long)]
     pub replicas: bool,
 }
@@ -783,9 +784,14 @@ pub struct RepairArgs {
     #[command(subcommand)]
     pub command: Option<RepairCommand>,
     /// A repository over several backends: copy what each backend lacks from a
-    /// copy whose bytes hash to its name.
+    /// copy whose bytes hash to its name, and replace copies found damaged (by
+    /// `check --read-data`, or whose sizes differ) with verified ones.
     #[arg(long)]
     pub replicas: bool,
+    /// With --replicas: read and hash every copy of every pack, and replace each
+    /// damaged one.
+    #[arg(long, requires = "replicas")]
+    pub read_data: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -843,6 +849,39 @@ pub struct NewKeyArgs {
     /// throwaway repositories).
     #[arg(long)]
     pub insecure_kdf: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WritersArgs {
+    #[command(subcommand)]
+    pub command: Option<WritersCommand>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WritersCommand {
+    /// List the registered writers (the default).
+    List,
+    /// Trust a writer: a restore as root then recreates owners, setuid bits and device nodes from its
+    /// snapshots, and a layout it signs is followed. Kept on this machine only.
+    Trust(WritersTrustArgs),
+    /// Stop trusting a writer trusted with `coffer writers trust`.
+    Untrust(WritersKeyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WritersTrustArgs {
+    /// The writer's public key (64 hex digits), or a unique prefix of a registered writer's key.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub key: Option<String>,
+    /// Trust every writer registered in the repository now (for a repository only you write to).
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WritersKeyArgs {
+    /// The writer's public key (64 hex digits), or a unique prefix of a trusted key.
+    pub key: String,
 }
 
 #[derive(Args, Debug)]

@@ -229,7 +229,7 @@ fn main() -> ExitCode {
         Command::Forget(a) => cmd::forget::run(&cli.global, a),
         Command::Prove(a) => cmd::prove::run(&cli.global, a),
         Command::VerifyProof(a) => cmd::prove::verify(&cli.global, a),
-        Command::Writers => cmd::writers::run(&cli.global),
+        Command::Writers(a) => cmd::writers::run(&cli.global, a),
         Command::Prune(a) => cmd::prune::run(&cli.global, a),
         Command::Key(a) => cmd::key::run(&cli.global, a),
         Command::Repair(a) => cmd::repair::run(&cli.global, a),

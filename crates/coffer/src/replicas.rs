@@ -34,8 +34,14 @@ pub const SHORT_FILE: &str = "replicas-short";
 pub struct Opened {
     /// The replicated backend (also below the repository).
     pub backend: Arc<ReplicatedBackend>,
-    /// The current layout and its id.
+    /// The layout followed and its id: the current one, unless it lowers
+    /// protection and no trusted writer signed it ([`Repository::choose_layout`]).
     pub layout: (Id, Layout),
+    /// The newest layout signed by a writer this client trusts, if any: no copy
+    /// it needs is removed while its protection is not met under `layout`.
+    pub trusted: Option<(Id, Layout)>,
+    /// The highest version of any valid layout: a new one must exceed it.
+    pub newest_version: u64,
     /// The members' locations as this client knows them (`None`: unknown).
     pub locations: Vec<Option<String>>,
     /// Why a member has no backend here (unknown location, or it did not open).
@@ -135,11 +141,16 @@ pub fn compose(
     bootstrap: Arc<dyn Backend>,
     bootstrap_location: &str,
 ) -> Result<Repository> {
-    let (current, refused) = repo.current_layout()?;
-    for e in &refused {
+    let trusted = crate::repo_open::trusted_writers(&repo)?;
+    let choice = repo.choose_layout(&trusted)?;
+    for e in &choice.refused {
         crate::repo_open::warn(global, &e.to_string());
     }
-    let Some((id, layout)) = current else { return Ok(repo) };
+    for n in &choice.notes {
+        crate::repo_open::warn(global, n);
+    }
+    let (trusted_layout, newest_version) = (choice.trusted.clone(), choice.newest_version);
+    let Some((id, layout)) = choice.followed else { return Ok(repo) };
     let state = crate::repo_open::local_state(&repo)?;
     *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
     let remembered = read_locations(&state)?;
@@ -185,7 +196,14 @@ pub fn compose(
     }
     let replicated = Arc::new(replicated);
     let repo = repo.with_backend(replicated.clone());
-    let _ = OPENED.set(Opened { backend: replicated, layout: (id, layout), locations, problems });
+    let _ = OPENED.set(Opened {
+        backend: replicated,
+        layout: (id, layout),
+        trusted: trusted_layout,
+        newest_version,
+        locations,
+        problems,
+    });
     Ok(repo)
 }
 

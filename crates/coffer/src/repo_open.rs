@@ -683,6 +683,14 @@ pub fn local_state(repo: &Repository) -> Result<coffer_core::local_state::LocalS
     Ok(coffer_core::local_state::LocalState::new(&state_base()?, &repo.config().id))
 }
 
+/// The writers this client trusts for `repo`: its own writer key (if it has
+/// one; never created here) and those `coffer writers trust` listed.
+pub fn trusted_writers(repo: &Repository) -> Result<coffer_core::trust::TrustedWriters> {
+    let state = local_state(repo)?;
+    let own = repo.existing_writer_key(&state)?.map(|k| k.public());
+    Ok(coffer_core::trust::TrustedWriters::load(&state, own)?)
+}
+
 /// Finds a snapshot by `latest` (the newest passing `filter`) or by id prefix.
 /// `latest` is refused when this client saw history that is gone with nothing
 /// recording its removal (a rollback): it would silently name an older snapshot

@@ -346,3 +346,113 @@ fn backups_run_during_a_rebalance_and_keep_every_copy() {
     assert_success(&r.run("b0", &["-q", "check", "--read-data"]));
     restores_bit_exact(&r, "b3", &sources);
 }
+
+/// Flips one byte in the middle of `pack`'s copy on `backend` (its size stays).
+fn damage_copy(r: &Replicas, backend: &str, pack: &str) {
+    let f = r.dir(backend).join("data").join(&pack[..2]).join(pack);
+    let mut bytes = std::fs::read(&f).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x20;
+    std::fs::write(&f, bytes).unwrap();
+}
+
+#[test]
+fn a_damaged_copy_is_named_by_backend_and_repair_replaces_it_from_a_verified_one() {
+    let r = Replicas::new(2, &["b0:1G", "b1:1G"]);
+    let src = r.env.path("src");
+    make_tree(&src, 31);
+    let id = backup(&r, "b0", &src, &[]);
+    let holders = r.verified_holders();
+    let (pack, _) = holders.iter().next().unwrap();
+    let pack = pack.clone();
+    damage_copy(&r, "b1", &pack);
+
+    // The data check reads both copies: b1's is damaged, b0's intact, no blob lost.
+    let (code, v) = r.json("b0", &["check", "--read-data"]);
+    assert_eq!(code, 20, "{v}");
+    assert_eq!(v["damaged_blobs"], serde_json::json!([]), "{v}");
+    let copies = v["damaged_copies"].as_array().unwrap();
+    assert_eq!(copies.len(), 1, "{v}");
+    assert_eq!(copies[0]["pack"], pack.as_str());
+    assert_eq!(copies[0]["backend"], "b1");
+    assert_eq!(copies[0]["problem"], "damaged");
+    assert_eq!(copies[0]["intact_on"], serde_json::json!(["b0"]));
+    let out = r.run("b0", &["check", "--read-data"]);
+    let err = assert_code(&out, 20);
+    assert!(err.contains("the copy on backend b1 is damaged") && err.contains("no data is lost"), "{err}");
+
+    // Repair replaces the damaged copy from the verified one.
+    let (code, v) = r.json("b1", &["repair", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["damaged_replaced"], serde_json::json!([{"pack": pack, "backend": "b1"}]), "{v}");
+    assert_eq!(r.verified_holders()[&pack], vec!["b0".to_string(), "b1".to_string()]);
+    assert_success(&r.run("b1", &["check", "--read-data"]));
+
+    // Without a check first, `repair --replicas --read-data` reads every copy.
+    damage_copy(&r, "b0", &pack);
+    let out = r.run("b1", &["check", "--replicas", "--read-data"]);
+    let err = assert_code(&out, 20);
+    assert!(err.contains("the copy on backend b0 is damaged"), "{err}");
+    // Another client, which remembers nothing of that check.
+    let out = r
+        .at("b1")
+        .env("HOME", r.env.path("other-home"))
+        .env("COFFER_BACKEND_B0", r.dir("b0"))
+        .env("COFFER_BACKEND_B1", r.dir("b1"))
+        .args(["--json", "repair", "--replicas", "--read-data"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["damaged_replaced"], serde_json::json!([{"pack": pack, "backend": "b0"}]), "{v}");
+    assert_eq!(r.verified_holders()[&pack].len(), 2);
+    restores_bit_exact(&r, "b0", &[(id, src.clone(), src.clone())]);
+}
+
+#[test]
+fn a_layout_lowering_protection_by_an_untrusted_writer_is_reported_not_followed() {
+    use coffer_backend::{Backend, OpendalBackend};
+    use coffer_core::format::ObjectKind;
+    use std::sync::Arc;
+
+    let r = Replicas::new(2, &["b0:1G", "b1:1G", "b2:1G"]);
+    let src = many_packs(&r, "src", 61);
+    let id = backup(&r, "b0", &src, &[]);
+    let before = r.verified_holders();
+    assert!(before.values().all(|h| h.len() == 2), "{before:?}");
+    // A newly registered writer signs the next version: one copy, all on b0.
+    let local = |n: &str| -> Arc<dyn Backend> { Arc::new(OpendalBackend::local(&r.dir(n)).unwrap()) };
+    let repo = coffer_core::repo::Repository::open(local("b0"), PASSWORD.as_bytes()).unwrap();
+    let (_, current) = repo.current_layout().unwrap().0.unwrap();
+    let key = coffer_core::crypto::sign::SigningKey::generate();
+    let record = repo.register_writer(&key.public(), "elsewhere".into(), "someone".into()).unwrap();
+    let table = coffer_backend::placement::Table {
+        partitions: current.table.partitions,
+        replicas: 1,
+        owners: vec![0; current.table.partitions as usize],
+    };
+    let lowered = coffer_core::format::layout::Layout {
+        version: current.version + 1,
+        writer: key.public(),
+        table,
+        previous: None,
+        ..current.clone()
+    };
+    let lid = repo.save_layout(&lowered, &key).unwrap();
+    for name in [ObjectKind::Writer.path(&record), ObjectKind::Layout.path(&lid)] {
+        let bytes = local("b0").read(&name).unwrap();
+        for n in ["b1", "b2"] {
+            local(n).write(&name, bytes.clone()).unwrap();
+        }
+    }
+    // The owner's rebalance follows the version it trusts and says why.
+    let out = r.run("b0", &["rebalance"]);
+    assert_success(&out);
+    let err = text(&out.stderr);
+    assert!(err.contains("lowers protection") && err.contains("is not followed"), "{err}");
+    assert!(err.contains(&format!("coffer writers trust {}", key.public().to_hex())), "{err}");
+    assert_eq!(r.verified_holders(), before, "no copy was removed");
+    let (code, v) = r.json("b1", &["check", "--replicas"]);
+    assert_eq!(code, 0, "{v}");
+    restores_bit_exact(&r, "b2", &[(id, src.clone(), src.clone())]);
+}

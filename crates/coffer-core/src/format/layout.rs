@@ -80,6 +80,41 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl Layout {
+    /// How this layout keeps less than `than` does, if it does: fewer copies of
+    /// every pack, or its copies spread over fewer failure zones.
+    pub fn lowers_protection(&self, than: &Layout) -> Option<String> {
+        if self.table.replicas < than.table.replicas {
+            return Some(format!(
+                "{} copies of every pack where version {} keeps {}",
+                self.table.replicas, than.version, than.table.replicas
+            ));
+        }
+        let (mine, theirs) = (self.zones_spanned(), than.zones_spanned());
+        (mine < theirs).then(|| {
+            format!("copies spread over {mine} failure zones where version {} spreads them over {theirs}", than.version)
+        })
+    }
+
+    /// How many failure zones a pack's copies can span: the replicas, at most
+    /// the distinct zones of the backends that own partitions (a backend without
+    /// a zone is a zone of its own).
+    fn zones_spanned(&self) -> usize {
+        let mut zones: Vec<String> = Vec::new();
+        for (i, b) in self.backends.iter().enumerate() {
+            if !self.table.owners.iter().any(|&o| usize::from(o) == i) {
+                continue;
+            }
+            let z = match &b.spec.zone {
+                Some(z) if !z.is_empty() => format!("z:{z}"),
+                _ => format!("b:{}", b.spec.name),
+            };
+            if !zones.contains(&z) {
+                zones.push(z);
+            }
+        }
+        zones.len().min(usize::from(self.table.replicas))
+    }
+
     /// The plaintext, to be sealed and signed.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.backends.len() * 32 + self.table.owners.len() * 2);

@@ -187,6 +187,25 @@ pub struct CopiedFrom {
     pub snapshot: Id,
     /// The public key of the writer that signed the source snapshot.
     pub writer: PublicKey,
+    /// The source snapshot's Ed25519 signature (128 hex), checkable against the
+    /// source's stored object. Absent from copies made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// The writer of the original backup when the source snapshot was itself a
+    /// copy written anew (its own `copied_from`'s origin, or writer); absent when
+    /// `writer` wrote the original.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<PublicKey>,
+}
+
+impl CopiedFrom {
+    /// The writers a reader must trust to trust the copy's content, beside the
+    /// copy's own signer: the source snapshot's writer, and the original's.
+    pub fn writers(&self) -> Vec<PublicKey> {
+        let mut v = vec![self.writer];
+        v.extend(self.origin.filter(|o| *o != self.writer));
+        v
+    }
 }
 
 impl Snapshot {

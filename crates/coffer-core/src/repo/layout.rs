@@ -9,9 +9,35 @@ use crate::format::ObjectKind;
 use crate::format::envelope::SealedKind;
 use crate::format::layout::Layout;
 use crate::id::Id;
+use crate::trust::TrustedWriters;
 
 /// The current layout, its id, and the layout objects that were refused.
 pub type CurrentLayout = (Option<(Id, Layout)>, Vec<Error>);
+
+/// The layout a client follows, chosen with the writers it trusts
+/// ([`Repository::choose_layout`]).
+#[derive(Debug, Default)]
+pub struct LayoutChoice {
+    /// The layout to follow: the current one, unless it lowers protection and
+    /// no trusted writer signed it (then the newest trusted one).
+    pub followed: Option<(Id, Layout)>,
+    /// The newest layout signed by a writer this client trusts.
+    pub trusted: Option<(Id, Layout)>,
+    /// The highest version of any valid layout (a new one must exceed it).
+    pub newest_version: u64,
+    /// Layout objects refused (damage, or not signed by a registered writer).
+    pub refused: Vec<Error>,
+    /// What to tell the user: a current layout set aside, or followed although
+    /// no trusted writer signed it.
+    pub notes: Vec<String>,
+}
+
+impl LayoutChoice {
+    /// Whether the followed layout is signed by a trusted writer.
+    pub fn followed_is_trusted(&self) -> bool {
+        matches!((&self.followed, &self.trusted), (Some((a, _)), Some((b, _))) if a == b)
+    }
+}
 
 impl Repository {
     /// Signs and stores a layout version; returns its id.
@@ -57,6 +83,55 @@ impl Repository {
         let (ok, damaged) = split_damaged(loaded)?;
         let best = ok.into_iter().max_by(|(ia, a), (ib, b)| a.version.cmp(&b.version).then(ia.cmp(ib)));
         Ok((best, damaged))
+    }
+
+    /// The layout to follow (docs/design.md#trusted-layouts): the current one
+    /// ([`Repository::current_layout`]) if a writer in `trusted` signed it, or if
+    /// it keeps at least the protection of the newest layout such a writer signed
+    /// (or there is none); otherwise that trusted layout, and the current one is
+    /// reported, not acted on.
+    pub fn choose_layout(&self, trusted: &TrustedWriters) -> Result<LayoutChoice> {
+        let ids = self.list_ids_ahead(ObjectKind::Layout)?;
+        let loaded: Vec<(Id, Result<Layout>)> = ids.iter().map(|id| (*id, self.load_layout(id))).collect();
+        let (ok, refused) = split_damaged(loaded)?;
+        let order = |(ia, a): &&(Id, Layout), (ib, b): &&(Id, Layout)| a.version.cmp(&b.version).then(ia.cmp(ib));
+        let current = ok.iter().max_by(order).cloned();
+        let newest_trusted = ok.iter().filter(|(_, l)| trusted.trusts(&l.writer)).max_by(order).cloned();
+        let newest_version = ok.iter().map(|(_, l)| l.version).max().unwrap_or(0);
+        let mut choice = LayoutChoice { newest_version, refused, ..LayoutChoice::default() };
+        let Some((cid, cur)) = current else { return Ok(choice) };
+        if trusted.trusts(&cur.writer) {
+            choice.followed = Some((cid, cur));
+            choice.trusted = newest_trusted;
+            return Ok(choice);
+        }
+        let signer = match self.writer(&cur.writer)? {
+            Some(w) => format!("writer {} (key {})", w.name(), cur.writer.short()),
+            None => format!("key {}", cur.writer.short()),
+        };
+        let trust = format!("`coffer writers trust {}`", cur.writer.to_hex());
+        match &newest_trusted {
+            Some((_, t)) if cur.lowers_protection(t).is_some() => {
+                let why = cur.lowers_protection(t).unwrap_or_default();
+                choice.notes.push(format!(
+                    "layout version {} ({}) by {signer}, which this client does not trust, lowers protection ({why}):                      it is not followed, version {} is; if you trust that writer, {trust}",
+                    cur.version,
+                    cid.short(),
+                    t.version
+                ));
+                choice.followed = newest_trusted.clone();
+            }
+            _ => {
+                choice.notes.push(format!(
+                    "layout version {} ({}) is signed by {signer}, which this client does not trust: it is followed,                      but no copy a trusted layout needs is removed under it; if you trust that writer, {trust}",
+                    cur.version,
+                    cid.short()
+                ));
+                choice.followed = Some((cid, cur));
+            }
+        }
+        choice.trusted = newest_trusted;
+        Ok(choice)
     }
 }
 

@@ -156,8 +156,16 @@ fn store_layout(repo: Repository, layout: &Layout, members: Option<Members>) -> 
     };
     let state = repo_open::local_state(&repo)?;
     let key = repo.writer_key(&state)?;
-    let layout = Layout { writer: key.public(), ..layout.clone() };
+    // Above every valid version, also one this client does not follow.
+    let newest = replicas::opened().map_or(0, |o| o.newest_version);
+    let layout = Layout { writer: key.public(), version: layout.version.max(newest + 1), ..layout.clone() };
     Ok(repo.save_layout(&layout, &key)?)
+}
+
+/// The version after `layout`'s, above every valid version (one by a writer
+/// this client does not follow included), so that the new one is current.
+fn next_version(layout: &Layout) -> u64 {
+    layout.version.max(replicas::opened().map_or(0, |o| o.newest_version)) + 1
 }
 
 fn refuse_during_migration(layout: &Layout) -> Result<()> {
@@ -310,7 +318,7 @@ pub(crate) fn scan(o: &replicas::Opened) -> Scan {
     Scan { listed }
 }
 
-fn holds(scan: &Scan, i: usize, id: &Id) -> bool {
+pub(crate) fn holds(scan: &Scan, i: usize, id: &Id) -> bool {
     scan.listed[i].as_ref().is_ok_and(|m| m.contains_key(id))
 }
 
@@ -468,7 +476,18 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
             "missing_objects": shared,
         }));
     }
-    let healthy = f.missing.is_empty() && f.under.is_empty() && f.shared_missing.is_empty();
+    // Copies of one pack differ in size: at least one is damaged.
+    let indexed: BTreeSet<Id> = repo.index().packs().iter().map(|p| p.id).collect();
+    let differ: Vec<_> =
+        super::backend_copies::size_mismatches(&s).into_iter().filter(|(id, _)| indexed.contains(id)).collect();
+    let differ_text: Vec<String> = differ
+        .iter()
+        .map(|(id, sizes)| {
+            let each: Vec<String> = sizes.iter().map(|(i, n)| format!("{n} bytes on {}", names[*i])).collect();
+            format!("pack {}: its copies differ in size ({}): at least one is damaged", id.to_hex(), each.join(", "))
+        })
+        .collect();
+    let healthy = f.missing.is_empty() && f.under.is_empty() && f.shared_missing.is_empty() && differ.is_empty();
     let under: Vec<String> = f.under.iter().map(|(id, _)| id.to_hex()).collect();
     let missing: Vec<String> = f.missing.iter().map(Id::to_hex).collect();
     if global.json {
@@ -480,6 +499,7 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
             "under_replicated": under,
             "missing": missing,
             "misplaced": f.misplaced.len(),
+            "sizes_differ": differ.iter().map(|(id, _)| id.to_hex()).collect::<Vec<_>>(),
             "backends": per,
             "storage": repo_open::storage_counts_json(),
         }));
@@ -511,6 +531,9 @@ pub fn check(global: &GlobalArgs) -> Result<u8> {
         }
         for id in &missing {
             println!("  pack {id}: no backend holds it (data lost unless a backend comes back)");
+        }
+        for d in &differ_text {
+            println!("  {d}");
         }
         if !healthy {
             println!("run `coffer repair --replicas` to restore every copy the layout asks for");
@@ -604,9 +627,16 @@ fn restore_copies(
 }
 
 /// `coffer repair --replicas`.
-pub fn repair(global: &GlobalArgs) -> Result<u8> {
+pub fn repair(global: &GlobalArgs, read_data: bool) -> Result<u8> {
     let (repo, o) = open(global, true)?;
     let (packs, bytes, objects, mut failures) = restore_copies(&repo, o, false)?;
+    // Copies that are there but damaged: those a data check named, those whose
+    // sizes differ, and with --read-data every one, each read and hashed.
+    let state = repo_open::local_state(&repo).ok();
+    let s = scan(o);
+    let suspects = super::backend_copies::suspects(&repo, state.as_ref(), &s, read_data)?;
+    let replaced = super::backend_copies::replace_damaged(o, &s, &suspects);
+    failures.extend(replaced.failures.iter().cloned());
     // Misplaced copies go once every home holds a verified copy; during a
     // migration they are `rebalance`'s to remove.
     let migrating = o.layout.1.previous.is_some();
@@ -621,21 +651,43 @@ pub fn repair(global: &GlobalArgs) -> Result<u8> {
         && let Ok(state) = repo_open::local_state(&repo)
     {
         let _ = std::fs::remove_file(state.path(replicas::SHORT_FILE));
+        let _ = std::fs::remove_file(state.path(super::backend_copies::DAMAGED_FILE));
     }
     if global.json {
         output::json(&json!({
             "packs_copied": packs, "bytes_copied": bytes, "objects_copied": objects,
+            "copies_verified": replaced.verified,
+            "damaged_replaced": replaced.replaced.iter().map(|(id, b)| json!({"pack": id, "backend": b})).collect::<Vec<_>>(),
             "misplaced_removed": trimmed.removed, "bytes_removed": trimmed.bytes,
-            "misplaced_kept": trimmed.unverified.len(), "migrating": migrating, "failures": failures,
+            "misplaced_kept": trimmed.unverified.len(), "kept_for_trusted": trimmed.kept_for_trusted,
+            "migrating": migrating, "failures": failures,
         }));
     } else if !global.quiet || !failures.is_empty() {
         let (copies, others) = (output::plural(packs, "pack copy"), output::plural(objects, "other object"));
         println!("copied {copies} ({}) and {others}", output::bytes(bytes));
+        if !replaced.replaced.is_empty() || read_data {
+            println!(
+                "replaced {} with verified copies ({}; {} read and hashed)",
+                output::plural(replaced.replaced.len(), "damaged pack copy"),
+                output::bytes(replaced.bytes),
+                output::plural(replaced.verified, "copy")
+            );
+            for (id, b) in &replaced.replaced {
+                println!("  pack {}: the copy on backend {b} was damaged and is replaced", id.short());
+            }
+        }
         println!("removed {} ({})", output::plural(trimmed.removed, "misplaced copy"), output::bytes(trimmed.bytes));
         if migrating {
             println!(
                 "  misplaced copies stay while layout version {} is applied: `coffer rebalance` removes them",
                 o.layout.1.version
+            );
+        }
+        if trimmed.kept_for_trusted > 0 {
+            println!(
+                "  {} misplaced copies stay: layout version {} is not signed by a writer this client trusts, and the \
+                 newest trusted layout needs them",
+                trimmed.kept_for_trusted, o.layout.1.version
             );
         }
         if !trimmed.unverified.is_empty() {
@@ -699,6 +751,15 @@ pub fn rebalance(global: &GlobalArgs) -> Result<u8> {
         if let Some(why) = t.stopped {
             bail!("rebalance stopped after removing {removed} misplaced copies: {why}");
         }
+        if t.kept_for_trusted > 0 {
+            bail!(
+                "rebalance kept {} misplaced copies: layout version {} is not signed by a writer this client trusts, \
+                 and the newest layout a trusted writer signed needs them (it keeps more copies); `coffer writers` \
+                 lists the writers, `coffer writers trust KEY` trusts one",
+                t.kept_for_trusted,
+                layout.version
+            );
+        }
         // A pack a running backup is still writing to its homes may lack one for
         // now (that backup completes it); any other must be at all its homes.
         let s = scan(o);
@@ -745,7 +806,7 @@ pub fn rebalance(global: &GlobalArgs) -> Result<u8> {
         ..t.clone()
     };
     let next = Layout {
-        version: layout.version + 1,
+        version: next_version(&layout),
         time: now(),
         backends: keep.iter().map(|&i| layout.backends[i].clone()).collect(),
         table: remap(&layout.table),
@@ -762,7 +823,7 @@ pub fn rebalance(global: &GlobalArgs) -> Result<u8> {
 /// keeping `layout`'s table as the one being migrated from.
 fn migration(layout: &Layout, backends: Vec<LayoutBackend>, table: Table) -> Layout {
     Layout {
-        version: layout.version + 1,
+        version: next_version(layout),
         time: now(),
         backends,
         previous: Some(layout.table.clone()),

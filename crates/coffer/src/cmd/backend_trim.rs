@@ -34,6 +34,10 @@ pub struct Trimmed {
     pub spared: usize,
     /// Why the pass stopped before removing everything it planned.
     pub stopped: Option<String>,
+    /// Misplaced copies kept because the newest layout signed by a trusted
+    /// writer needs them and the layout followed does not keep as many copies
+    /// (or no trusted writer signed any layout).
+    pub kept_for_trusted: usize,
 }
 
 /// Whether backend `i`'s copy of pack `id` hashes to its name.
@@ -55,9 +59,29 @@ fn holders(o: &Opened, s: &Scan) -> BTreeMap<Id, Vec<usize>> {
     out
 }
 
-/// Whether the current layout is still `o`'s.
+/// Whether the layout to follow is still `o`'s.
 fn layout_unchanged(repo: &Repository, o: &Opened) -> Result<bool> {
-    Ok(repo.current_layout()?.0.is_some_and(|(id, _)| id == o.layout.0))
+    let trusted = crate::repo_open::trusted_writers(repo)?;
+    Ok(repo.choose_layout(&trusted)?.followed.is_some_and(|(id, _)| id == o.layout.0))
+}
+
+/// Whether the copy of pack `id` on backend `i` may go as far as the newest
+/// trusted layout is concerned (docs/design.md#trusted-layouts): always when the
+/// layout followed is that one; never without one; else when `i` is not one of
+/// the pack's homes there, or the homes followed (whose copies verified) keep
+/// at least as many copies as it asks for.
+fn trusted_allows(o: &Opened, i: usize, id: &Id, homes: usize) -> bool {
+    let Some((tid, t)) = &o.trusted else { return false };
+    if *tid == o.layout.0 {
+        return true;
+    }
+    let name = &o.layout.1.backends[i].spec.name;
+    let home_there = t
+        .table
+        .owners_of_id(&id.0)
+        .iter()
+        .any(|&x| t.backends.get(usize::from(x)).is_some_and(|b| &b.spec.name == name));
+    !home_there || homes >= usize::from(t.table.replicas)
 }
 
 /// Removes every copy of a pack on a backend that is not one of its homes in
@@ -91,7 +115,11 @@ pub fn remove_misplaced(
             continue;
         }
         for e in extra {
-            plan.entry(e).or_default().push(id);
+            if trusted_allows(o, e, &id, homes.len()) {
+                plan.entry(e).or_default().push(id);
+            } else {
+                out.kept_for_trusted += 1;
+            }
         }
     }
     if plan.is_empty() {

@@ -9,11 +9,21 @@ use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
-    if a.replicas {
-        return crate::cmd::backend::check(global);
-    }
-    let (path, _) = repo_open::location(global)?;
     let reads_data = a.read_data || a.read_data_subset.is_some();
+    if a.replicas {
+        let code = crate::cmd::backend::check(global)?;
+        if !reads_data {
+            return Ok(code);
+        }
+        // And the data check, which reads every copy of each pack.
+        let data = check_data(global, a, reads_data)?;
+        return Ok(code.max(data));
+    }
+    check_data(global, a, reads_data)
+}
+
+fn check_data(global: &GlobalArgs, a: &CheckArgs, reads_data: bool) -> Result<u8> {
+    let (path, _) = repo_open::location(global)?;
     let ahead = if reads_data { repo_open::Ahead::Fetch } else { repo_open::Ahead::List };
     let repo = repo_open::open_ahead(global, &path, ahead(repo_open::READERS))?.0;
     // The local state holds the history heads seen last (rollback detection) and
@@ -37,6 +47,12 @@ pub fn run(global: &GlobalArgs, a: &CheckArgs) -> Result<u8> {
     let report = check(&repo, &opts, &display);
     display.finish();
     let r = report?;
+    // Where `repair --replicas` looks first.
+    if let Some(state) = &opts.state
+        && let Err(e) = crate::cmd::backend_copies::remember(state, &r.damaged_copies)
+    {
+        eprintln!("warning: could not remember the damaged copies: {e:#}");
+    }
     if global.json {
         print_json(&r);
     } else {
@@ -66,7 +82,7 @@ fn print_json(r: &CheckReport) {
         "snapshots": r.snapshots, "trees": r.trees, "data_blobs": r.data_blobs,
         "packs": r.packs, "packs_read": r.packs_read, "packs_read_ids": r.packs_read_ids,
         "packs_unverified": r.packs_unverified, "new_round": r.new_round,
-        "damaged_blobs": damaged, "affected": affected, "forgotten": r.forgotten, "replaced": r.replaced,
+        "damaged_blobs": damaged, "affected": affected, "damaged_copies": r.damaged_copies, "forgotten": r.forgotten, "replaced": r.replaced,
         "storage": crate::repo_open::storage_counts_json(),
     }));
 }
@@ -138,6 +154,12 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
         if !global.quiet {
             println!("no errors were found");
         }
+    } else if r.errors.len() == r.damaged_copies.len() && r.damaged_copies.iter().all(|c| !c.intact_on.is_empty()) {
+        eprintln!(
+            "{} found: every pack has an intact copy on another backend, so no data is lost, but redundancy is \
+             reduced; run `coffer repair --replicas`",
+            output::plural(r.damaged_copies.len(), "damaged or missing pack copy")
+        );
     } else {
         eprintln!("{} found: the repository is damaged", output::plural(r.errors.len(), "error"));
     }

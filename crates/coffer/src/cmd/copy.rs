@@ -5,7 +5,7 @@
 use anyhow::Result;
 use coffer_backend::Location;
 use coffer_core::ops::copy::{CopyOptions, Relation, Sent, copy, relate, unsupported};
-use coffer_core::repo::SnapshotFilter;
+use coffer_core::repo::{Repository, SnapshotFilter};
 use serde_json::json;
 
 use crate::args::{CopyArgs, GlobalArgs};
@@ -57,11 +57,27 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
     let r = copy(&src, &dst, &opts, key.as_ref(), &display);
     display.finish();
     let r = r?;
+    if !r.dry_run {
+        trust_own_source_key(&src, &dst)?;
+    }
     for w in &r.warnings {
         if global.json {
             eprintln!("{}", json!({"type": "warning", "message": w}));
         } else {
             eprintln!("warning: {w}");
+        }
+    }
+    for (id, why) in &r.refused {
+        let message = format!(
+            "snapshot {} of the source was not copied: its signature is not valid there ({why}), so a copy could not \
+             keep who wrote it; run `coffer check` on the source, and forget the snapshot there if nobody you trust \
+             wrote it",
+            id.short()
+        );
+        if global.json {
+            eprintln!("{}", json!({"type": "refused", "snapshot_id": id, "reason": why, "message": message}));
+        } else {
+            eprintln!("error: {message}");
         }
     }
     let total = r.total();
@@ -84,6 +100,7 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
             "packs_present": r.packs_present,
             "snapshots_removed": r.snapshots_removed,
             "unlinked": r.unlinked,
+            "refused": r.refused.iter().map(|(id, _)| id).collect::<Vec<_>>(),
             "requests": {
                 "source": repo_open::counts_json(&src_counts.get()),
                 "destination": repo_open::storage_counts_json(),
@@ -145,7 +162,19 @@ pub fn run(global: &GlobalArgs, a: &CopyArgs) -> Result<u8> {
             output::bytes(c.bytes_down)
         );
     }
-    Ok(exit::OK)
+    // What the source's `check` calls errors was left behind: not a success.
+    Ok(if r.refused.is_empty() { exit::OK } else { exit::DAMAGED })
+}
+
+/// This client's own writer key of the source, if it has one, is trusted in the
+/// destination: the snapshots it wrote there keep coming back exactly from the
+/// copy (docs/design.md#trusted-writers).
+fn trust_own_source_key(src: &Repository, dst: &Repository) -> Result<()> {
+    let Some(own) = src.existing_writer_key(&repo_open::local_state(src)?)? else { return Ok(()) };
+    let mut trusted = repo_open::trusted_writers(dst)?;
+    let note = format!("this client's writer key of repository {}", src.config().id.short());
+    trusted.add(&repo_open::local_state(dst)?, own.public(), &note)?;
+    Ok(())
 }
 
 /// Whether a location is a coffer server's, which answers reconciliation

@@ -1,6 +1,7 @@
 //! One module per command. Each `run` returns the exit code on success.
 
 pub mod backend;
+pub mod backend_copies;
 pub mod backend_trim;
 pub mod backup;
 pub mod backup_stream;

@@ -14,7 +14,7 @@ pub fn run(global: &GlobalArgs, a: &RepairArgs) -> Result<u8> {
     match &a.command {
         Some(RepairCommand::Index(a)) => index(global, a.dry_run),
         Some(RepairCommand::Config(c)) => config(global, c),
-        None if a.replicas => crate::cmd::backend::repair(global),
+        None if a.replicas => crate::cmd::backend::repair(global, a.read_data),
         None => anyhow::bail!(
             "name what to repair: `coffer repair index`, `coffer repair config` or `coffer repair --replicas`"
         ),

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
 use coffer_core::crypto::sign::PublicKey;
-use coffer_core::format::signed::SignatureStatus;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::ops::restore::{BatchLimits, Overwrite, RestoreOptions, RestoreSummary, restore};
-use coffer_core::repo::{Repository, SnapshotFilter, WRITER_KEY_FILE};
+use coffer_core::repo::{Repository, SnapshotFilter};
+use coffer_core::trust::SnapshotTrust;
 use coffer_core::{Error, Id};
 use serde_json::json;
 
@@ -31,6 +31,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         &SnapshotFilter::from(&a.filter),
     )?;
     super::flag_signature(&id, &snap);
+    let trust = privileged(&repo, &snap, a.privileged)?;
     let opts = RestoreOptions {
         target: a.target.clone(),
         subpath,
@@ -47,7 +48,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
         },
         delete: a.delete,
         dry_run: a.dry_run,
-        privileged: privileged(&repo, &snap, a.privileged)?,
+        privileged: trust.0,
         batch: batch_limits()?,
     };
     if a.dry_run {
@@ -112,7 +113,7 @@ pub fn run(global: &GlobalArgs, a: &RestoreArgs) -> Result<u8> {
             );
         }
     }
-    report_withheld(global, &id, a.privileged, &summary);
+    report_withheld(global, &repo, &id, &trust.1, &summary);
     let n = summary.failures.len();
     // The exit code is the damage code if any entry was lost to damage.
     let damaged = summary.damaged();
@@ -167,55 +168,87 @@ fn verify(global: &GlobalArgs, repo: &Repository, id: &Id, snap: &Snapshot, opts
     Ok(exit::OK)
 }
 
-/// Whether to restore what only root can create: with `auto`, only if the
-/// snapshot carries a valid signature by this client's own writer key (anyone
-/// holding the passphrase can write a snapshot). Not running as root, it makes
-/// no difference.
-fn privileged(repo: &Repository, snap: &Snapshot, choice: Privileged) -> Result<bool> {
+/// Whether to restore what only root can create, and if not, why (with `auto`:
+/// the writers behind the snapshot that this client does not trust). With
+/// `auto`, only a snapshot whose every writer is trusted ([`coffer_core::trust::TrustedWriters`]:
+/// this client's own key and those `coffer writers trust` named) is restored
+/// exactly, since anyone holding the passphrase can write a snapshot. Not
+/// running as root, it makes no difference.
+fn privileged(repo: &Repository, snap: &Snapshot, choice: Privileged) -> Result<(bool, Withheld)> {
     Ok(match choice {
-        Privileged::All => true,
-        Privileged::None => false,
-        Privileged::Auto => match (&snap.signature, own_writer_key(repo)?) {
-            (SignatureStatus::Valid { key, .. }, Some(own)) => *key == own,
-            _ => false,
+        Privileged::All => (true, Withheld::Chosen),
+        Privileged::None => (false, Withheld::Chosen),
+        Privileged::Auto => match repo_open::trusted_writers(repo)?.snapshot(snap) {
+            SnapshotTrust::Trusted => (true, Withheld::Chosen),
+            SnapshotTrust::Untrusted(keys) => (false, Withheld::Untrusted(keys)),
+            SnapshotTrust::Unverified(why) => (false, Withheld::Unverified(why)),
         },
     })
 }
 
-/// This client's writer key for the repository, if it has one (never created here).
-fn own_writer_key(repo: &Repository) -> Result<Option<PublicKey>> {
-    let state = repo_open::local_state(repo)?;
-    let Some(bytes) = state.read(WRITER_KEY_FILE)? else {
-        return Ok(None);
-    };
-    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    Ok(v.get("public_key").and_then(|k| k.as_str()).and_then(PublicKey::from_hex))
+/// Why privileged things may be withheld.
+enum Withheld {
+    /// `--privileged` said so (or they are not withheld).
+    Chosen,
+    /// These writers behind the snapshot are not trusted.
+    Untrusted(Vec<PublicKey>),
+    /// Its signature is not valid.
+    Unverified(String),
 }
 
-/// Says what only root can create was left out, and how to get it.
-fn report_withheld(global: &GlobalArgs, id: &Id, choice: Privileged, summary: &RestoreSummary) {
+/// Says prominently what only root can create was left out, why, and how to
+/// get it: the command that trusts the writers, or `--privileged all`.
+fn report_withheld(global: &GlobalArgs, repo: &Repository, id: &Id, why: &Withheld, summary: &RestoreSummary) {
     let w = &summary.withheld;
     if w.is_empty() {
         return;
     }
-    let why = match choice {
-        Privileged::Auto => format!("snapshot {} is not signed by this client's own writer key", id.short()),
-        _ => "--privileged none".to_string(),
+    let names = |k: &PublicKey| match repo.writer(k) {
+        Ok(Some(r)) => format!("{} (key {})", r.name(), k.short()),
+        _ => format!("key {} (not registered here)", k.short()),
     };
-    let message = format!(
-        "{why}, so what only root can create was not restored: {} owners, {} setuid/setgid bits, \
-         {} security./trusted. attributes, {} device nodes; if you trust the snapshot's author, \
-         restore again with --privileged all",
+    let (reason, fix, commands): (String, String, Vec<String>) = match why {
+        Withheld::Chosen => ("--privileged none was given".into(), "restore again without it".into(), vec![]),
+        Withheld::Untrusted(keys) => {
+            let who: Vec<String> = keys.iter().map(names).collect();
+            let commands: Vec<String> = keys.iter().map(|k| format!("coffer writers trust {}", k.to_hex())).collect();
+            (
+                format!(
+                    "snapshot {} was written by {}, which this client does not trust",
+                    id.short(),
+                    if who.len() == 1 { format!("writer {}", who[0]) } else { format!("writers {}", who.join(", ")) }
+                ),
+                format!(
+                    "if that is you (an earlier machine, or the source of a copy), trust it with `{}` and restore \
+                     again; or restore again with --privileged all",
+                    commands.join("` and `")
+                ),
+                commands,
+            )
+        }
+        Withheld::Unverified(s) => (
+            format!("the signature of snapshot {} is not valid ({s})", id.short()),
+            "if you trust its author anyway, restore again with --privileged all".into(),
+            vec![],
+        ),
+    };
+    let counts = format!(
+        "{} owners, {} setuid/setgid bits, {} security./trusted. attributes, {} device nodes",
         w.owners, w.setid, w.xattrs, w.devices
     );
+    let message = format!("NOT RESTORED: {counts}. Why: {reason}. To restore them: {fix}.");
     if global.json {
         eprintln!(
             "{}",
             json!({"type": "withheld", "snapshot_id": id, "owners": w.owners, "setid_bits": w.setid,
-                   "xattrs": w.xattrs, "device_nodes": w.devices, "message": message})
+                   "xattrs": w.xattrs, "device_nodes": w.devices, "reason": reason, "trust_commands": commands,
+                   "message": message})
         );
     } else {
-        eprintln!("warning: {message}");
+        eprintln!("warning: what only root can create was withheld from this restore");
+        eprintln!("  not restored: {counts} (entries are owned by root, without setuid/setgid bits)");
+        eprintln!("  why: {reason}");
+        eprintln!("  to restore them: {fix}");
     }
 }
 

@@ -547,8 +547,12 @@ fn same_sources(repo: &Repository, old: Id, new: Id, paths: &[PathBuf]) -> bool 
 }
 
 /// Whether `snapshot` carries a valid signature by `key`, this client's writer key.
+/// Whether `key` signed `snapshot` and, for a copy written anew by `coffer
+/// copy`, also wrote the original: a copy of another writer's snapshot is not
+/// this client's own.
 fn signed_by(snapshot: &Snapshot, key: &SigningKey) -> bool {
     matches!(&snapshot.signature, SignatureStatus::Valid { key: k, .. } if *k == key.public())
+        && snapshot.copied_from.as_ref().is_none_or(|c| c.writers().iter().all(|w| *w == key.public()))
 }
 
 /// What a scoped thread returned; its panic goes on in the caller.

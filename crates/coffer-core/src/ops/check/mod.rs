@@ -14,11 +14,13 @@
 //! all the damage; each message names the object. Damaged and missing blobs are
 //! also collected by id and traced to the files they affect ([`locate`]).
 
+mod copies;
 mod locate;
 mod snapshots;
 mod subset;
 mod trees;
 
+pub use copies::{CopyProblem, DamagedCopy};
 pub use locate::{AffectedFile, AffectedKind, DamagedBlob, TreeSource, locate_damage};
 pub use subset::{DataSubset, VERIFIED_PACKS};
 
@@ -87,6 +89,10 @@ pub struct CheckReport {
     pub damaged_blobs: Vec<DamagedBlob>,
     /// The entries of every snapshot that the damaged blobs affect.
     pub affected: Vec<AffectedFile>,
+    /// Over several backends: the copies of packs found damaged or missing by a
+    /// data read, each naming its backend and where an intact copy lies (also
+    /// among `errors`).
+    pub damaged_copies: Vec<DamagedCopy>,
 }
 
 impl CheckReport {
@@ -167,6 +173,7 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         r.errors.extend(d.errors);
         r.warnings.extend(d.warnings);
         r.damaged_blobs.extend(d.damaged_blobs);
+        r.damaged_copies.extend(d.damaged_copies);
         (r.packs_read, r.packs_read_ids) = (d.packs_read, d.packs_read_ids);
         r.new_round = plan.new_round;
         match plan.record(&good, packs.len(), opts.state.as_ref()) {
@@ -447,7 +454,8 @@ fn read_data(
     progress.set_total(packs.iter().map(|(_, s)| s).sum(), packs.len() as u64);
     let readers = pack_readers(repo.backend().connections(), u64::from(repo.config().pack_size));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut verdicts: Vec<(usize, Id, PackVerdict)> = std::thread::scope(|s| {
+    type Verdict = (usize, Id, PackVerdict, Vec<DamagedCopy>, Vec<String>);
+    let mut verdicts: Vec<Verdict> = std::thread::scope(|s| {
         let (tx, rx) = crossbeam_channel::bounded(0);
         for _ in 0..readers {
             let (tx, next) = (tx.clone(), &next);
@@ -455,7 +463,15 @@ fn read_data(
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some((id, _)) = packs.get(i) else { break };
-                    if tx.send((i, read_pack(repo, id))).is_err() {
+                    // Over several backends every copy is read and hashed; the
+                    // content is verified from an intact one.
+                    let placed = repo.backend().placed_copies(&ObjectKind::Pack.path(id));
+                    let read = if placed.len() > 1 {
+                        copies::read_copies(repo, id, &placed)
+                    } else {
+                        copies::CopiesRead { read: read_pack(repo, id), bad: Vec::new(), unread: Vec::new() }
+                    };
+                    if tx.send((i, read)).is_err() {
                         break;
                     }
                 }
@@ -463,11 +479,12 @@ fn read_data(
         }
         drop(tx);
         rx.iter()
-            .map(|(i, read)| {
+            .map(|(i, copies)| {
                 let (id, size) = &packs[i];
+                let copies::CopiesRead { read, bad, unread } = copies;
                 let v = verify_read_pack(repo, id, by_pack.get(id).map(Vec::as_slice).unwrap_or(&[]), read);
                 progress.add_bytes(*size);
-                (i, *id, v)
+                (i, *id, v, bad, unread)
             })
             .collect()
     });
@@ -477,11 +494,17 @@ fn read_data(
     r.packs_read_ids = packs.iter().map(|(id, _)| *id).collect();
     let mut good = HashSet::new();
     let mut problems = Vec::new();
-    for (_, id, v) in verdicts {
+    for (_, id, v, bad, unread) in verdicts {
         if let Some(e) = v.storage {
             return Err(e.into());
         }
-        if v.problems.is_empty() && v.damaged.is_empty() {
+        r.warnings.extend(unread);
+        let copies_ok = bad.is_empty();
+        if by_pack.contains_key(&id) {
+            problems.extend(bad.iter().map(DamagedCopy::describe));
+            r.damaged_copies.extend(bad);
+        }
+        if v.problems.is_empty() && v.damaged.is_empty() && copies_ok {
             good.insert(id);
         }
         if !by_pack.contains_key(&id) {

@@ -151,6 +151,11 @@ pub struct CopySummary {
     /// Plaintext bytes of file content read from the source (unrelated
     /// repositories only).
     pub bytes_read: u64,
+    /// Source snapshots not copied because their signature is not valid there
+    /// (an unknown writer, a bad signature, none), with what is wrong: a copy
+    /// cannot keep who wrote them. The copy of the others goes on; the command
+    /// line ends with the damage code.
+    pub refused: Vec<(Id, String)>,
     /// Problems that did not stop the copy.
     pub warnings: Vec<String>,
 }
@@ -234,8 +239,10 @@ pub fn copy(
         files_read: 0,
         files_reused: 0,
         bytes_read: 0,
+        refused: std::mem::take(&mut sel.refused),
         warnings: std::mem::take(&mut sel.warnings),
     };
+    let origins = if rewrites { reencrypt::origins(src, &sel.snapshots, &sel.stored) } else { Default::default() };
     if relation == Relation::Unrelated {
         let trusted = writer.map(|k| k.public()).or(opts.trusted);
         let (done, reuse) = rechunk::copied(src, dst, trusted.as_ref())?;
@@ -261,7 +268,7 @@ pub fn copy(
             }
         };
         let key = if opts.dry_run { None } else { writer };
-        rechunk::copy_snapshots(src, dst, &sel.snapshots, &reuse, key, &report, progress, &mut sum)?;
+        rechunk::copy_snapshots(src, dst, &sel.snapshots, &origins, &reuse, key, &report, progress, &mut sum)?;
         guard.finish()?;
         return Ok(sum);
     }
@@ -282,7 +289,7 @@ pub fn copy(
             }
         };
         let key = if opts.dry_run { None } else { writer };
-        reencrypt::copy_snapshots(src, dst, &sel.snapshots, key, &report, progress, &mut sum)?;
+        reencrypt::copy_snapshots(src, dst, &sel.snapshots, &origins, key, &report, progress, &mut sum)?;
         if let Some(session) = session {
             session.finish()?;
         }

@@ -101,6 +101,9 @@ pub(super) struct Selection {
     pub dst_tombstones: Vec<(Id, Tombstone)>,
     /// Named snapshots the destination holds already.
     pub already: usize,
+    /// Snapshots not copied because their signature is not valid in the source,
+    /// with what is wrong with it.
+    pub refused: Vec<(Id, String)>,
     pub warnings: Vec<String>,
 }
 
@@ -122,6 +125,7 @@ pub(super) fn select(
         src_tombstones: Vec::new(),
         dst_tombstones: Vec::new(),
         already: 0,
+        refused: Vec::new(),
         warnings: Vec::new(),
     };
     let wanted: Vec<Id> = if opts.snapshots.is_empty() {
@@ -173,16 +177,13 @@ pub(super) fn select(
     sel.src_tombstones = st;
     sel.dst_tombstones = dt;
     snaps.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
-    for (id, s) in &snaps {
-        if !s.signature.is_valid() {
-            sel.warnings.push(format!(
-                "snapshot {}: {}; it is copied as it is (run `coffer check` on the source)",
-                id.short(),
-                s.signature.describe()
-            ));
-        }
-    }
-    sel.snapshots = snaps;
+    // Who wrote a snapshot travels with it: a byte copy keeps the signature,
+    // and needs the writer's record, which the source lacks for an unknown
+    // writer; a copy written anew would be signed by this client. Neither can
+    // vouch for a snapshot whose author the source cannot confirm.
+    let (ok, bad): (Vec<_>, Vec<_>) = snaps.into_iter().partition(|(_, s)| s.signature.is_valid());
+    sel.refused = bad.into_iter().map(|(id, s)| (id, s.signature.describe())).collect();
+    sel.snapshots = ok;
     Ok(sel)
 }
 

@@ -16,7 +16,7 @@ use crate::crypto::sign::{PublicKey, SigningKey};
 use crate::error::{Error, Result};
 use crate::format::ObjectKind;
 use crate::format::pack::{BlobType, PackEntry};
-use crate::format::snapshot::{SNAPSHOT_VERSION, Snapshot};
+use crate::format::snapshot::{CopiedFrom, SNAPSHOT_VERSION, Snapshot};
 use crate::format::tree::{self, ListingWriter, Node, NodeKind, SplitLimits};
 use crate::id::Id;
 use crate::progress::Progress;
@@ -108,6 +108,7 @@ pub(super) fn copy_snapshots(
     src: &Repository,
     dst: &Repository,
     snaps: &[(Id, Snapshot)],
+    origins: &HashMap<Id, CopiedFrom>,
     reuse: &[(Id, Snapshot)],
     key: Option<&SigningKey>,
     report: &(dyn Fn(SaverEvent) + Sync),
@@ -184,7 +185,7 @@ pub(super) fn copy_snapshots(
     let copies = snaps.iter().zip(trees).filter_map(|((id, snap), tree)| {
         Some((*id, Snapshot { version: SNAPSHOT_VERSION, tree: tree?, ..snap.clone() }))
     });
-    super::reencrypt::write_snapshots(src, dst, key, copies, progress, sum)
+    super::reencrypt::write_snapshots(dst, key, origins, copies, progress, sum)
 }
 
 /// Whether source snapshot `id` is gone (forgotten since it was listed).

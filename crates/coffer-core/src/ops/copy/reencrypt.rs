@@ -4,13 +4,13 @@
 //! through the destination's saver; each snapshot is written anew, signed by the
 //! destination's writer, recording where it comes from (docs/design.md#copy).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use crate::crypto::sign::SigningKey;
 use crate::error::Result;
-use crate::format::ObjectKind;
 use crate::format::snapshot::{CopiedFrom, Snapshot};
+use crate::format::{ObjectKind, signed};
 use crate::id::Id;
 use crate::progress::Progress;
 use crate::repo::history::History;
@@ -28,14 +28,40 @@ pub(super) fn already_copied(src: &Repository, dst: &Repository) -> Result<HashS
         .collect())
 }
 
+/// What each copy written anew records of its source snapshot (`stored`: the
+/// snapshots as stored in `src`, by id): the source, its writer and signature,
+/// and the writer of the original backup when the source was itself a copy
+/// written anew, so that a reader trusts the copy only as far as it trusts
+/// every writer behind it (docs/design.md#copy).
+pub(super) fn origins(
+    src: &Repository,
+    snaps: &[(Id, Snapshot)],
+    stored: &HashMap<Id, Vec<u8>>,
+) -> HashMap<Id, CopiedFrom> {
+    snaps
+        .iter()
+        .map(|(id, snap)| {
+            let signature = stored
+                .get(id)
+                .and_then(|b| signed::split(b).ok())
+                .and_then(|(_, block)| block)
+                .map(|b| b.signature.iter().map(|x| format!("{x:02x}")).collect::<String>());
+            let origin = snap.copied_from.as_ref().map(|c| c.origin.unwrap_or(c.writer));
+            (*id, CopiedFrom { repository: src.config().id, snapshot: *id, writer: snap.writer, signature, origin })
+        })
+        .collect()
+}
+
 /// Stores in `dst` the blobs of `snaps` its index lacks (read from `src`,
 /// encrypted again), then a new snapshot for each, signed by `key`, oldest
 /// first, each linking to the heads before it. A dry run (`key` is `None`)
 /// counts the blobs and stores nothing.
+#[allow(clippy::too_many_arguments)] // the copy's parts, as rechunk::copy_snapshots takes them
 pub(super) fn copy_snapshots(
     src: &Repository,
     dst: &Repository,
     snaps: &[(Id, Snapshot)],
+    origins: &HashMap<Id, CopiedFrom>,
     key: Option<&SigningKey>,
     report: &(dyn Fn(SaverEvent) + Sync),
     progress: &dyn Progress,
@@ -69,15 +95,16 @@ pub(super) fn copy_snapshots(
     let Some(key) = key else {
         return Ok(());
     };
-    write_snapshots(src, dst, key, snaps.iter().map(|(id, snap)| (*id, snap.clone())), progress, sum)
+    write_snapshots(dst, key, origins, snaps.iter().map(|(id, snap)| (*id, snap.clone())), progress, sum)
 }
 
 /// Writes `copies` (source snapshot id, snapshot to store) into `dst`, each signed
-/// by `key`, linked to the destination's history and recording its source.
+/// by `key`, linked to the destination's history and recording its source
+/// (`origins`, by source snapshot id).
 pub(super) fn write_snapshots(
-    src: &Repository,
     dst: &Repository,
     key: &SigningKey,
+    origins: &HashMap<Id, CopiedFrom>,
     copies: impl IntoIterator<Item = (Id, Snapshot)>,
     progress: &dyn Progress,
     sum: &mut CopySummary,
@@ -89,7 +116,9 @@ pub(super) fn write_snapshots(
             history: heads.clone(),
             // The parent named a snapshot of the source.
             parent: None,
-            copied_from: Some(CopiedFrom { repository: src.config().id, snapshot: id, writer: snap.writer }),
+            copied_from: Some(origins.get(&id).cloned().ok_or_else(|| {
+                crate::error::Error::InvalidInput(format!("snapshot {}: no record of its source", id.short()))
+            })?),
             // Its links are the destination's heads, taken now.
             written: Some(humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string()),
             signature: Default::default(),

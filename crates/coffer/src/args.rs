@@ -805,6 +805,11 @@ pub enum RepairCommand {
     /// held are reset and listed; pass the ones used at init if they were not the
     /// defaults.
     Config(RepairConfigArgs),
+    /// Delete the key files, index files, writer records, layouts and prune
+    /// notices that do not decode (damaged, or planted by anyone who can write to
+    /// the storage), never one that decodes. Packs only a removed index file may
+    /// list are indexed first, from their own headers.
+    Planted(RepairIndexArgs),
 }
 
 #[derive(Args, Debug)]

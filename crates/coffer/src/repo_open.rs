@@ -448,7 +448,7 @@ pub fn open_finding_ahead(
     let repo = open_ahead(global, &path, ahead)?.0;
     let (indexed, found) = std::thread::scope(|s| {
         let indexed = s.spawn(|| load_index(global, &repo));
-        let found: Result<Vec<_>> = names.iter().map(|n| find_snapshot(&repo, n, filter)).collect();
+        let found: Result<Vec<_>> = names.iter().map(|n| find_snapshot(global, &repo, n, filter)).collect();
         (indexed.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), found)
     });
     let found = found?;
@@ -695,10 +695,26 @@ pub fn trusted_writers(repo: &Repository) -> Result<coffer_core::trust::TrustedW
 /// `latest` is refused when this client saw history that is gone with nothing
 /// recording its removal (a rollback): it would silently name an older snapshot
 /// than the newest one. Naming the snapshot by id is the explicit way past it.
-pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> Result<(Id, Snapshot)> {
-    if name == "latest"
-        && let Ok(state) = local_state(repo)
-    {
+/// Snapshots dated too far ahead are passed over, each with a warning.
+pub fn find_snapshot(
+    global: &GlobalArgs,
+    repo: &Repository,
+    name: &str,
+    filter: &SnapshotFilter,
+) -> Result<(Id, Snapshot)> {
+    if name != "latest" {
+        return Ok(repo.find_snapshot(name, filter)?);
+    }
+    let latest = find_latest(repo, filter)?;
+    for w in latest.warnings() {
+        warn(global, &w);
+    }
+    latest.found.ok_or_else(|| coffer_core::Error::SnapshotNotFound(name.to_string()).into())
+}
+
+/// `latest` by `filter`, refused after a rollback ([`find_snapshot`]).
+fn find_latest(repo: &Repository, filter: &SnapshotFilter) -> Result<coffer_core::repo::Latest> {
+    if let Ok(state) = local_state(repo) {
         let remembered = state.read_ids(HEADS_FILE)?;
         let history = if remembered.is_empty() { None } else { Some(History::load(repo)?) };
         let missing = history.as_ref().map(|h| h.missing_heads(&remembered)).unwrap_or_default();
@@ -722,15 +738,10 @@ pub fn find_snapshot(repo: &Repository, name: &str, filter: &SnapshotFilter) -> 
         // as `Repository::snapshots` does: `latest` is its newest that passes the
         // filter, without listing and reading them again.
         if let Some(h) = history {
-            return h
-                .snapshots
-                .into_iter()
-                .rev()
-                .find(|(_, s)| filter.matches(s))
-                .ok_or_else(|| coffer_core::Error::SnapshotNotFound(name.to_string()).into());
+            return Ok(coffer_core::repo::Latest::pick(h.snapshots, filter, std::time::SystemTime::now()));
         }
     }
-    Ok(repo.find_snapshot(name, filter)?)
+    Ok(repo.find_latest(filter)?)
 }
 
 #[cfg(test)]

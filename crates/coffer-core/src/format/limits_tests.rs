@@ -194,8 +194,8 @@ fn the_largest_session_marker_and_prune_notice_are_accepted() {
     };
     let nid = repo.save_sealed(SealedKind::PruneNotice, &serde_json::to_vec(&notice).unwrap()).unwrap();
     assert!(stored_len(&repo, ObjectKind::PruneNotice, &nid) <= limits::PRUNE_NOTICE);
-    let crate::lifecycle::notices::Notices { ids, packs } = crate::lifecycle::notices::read(&repo).unwrap();
-    assert_eq!((ids, packs.len()), (vec![nid], limits::PRUNE_NOTICE_PACKS));
+    let crate::lifecycle::notices::Notices { ids, packs, unknown } = crate::lifecycle::notices::read(&repo).unwrap();
+    assert_eq!((ids, packs.len(), unknown), (vec![nid], limits::PRUNE_NOTICE_PACKS, vec![]));
     // A session marker of a backup that wrote 200,000 index files.
     let rec = crate::format::session::SessionRecord {
         version: FORMAT_VERSION,

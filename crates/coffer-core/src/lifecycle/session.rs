@@ -25,6 +25,8 @@ struct Shared {
     wake: Condvar,
     index_files: Mutex<Vec<Id>>,
     packs: Mutex<Vec<Id>>,
+    /// Every pack this writer stored, indexed or not.
+    stored: Mutex<std::collections::HashSet<Id>>,
     /// The marker was found removed: a prune took this writer for stopped.
     lost: std::sync::atomic::AtomicBool,
 }
@@ -124,6 +126,7 @@ impl Marker {
             wake: Condvar::new(),
             index_files: Mutex::new(vec![]),
             packs: Mutex::new(vec![]),
+            stored: Default::default(),
             lost: Default::default(),
         });
         let Marker { id, name, backend, key, cipher, mut rec } = self;
@@ -187,8 +190,12 @@ impl Session {
     pub fn sink(&self) -> impl Fn(SaverEvent) + Send + Sync + 'static {
         let shared = self.shared.clone();
         move |event| match event {
-            SaverEvent::Pack(id) => shared.packs.lock().expect("poisoned").push(id),
+            SaverEvent::Pack(id) => {
+                shared.stored.lock().expect("poisoned").insert(id);
+                shared.packs.lock().expect("poisoned").push(id);
+            }
             SaverEvent::IndexFile(id, packs) => {
+                shared.stored.lock().expect("poisoned").extend(packs.iter().copied());
                 shared.index_files.lock().expect("poisoned").push(id);
                 shared.packs.lock().expect("poisoned").retain(|p| !packs.contains(p));
             }
@@ -205,6 +212,12 @@ impl Session {
     /// The index files this writer stored so far.
     pub fn index_files(&self) -> Vec<Id> {
         self.shared.index_files.lock().expect("poisoned").clone()
+    }
+
+    /// Every pack this writer stored so far (through [`Session::sink`]): its
+    /// marker protects them from a prune.
+    pub fn stored_packs(&self) -> std::collections::HashSet<Id> {
+        self.shared.stored.lock().expect("poisoned").clone()
     }
 
     /// Stops the heartbeat and removes the marker.

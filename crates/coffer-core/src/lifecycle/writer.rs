@@ -73,6 +73,11 @@ pub struct WriterGuard<'r> {
     session: Option<Session>,
     /// The packs the notices named when this writer began.
     noticed_at_start: HashSet<Id>,
+    /// The notices met that do not decode, at the start or since.
+    unknown: Vec<notices::Undecodable>,
+    /// The snapshot this writer's tree was built from ([`WriterGuard::vouch_parent`]):
+    /// its snapshot id and root tree.
+    parent: Option<(Id, Id)>,
     /// When the notices were last checked, by [`WriterGuard::before_commit`].
     checked: Option<Instant>,
     /// The newest round of [`WriterGuard::look_ahead`] kept.
@@ -96,9 +101,9 @@ impl<'r> WriterGuard<'r> {
         // which the protocol needs before the notices and the index are read).
         // A marker written at the open was followed by these listings already.
         let opening = repo.take_opening();
-        let (session, noticed_at_start) = if dry_run {
+        let (session, noticed) = if dry_run {
             repo.prefetch_listings(&AFTER_MARKER[1..]);
-            (None, HashSet::new())
+            (None, notices::Notices::default())
         } else {
             let session = match opening {
                 Some(o) => Session::adopt(repo, o, timing.heartbeat)?,
@@ -111,9 +116,34 @@ impl<'r> WriterGuard<'r> {
                 }
             };
             repo.prefetch_listings(&AFTER_MARKER);
-            (Some(session), notices::read(repo)?.packs)
+            (Some(session), notices::read(repo)?)
         };
-        Ok(WriterGuard { repo, timing, session, noticed_at_start, checked: None, looked: None })
+        Ok(WriterGuard {
+            repo,
+            timing,
+            session,
+            noticed_at_start: noticed.packs,
+            unknown: noticed.unknown,
+            parent: None,
+            checked: None,
+            looked: None,
+        })
+    }
+
+    /// The notices met so far that do not decode: while one is stored, which
+    /// packs a prune is deleting is unknown, so no orphan pack is adopted and the
+    /// final check stores again every blob it cannot show is safe
+    /// ([`WriterGuard::before_commit`]). For the caller to warn about.
+    pub fn unknown_notices(&self) -> &[notices::Undecodable] {
+        &self.unknown
+    }
+
+    /// Names the snapshot `snapshot` (root tree `tree`) the writer's tree reuses
+    /// content from. While a notice does not decode, the blobs this snapshot uses
+    /// need not be stored again, if it is still stored and not forgotten when the
+    /// final check is made (docs/design.md#prune, "A notice that does not decode").
+    pub fn vouch_parent(&mut self, snapshot: Id, tree: Id) {
+        self.parent = Some((snapshot, tree));
     }
 
     /// Step (d), once the index is read: indexes packs no index file lists (left
@@ -124,6 +154,10 @@ impl<'r> WriterGuard<'r> {
         let Some(session) = &self.session else {
             return Ok(None);
         };
+        // A notice that does not decode may name any orphan pack.
+        if !self.unknown.is_empty() {
+            return Ok(None);
+        }
         let adopted = self.repo.adopt_orphan_packs(&self.noticed_at_start)?;
         if let Some(f) = adopted {
             session.sink()(SaverEvent::IndexFile(f, Vec::new()));
@@ -173,10 +207,21 @@ impl<'r> WriterGuard<'r> {
             if attempt > 0 {
                 list_for_commit(self.repo);
             }
-            let mut noticed = notices::read(self.repo)?.packs;
+            let now = notices::read(self.repo)?;
+            let mut noticed = now.packs;
             noticed.extend(&self.noticed_at_start);
-            if !noticed.is_empty() {
-                let r = keep_what_prune_deletes(self.repo, root, &noticed)?;
+            for u in now.unknown {
+                if !self.unknown.iter().any(|k| k.id == u.id) {
+                    self.unknown.push(u);
+                }
+            }
+            let unknown = match self.unknown.is_empty() {
+                true => None,
+                // Read after the notices were listed (so a forget a prune saw is seen).
+                false => Some(Unknown { own: session.stored_packs(), vouched: vouched_tree(self.repo, self.parent)? }),
+            };
+            if !noticed.is_empty() || unknown.is_some() {
+                let r = keep_what_prune_deletes(self.repo, root, &noticed, unknown.as_ref())?;
                 rescued.bytes_stored += r.bytes_stored;
                 rescued.blobs += r.blobs;
                 rescued.bytes_new += r.bytes_new;
@@ -263,16 +308,64 @@ fn list_for_commit(repo: &Repository) {
     repo.prefetch_listings(&COMMIT_LISTINGS);
 }
 
+/// What a writer can show is safe from a prune whose notice does not decode.
+struct Unknown {
+    /// The packs this writer stored: its marker protects them.
+    own: HashSet<Id>,
+    /// The root tree of a snapshot that is stored and not forgotten, listed after
+    /// the notices: every blob it uses is kept by any prune (marked live, spared
+    /// by the re-check, or, for one stored later still, kept by its own writer's
+    /// final check).
+    vouched: Option<Id>,
+}
+
+/// The root tree of `parent` if the snapshot is still stored and no tombstone
+/// that loads forgets it, in listings taken now; else `None`.
+fn vouched_tree(repo: &Repository, parent: Option<(Id, Id)>) -> Result<Option<Id>> {
+    let Some((snapshot, tree)) = parent else {
+        return Ok(None);
+    };
+    if !repo.list_ids(ObjectKind::Snapshot)?.contains(&snapshot) {
+        return Ok(None);
+    }
+    for t in repo.list_ids(ObjectKind::Tombstone)? {
+        match repo.load_tombstone(&t) {
+            Ok(t) if t.forgotten.iter().any(|f| f.id == snapshot) => return Ok(None),
+            Ok(_) => {}
+            Err(Error::Backend(e)) if e.kind != coffer_backend::ErrorKind::NotFound => return Err(Error::Backend(e)),
+            // Gone, or damaged: a prune reads snapshots as such a tombstone leaves them, live.
+            Err(_) => {}
+        }
+    }
+    Ok(Some(tree))
+}
+
 /// Copies into new packs every blob of the tree `root` (trees and file content)
 /// that the index places in a pack a running prune is deleting, so the snapshot
-/// about to be written does not rely on them. A pack already gone makes the backup
-/// fail cleanly: no snapshot is written, and the next backup stores the data again.
-fn keep_what_prune_deletes(repo: &Repository, root: Id, noticed: &HashSet<Id>) -> Result<SaverStats> {
+/// about to be written does not rely on them; with a notice that does not decode
+/// (`unknown`), every blob it cannot show is safe. A pack already gone makes the
+/// backup fail cleanly: no snapshot is written, and the next backup stores the
+/// data again.
+fn keep_what_prune_deletes(
+    repo: &Repository,
+    root: Id,
+    noticed: &HashSet<Id>,
+    unknown: Option<&Unknown>,
+) -> Result<SaverStats> {
+    let mut safe = HashSet::new();
+    if let Some(tree) = unknown.and_then(|u| u.vouched) {
+        super::each_used_blob(repo, tree, &mut safe, &mut |_, _| Ok(()))?;
+    }
     let saver = BlobSaver::new(repo);
     let mut seen = HashSet::new();
     super::each_used_blob(repo, root, &mut seen, &mut |blob_type, id| {
         let (_, pack) = repo.locate_blob(blob_type, &id)?;
-        if !noticed.contains(&pack.id) {
+        let at_risk = match unknown {
+            _ if noticed.contains(&pack.id) => true,
+            Some(u) => !u.own.contains(&pack.id) && !safe.contains(&id),
+            None => false,
+        };
+        if !at_risk {
             return Ok(());
         }
         // Another copy serves if this one is gone already.

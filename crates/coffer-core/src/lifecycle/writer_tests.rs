@@ -292,3 +292,72 @@ fn a_look_ahead_serves_the_commit_only_while_recent() {
     assert_eq!(guard.before_commit(root, || Ok(())).unwrap().blobs, 4);
     guard.ready_to_commit().unwrap();
 }
+
+/// Stores bytes that are no notice as `prune/<their hash>`, as anyone who can
+/// write to the storage can.
+fn plant_notice(t: &TestRepo) -> Id {
+    let garbage = b"\x01\x07garbage".to_vec();
+    let id = Id::hash_of(&garbage);
+    t.backend.write(&ObjectKind::PruneNotice.path(&id), garbage).unwrap();
+    id
+}
+
+/// A notice that does not decode stops no backup: it is taken to announce any
+/// pack, so the writer adopts no orphan pack and stores again the blobs it uses
+/// that are neither in its parent snapshot (stored, not forgotten) nor in its
+/// own packs.
+#[test]
+fn a_notice_that_does_not_decode_names_every_pack_but_the_parents_and_the_writers() {
+    let t = test_repo();
+    let (parent, parent_root) = t.snapshot(&TestTree::new().file("a", &[&noise(1000, 1)]));
+    // Another host's content, which a prune may be deleting (once forgotten).
+    t.snapshot(&TestTree::new().file("b", &[&noise(2000, 2)]));
+    // A pack no index lists.
+    let saver = BlobSaver::new(&t.repo);
+    TestTree::new().file("o", &[&noise(3000, 3)]).store(&saver).unwrap();
+    saver.finish().unwrap();
+    let planted = plant_notice(&t);
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    assert_eq!(guard.unknown_notices().iter().map(|u| u.id).collect::<Vec<_>>(), [planted]);
+    for f in t.repo.list_ids(ObjectKind::Index).unwrap() {
+        let recs = t.repo.load_index_file(&f).unwrap();
+        if recs.iter().any(|r| r.entries.iter().any(|e| e.raw_length == 3000)) {
+            t.backend.delete(&ObjectKind::Index.path(&f)).unwrap();
+        }
+    }
+    writer.load_index().unwrap();
+    assert_eq!(guard.adopt_orphan_packs().unwrap(), None, "the notice may name the orphan");
+    let saver = BlobSaver::new(&writer).with_observer(guard.observer().unwrap());
+    let tree = TestTree::new().file("a", &[&noise(1000, 1)]).file("b", &[&noise(2000, 2)]).file("c", &[&noise(500, 4)]);
+    let root = tree.store(&saver).unwrap();
+    saver.finish().unwrap();
+    guard.vouch_parent(parent, parent_root);
+    let rescued = guard.before_commit(root, || Ok(())).unwrap();
+    assert_eq!(rescued.blobs, 1, "only b's chunk: a is the parent's, the root and c are the writer's own");
+    let b = blobs_of(&writer, root)
+        .into_iter()
+        .find(|(ty, id)| *ty == BlobType::Data && indexed_in(&t.repo, id).len() == 2);
+    assert!(b.is_some(), "b's chunk has a second copy");
+    guard.ready_to_commit().unwrap();
+    guard.finish().unwrap();
+}
+
+/// A parent forgotten before the final check vouches for nothing.
+#[test]
+fn with_a_notice_that_does_not_decode_a_forgotten_parent_vouches_for_nothing() {
+    let t = test_repo();
+    let (parent, parent_root) = t.snapshot(&TestTree::new().file("a", &[&noise(1000, 1)]));
+    plant_notice(&t);
+    let writer = t.reopen();
+    let mut guard = WriterGuard::begin(&writer, relaxed(), false).unwrap();
+    writer.load_index().unwrap();
+    let saver = BlobSaver::new(&writer).with_observer(guard.observer().unwrap());
+    let root = TestTree::new().file("a", &[&noise(1000, 1)]).file("c", &[&noise(500, 4)]).store(&saver).unwrap();
+    saver.finish().unwrap();
+    guard.vouch_parent(parent, parent_root);
+    let history = crate::repo::history::History::load(&t.repo).unwrap();
+    crate::ops::forget::forget(&t.repo, &history, &[parent], &t.key).unwrap();
+    let rescued = guard.before_commit(root, || Ok(())).unwrap();
+    assert_eq!(rescued.blobs, 1, "a's chunk is stored again");
+}

@@ -17,7 +17,7 @@ use crate::format::pack::BlobType;
 use crate::format::tree::{Node, NodeKind};
 use crate::id::Id;
 use crate::repo::Repository;
-use crate::repo::tree_walk::{Located, locate, walk};
+use crate::repo::tree_walk::{Located, TooLong, locate, walk_bounded};
 
 /// A file's content as a reader: each chunk is loaded (and verified) when reached.
 /// A content that does not add up to the node's size is an error at its end.
@@ -99,16 +99,20 @@ pub fn locate_path(repo: &Repository, root: Id, path: &Path) -> Result<Located> 
 
 /// Calls `visit` with every entry below the directory tree `dir` (found at
 /// `prefix` in the snapshot), directories before their contents, each with its
-/// snapshot path. Sockets are left out (no archive holds them).
+/// snapshot path. Sockets are left out (no archive holds them), and so is an
+/// entry whose path would be longer than
+/// [`crate::repo::tree_walk::MAX_PATH_LEN`], with what is below it: it is given
+/// to `too_long` instead.
 pub fn entries(
     repo: &Repository,
     dir: Id,
     prefix: &Path,
     visit: &mut dyn FnMut(&Path, Entry<'_>) -> Result<()>,
+    too_long: &mut dyn FnMut(TooLong) -> Result<()>,
 ) -> Result<()> {
     // First names of inodes with several names, and how many names are still to come.
     let mut first: HashMap<(u64, u64), (PathBuf, u64)> = HashMap::new();
-    walk(repo, dir, prefix, &mut |path, node| {
+    let mut each = |path: &Path, node: &Node| {
         if node.kind == NodeKind::Socket {
             return Ok(());
         }
@@ -125,5 +129,6 @@ pub fn entries(
             first.insert(key, (path.to_path_buf(), node.links - 1));
         }
         visit(path, Entry::Node(node))
-    })
+    };
+    walk_bounded(repo, dir, prefix, &mut each, too_long)
 }

@@ -10,6 +10,7 @@ pub mod dump;
 pub mod find;
 pub mod forget;
 pub mod keys;
+pub mod planted;
 pub mod prove;
 pub mod prune;
 pub mod repair;

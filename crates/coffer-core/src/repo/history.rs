@@ -65,10 +65,14 @@ impl History {
 
     /// Loads entries added since the last load and drops those that are gone.
     pub fn refresh(&mut self, repo: &Repository) -> Result<()> {
-        repo.prefetch_listings(&[ObjectKind::Snapshot, ObjectKind::Tombstone]);
-        let snap_ids = repo.list_ids_ahead(ObjectKind::Snapshot)?;
-        let tomb_ids = repo.list_ids_ahead(ObjectKind::Tombstone)?;
-        let present: HashSet<Id> = snap_ids.iter().chain(&tomb_ids).copied().collect();
+        let listed = list(repo)?;
+        self.refresh_listed(repo, &listed)
+    }
+
+    /// [`History::refresh`] from listings taken earlier ([`list`]).
+    pub fn refresh_listed(&mut self, repo: &Repository, listed: &Listed) -> Result<()> {
+        let Listed { snapshots: snap_ids, tombstones: tomb_ids } = listed;
+        let present: HashSet<Id> = snap_ids.iter().chain(tomb_ids.iter()).copied().collect();
         let known: HashSet<Id> =
             self.snapshots.iter().map(|(i, _)| *i).chain(self.tombstones.iter().map(|(i, _)| *i)).collect();
         self.snapshots.retain(|(i, _)| present.contains(i));
@@ -267,10 +271,22 @@ impl History {
     /// loss is found, remembers the current heads. Returns the findings.
     pub fn sync_remembered(&self, state: &LocalState) -> Result<Findings> {
         let remembered = state.read_ids(HEADS_FILE)?;
-        let mut f = self.verify(&remembered);
+        self.sync_remembered_as_read(state, &remembered)
+    }
+
+    /// [`History::sync_remembered`] with the heads `remembered` read from `state`
+    /// before this history was listed, so that every head this client's commands
+    /// remembered by then is in the listing (a command remembers a head after
+    /// storing it). The heads are written only if the file still holds
+    /// `remembered`: a command of this client that wrote it meanwhile saw newer
+    /// entries than this listing.
+    pub fn sync_remembered_as_read(&self, state: &LocalState, remembered: &[Id]) -> Result<Findings> {
+        let mut f = self.verify(remembered);
         let file = format!("`{}`", state.path(HEADS_FILE).display());
         f.errors.iter_mut().for_each(|e| *e = e.replace(&format!("`{HEADS_FILE}`"), &file));
-        if f.errors.iter().all(|e| !e.starts_with("rolled back") && !e.starts_with("history entry")) {
+        if f.errors.iter().all(|e| !e.starts_with("rolled back") && !e.starts_with("history entry"))
+            && state.read_ids(HEADS_FILE)? == remembered
+        {
             state.write_ids(HEADS_FILE, &self.heads())?;
         }
         Ok(f)
@@ -285,11 +301,31 @@ pub struct ForCheck {
     damaged_writers: Vec<String>,
 }
 
-/// Reads what [`check`] needs: the history and the writer records, at once.
-pub fn load_for_check(repo: &Repository) -> Result<ForCheck> {
+/// The snapshots and tombstones stored, listed at once.
+#[derive(Clone, Debug, Default)]
+pub struct Listed {
+    /// The snapshots' ids, sorted.
+    pub snapshots: Vec<Id>,
+    /// The tombstones' ids, sorted.
+    pub tombstones: Vec<Id>,
+}
+
+/// Lists the snapshots and tombstones (from the listings fetched ahead, if fresh).
+pub fn list(repo: &Repository) -> Result<Listed> {
+    repo.prefetch_listings(&[ObjectKind::Snapshot, ObjectKind::Tombstone]);
+    Ok(Listed {
+        snapshots: repo.list_ids_ahead(ObjectKind::Snapshot)?,
+        tombstones: repo.list_ids_ahead(ObjectKind::Tombstone)?,
+    })
+}
+
+/// Reads what [`check`] needs: the history of the entries `listed` and the
+/// writer records, at once.
+pub fn load_for_check(repo: &Repository, listed: &Listed) -> Result<ForCheck> {
     let (history, writers) = std::thread::scope(|s| {
         let writers = s.spawn(|| repo.writer_records());
-        let history = History::load(repo);
+        let mut history = History::default();
+        let history = history.refresh_listed(repo, listed).map(|()| history);
         (history, writers.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     });
     let damaged_writers = writers?.1.iter().map(|e| e.to_string()).collect();
@@ -307,13 +343,13 @@ pub fn load_for_check(repo: &Repository) -> Result<ForCheck> {
 pub fn check(
     repo: &Repository,
     loaded: ForCheck,
-    state: Option<&LocalState>,
+    state: Option<(&LocalState, &[Id])>,
     roots: &HashMap<Id, RootCheck>,
     log: Option<&crate::server_log::Followed>,
 ) -> Result<Findings> {
     let ForCheck { history, damaged_writers } = loaded;
     let mut f = match state {
-        Some(st) => history.sync_remembered(st)?,
+        Some((st, remembered)) => history.sync_remembered_as_read(st, remembered)?,
         None => history.verify(&[]),
     };
     if let Some(log) = log {
@@ -332,7 +368,14 @@ pub fn check(
         f.errors.extend(log.disagreements(&marks));
     }
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));
-    f.errors.extend(damaged_writers);
+    // A writer record that does not decode registers nobody: a snapshot whose
+    // writer it would have registered is reported on its own.
+    let hint = crate::ops::check::planted_hint("it registers no writer");
+    f.warnings.extend(damaged_writers.iter().map(|e| format!("{e}; {hint}")));
+    let limit = std::time::SystemTime::now() + crate::repo::FUTURE_TOLERANCE;
+    for (id, s) in history.snapshots.iter().filter(|(_, s)| s.system_time() > limit) {
+        f.warnings.push(crate::repo::future_warning(id, &s.time, "`latest` passes it over"));
+    }
     let differs: Vec<Option<String>> = history
         .snapshots
         .par_iter()

@@ -145,6 +145,55 @@ impl SnapshotFilter {
     }
 }
 
+/// How far after the reader's clock a snapshot's `time` may lie and the snapshot
+/// still be `latest`: clocks need not agree across machines, and one keeping local
+/// time as if it were UTC is off by up to 14 hours (docs/design.md#snapshots).
+pub const FUTURE_TOLERANCE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// What `latest` names: the newest snapshot passing a filter that is not dated
+/// more than [`FUTURE_TOLERANCE`] ahead, and those passed over for their date.
+#[derive(Debug, Default)]
+pub struct Latest {
+    /// The snapshot `latest` names, if any.
+    pub found: Option<(Id, Snapshot)>,
+    /// Snapshots passing the filter but dated too far ahead, newest first: their id and `time`.
+    pub future: Vec<(Id, String)>,
+}
+
+impl Latest {
+    /// Picks `latest` among `snaps` (sorted oldest first, as listed) by `filter`,
+    /// judging dates against `now`.
+    pub fn pick(snaps: Vec<(Id, Snapshot)>, filter: &SnapshotFilter, now: std::time::SystemTime) -> Latest {
+        let limit = now + FUTURE_TOLERANCE;
+        let mut out = Latest::default();
+        for (id, s) in snaps.into_iter().rev().filter(|(_, s)| filter.matches(s)) {
+            if s.system_time() > limit {
+                out.future.push((id, s.time.clone()));
+            } else {
+                out.found = Some((id, s));
+                break;
+            }
+        }
+        out
+    }
+
+    /// A warning naming each snapshot passed over.
+    pub fn warnings(&self) -> Vec<String> {
+        self.future.iter().map(|(id, time)| future_warning(id, time, "`latest` passes it over")).collect()
+    }
+}
+
+/// What is said of snapshot `id` dated `time`, more than [`FUTURE_TOLERANCE`]
+/// ahead of this machine's clock, and what is done about it.
+pub fn future_warning(id: &Id, time: &str, done: &str) -> String {
+    format!(
+        "snapshot {} is dated {time}, more than {} hours after this machine's clock (a writer's clock is wrong, or \
+         the date was forged): {done}; name it by its id to use it",
+        id.short(),
+        FUTURE_TOLERANCE.as_secs() / 3600
+    )
+}
+
 /// A pack being assembled: a spool file behind a write buffer.
 pub(crate) type Spool = std::io::BufWriter<std::fs::File>;
 
@@ -1069,16 +1118,16 @@ impl Repository {
         }
     }
 
-    /// Finds a snapshot by `latest` (the newest passing `filter`) or by id prefix.
+    /// `latest` by `filter` ([`Latest::pick`]), among the snapshots stored now.
+    pub fn find_latest(&self, filter: &SnapshotFilter) -> Result<Latest> {
+        Ok(Latest::pick(self.snapshots()?.0, filter, std::time::SystemTime::now()))
+    }
+
+    /// Finds a snapshot by `latest` (the newest passing `filter`, not dated too
+    /// far ahead: [`Repository::find_latest`]) or by id prefix.
     pub fn find_snapshot(&self, name: &str, filter: &SnapshotFilter) -> Result<(Id, Snapshot)> {
         if name == "latest" {
-            return self
-                .snapshots()?
-                .0
-                .into_iter()
-                .rev()
-                .find(|(_, s)| filter.matches(s))
-                .ok_or_else(|| Error::SnapshotNotFound(name.to_string()));
+            return self.find_latest(filter)?.found.ok_or_else(|| Error::SnapshotNotFound(name.to_string()));
         }
         let found = self.resolve_prefix(ObjectKind::Snapshot, name).and_then(|id| match self.load_snapshot(&id) {
             Err(Error::Backend(e)) if is_not_found(&e) => Err(Error::SnapshotNotFound(name.to_string())),

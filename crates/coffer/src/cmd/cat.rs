@@ -18,12 +18,12 @@ fn need(a: &CatArgs) -> Result<&str> {
     a.id.as_deref().with_context(|| format!("'coffer cat {}' needs an id", a.kind))
 }
 
-fn tree_id(repo: &Repository, spec: &str) -> Result<Id> {
+fn tree_id(global: &GlobalArgs, repo: &Repository, spec: &str) -> Result<Id> {
     if let Some(id) = Id::from_hex(spec) {
         return Ok(id);
     }
     let (snap, path) = spec.split_once(':').unwrap_or((spec, "/"));
-    let (_, s) = repo_open::find_snapshot(repo, snap, &SnapshotFilter::default())?;
+    let (_, s) = repo_open::find_snapshot(global, repo, snap, &SnapshotFilter::default())?;
     match locate(repo, s.tree, &Path::new("/").join(path))? {
         Located::Root(id) => Ok(id),
         Located::Entry(n) if n.kind == NodeKind::Dir => n.subtree.context("directory without a tree"),
@@ -53,7 +53,7 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
             json!({"type": "key", "id": id, "key": kf})
         }
         "snapshot" => {
-            let (id, s) = repo_open::find_snapshot(&repo, need(a)?, &SnapshotFilter::default())?;
+            let (id, s) = repo_open::find_snapshot(global, &repo, need(a)?, &SnapshotFilter::default())?;
             json!({"type": "snapshot", "id": id, "snapshot": s})
         }
         "index" => {
@@ -74,7 +74,7 @@ pub fn run(global: &GlobalArgs, a: &CatArgs) -> Result<u8> {
         }
         "tree" => {
             repo_open::load_index(global, &repo)?;
-            let id = tree_id(&repo, need(a)?)?;
+            let id = tree_id(global, &repo, need(a)?)?;
             json!({"type": "tree", "id": id, "tree": repo.load_tree(&id)?})
         }
         other => bail!("cannot cat {other:?}: use config, key, snapshot, index or tree"),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use coffer_core::format::tree::{Node, NodeKind};
 use coffer_core::ops::dump::{ContentReader, Entry, entries, locate_path, repo_error};
-use coffer_core::repo::tree_walk::Located;
+use coffer_core::repo::tree_walk::{Located, TooLong};
 use coffer_core::repo::{Repository, SnapshotFilter};
 
 use crate::args::{ArchiveFormat, DumpArgs, GlobalArgs};
@@ -45,12 +45,19 @@ pub fn run(global: &GlobalArgs, a: &DumpArgs) -> Result<u8> {
             }
         },
     };
+    let mut left_out = 0u64;
+    let mut too_long = |t: TooLong| {
+        left_out += 1;
+        repo_open::warn(global, &t.to_string());
+        Ok(())
+    };
     match a.archive {
-        ArchiveFormat::Tar => write_tar(&repo, tree, &path, dir_node.as_deref(), out)?,
-        ArchiveFormat::Zip => write_zip(&repo, tree, &path, dir_node.as_deref(), out)?,
+        ArchiveFormat::Tar => write_tar(&repo, tree, &path, dir_node.as_deref(), out, &mut too_long)?,
+        ArchiveFormat::Zip => write_zip(&repo, tree, &path, dir_node.as_deref(), out, &mut too_long)?,
     }
     repo_open::report_bad_copies(global, &repo);
-    Ok(exit::OK)
+    // The archive lacks what was left out.
+    Ok(if left_out > 0 { exit::INCOMPLETE } else { exit::OK })
 }
 
 /// An I/O error while dumping: the repository's own error when it carries one
@@ -94,49 +101,59 @@ fn write_tar(
     prefix: &Path,
     dir: Option<&Node>,
     out: impl Write,
+    too_long: &mut dyn FnMut(TooLong) -> coffer_core::Result<()>,
 ) -> Result<()> {
     let mut b = tar::Builder::new(out);
     if let Some(d) = dir {
         let mut h = tar_header(d, tar::EntryType::Directory);
         b.append_data(&mut h, archive_name(prefix), io::empty()).map_err(|e| io_error(e, "a directory"))?;
     }
-    entries(repo, tree, prefix, &mut |path, entry| {
-        let name = archive_name(path);
-        let r = match entry {
-            Entry::HardLink { node, first } => {
-                let mut h = tar_header(node, tar::EntryType::Link);
-                b.append_link(&mut h, &name, archive_name(first))
-            }
-            Entry::Node(node) => match node.kind {
-                NodeKind::Dir => b.append_data(&mut tar_header(node, tar::EntryType::Directory), &name, io::empty()),
-                NodeKind::File => {
-                    let mut h = tar_header(node, tar::EntryType::Regular);
-                    h.set_size(node.size);
-                    let reader = ContentReader::new(repo, node, path)?;
-                    b.append_data(&mut h, &name, reader)
+    entries(
+        repo,
+        tree,
+        prefix,
+        &mut |path, entry| {
+            let name = archive_name(path);
+            let r = match entry {
+                Entry::HardLink { node, first } => {
+                    let mut h = tar_header(node, tar::EntryType::Link);
+                    b.append_link(&mut h, &name, archive_name(first))
                 }
-                NodeKind::Symlink => {
-                    let target = node.target.as_ref().map(|t| t.0.clone()).unwrap_or_default();
-                    let mut h = tar_header(node, tar::EntryType::Symlink);
-                    b.append_link(&mut h, &name, Path::new(std::ffi::OsStr::from_bytes(&target)))
-                }
-                NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
-                    let kind = match node.kind {
-                        NodeKind::Fifo => tar::EntryType::Fifo,
-                        NodeKind::Chardev => tar::EntryType::Char,
-                        _ => tar::EntryType::Block,
-                    };
-                    let mut h = tar_header(node, kind);
-                    let (major, minor) = (libc::major(node.rdev as libc::dev_t), libc::minor(node.rdev as libc::dev_t));
-                    let _ = h.set_device_major(major);
-                    let _ = h.set_device_minor(minor);
-                    b.append_data(&mut h, &name, io::empty())
-                }
-                NodeKind::Socket => Ok(()),
-            },
-        };
-        r.map_err(|e| coffer_core::Error::io(path, e))
-    })
+                Entry::Node(node) => match node.kind {
+                    NodeKind::Dir => {
+                        b.append_data(&mut tar_header(node, tar::EntryType::Directory), &name, io::empty())
+                    }
+                    NodeKind::File => {
+                        let mut h = tar_header(node, tar::EntryType::Regular);
+                        h.set_size(node.size);
+                        let reader = ContentReader::new(repo, node, path)?;
+                        b.append_data(&mut h, &name, reader)
+                    }
+                    NodeKind::Symlink => {
+                        let target = node.target.as_ref().map(|t| t.0.clone()).unwrap_or_default();
+                        let mut h = tar_header(node, tar::EntryType::Symlink);
+                        b.append_link(&mut h, &name, Path::new(std::ffi::OsStr::from_bytes(&target)))
+                    }
+                    NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
+                        let kind = match node.kind {
+                            NodeKind::Fifo => tar::EntryType::Fifo,
+                            NodeKind::Chardev => tar::EntryType::Char,
+                            _ => tar::EntryType::Block,
+                        };
+                        let mut h = tar_header(node, kind);
+                        let (major, minor) =
+                            (libc::major(node.rdev as libc::dev_t), libc::minor(node.rdev as libc::dev_t));
+                        let _ = h.set_device_major(major);
+                        let _ = h.set_device_minor(minor);
+                        b.append_data(&mut h, &name, io::empty())
+                    }
+                    NodeKind::Socket => Ok(()),
+                },
+            };
+            r.map_err(|e| coffer_core::Error::io(path, e))
+        },
+        too_long,
+    )
     .map_err(unwrap_io)?;
     b.into_inner().map_err(|e| io_error(e, "the archive"))?.flush()?;
     Ok(())
@@ -167,6 +184,7 @@ fn write_zip(
     prefix: &Path,
     dir: Option<&Node>,
     out: impl Write,
+    too_long: &mut dyn FnMut(TooLong) -> coffer_core::Result<()>,
 ) -> Result<()> {
     use zip::write::SimpleFileOptions;
     let mut z = zip::ZipWriter::new_stream(out);
@@ -194,31 +212,37 @@ fn write_zip(
         z.add_directory(format!("{name}/"), options(d)).map_err(|e| zerr(prefix, e))?;
     }
     let mut skipped = 0u64;
-    entries(repo, tree, prefix, &mut |path, entry| {
-        let name = name_of(path);
-        // zip has no hard links: every name gets the content.
-        let node = match entry {
-            Entry::Node(n) | Entry::HardLink { node: n, .. } => n,
-        };
-        match node.kind {
-            NodeKind::Dir => z.add_directory(format!("{name}/"), options(node)).map_err(|e| zerr(path, e)),
-            NodeKind::File => {
-                z.start_file(name, options(node)).map_err(|e| zerr(path, e))?;
-                let mut r = ContentReader::new(repo, node, path)?;
-                io::copy(&mut r, &mut z).map_err(|e| coffer_core::Error::io(path, e))?;
-                Ok(())
+    entries(
+        repo,
+        tree,
+        prefix,
+        &mut |path, entry| {
+            let name = name_of(path);
+            // zip has no hard links: every name gets the content.
+            let node = match entry {
+                Entry::Node(n) | Entry::HardLink { node: n, .. } => n,
+            };
+            match node.kind {
+                NodeKind::Dir => z.add_directory(format!("{name}/"), options(node)).map_err(|e| zerr(path, e)),
+                NodeKind::File => {
+                    z.start_file(name, options(node)).map_err(|e| zerr(path, e))?;
+                    let mut r = ContentReader::new(repo, node, path)?;
+                    io::copy(&mut r, &mut z).map_err(|e| coffer_core::Error::io(path, e))?;
+                    Ok(())
+                }
+                NodeKind::Symlink => {
+                    let target =
+                        node.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()).unwrap_or_default();
+                    z.add_symlink(name, target, options(node)).map_err(|e| zerr(path, e))
+                }
+                _ => {
+                    skipped += 1;
+                    Ok(())
+                }
             }
-            NodeKind::Symlink => {
-                let target =
-                    node.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()).unwrap_or_default();
-                z.add_symlink(name, target, options(node)).map_err(|e| zerr(path, e))
-            }
-            _ => {
-                skipped += 1;
-                Ok(())
-            }
-        }
-    })
+        },
+        too_long,
+    )
     .map_err(unwrap_io)?;
     let mut w = z.finish().map_err(|e| anyhow!("cannot finish the zip archive: {e}"))?.into_inner();
     w.flush()?;

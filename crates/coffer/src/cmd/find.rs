@@ -27,7 +27,7 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
     } else {
         let mut v: Vec<(Id, Snapshot)> = Vec::new();
         for name in &a.snapshots {
-            let found = repo_open::find_snapshot(&repo, name, &filter)?;
+            let found = repo_open::find_snapshot(global, &repo, name, &filter)?;
             if !v.iter().any(|(id, _)| *id == found.0) {
                 v.push(found);
             }

@@ -8,7 +8,7 @@ use anyhow::Result;
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::tree::{Node, NodeKind};
 use coffer_core::repo::SnapshotFilter;
-use coffer_core::repo::tree_walk::{Located, locate, walk};
+use coffer_core::repo::tree_walk::{Located, locate, walk_bounded};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, LsArgs};
@@ -84,12 +84,19 @@ pub fn run(global: &GlobalArgs, a: &LsArgs) -> Result<u8> {
         }
     };
     let prefix: PathBuf = start;
-    walk(&repo, tree, &prefix, &mut |p, n| {
+    let mut left_out = 0u64;
+    let mut print_entry = |p: &Path, n: &Node| {
         print(global, a.long, p, n);
+        Ok(())
+    };
+    walk_bounded(&repo, tree, &prefix, &mut print_entry, &mut |t| {
+        left_out += 1;
+        repo_open::warn(global, &t.to_string());
         Ok(())
     })?;
     repo_open::report_bad_copies(global, &repo);
-    Ok(exit::OK)
+    // The listing lacks what was left out.
+    Ok(if left_out > 0 { exit::INCOMPLETE } else { exit::OK })
 }
 
 #[cfg(test)]

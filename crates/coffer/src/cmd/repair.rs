@@ -14,9 +14,11 @@ pub fn run(global: &GlobalArgs, a: &RepairArgs) -> Result<u8> {
     match &a.command {
         Some(RepairCommand::Index(a)) => index(global, a.dry_run),
         Some(RepairCommand::Config(c)) => config(global, c),
+        Some(RepairCommand::Planted(a)) => planted(global, a.dry_run),
         None if a.replicas => crate::cmd::backend::repair(global, a.read_data),
         None => anyhow::bail!(
-            "name what to repair: `coffer repair index`, `coffer repair config` or `coffer repair --replicas`"
+            "name what to repair: `coffer repair index`, `coffer repair planted`, `coffer repair config` or `coffer \
+             repair --replicas`"
         ),
     }
 }
@@ -69,6 +71,32 @@ fn index(global: &GlobalArgs, dry_run: bool) -> Result<u8> {
         }
     }
     Ok(code)
+}
+
+/// Removes the objects that do not decode.
+fn planted(global: &GlobalArgs, dry_run: bool) -> Result<u8> {
+    let (path, _) = repo_open::location(global)?;
+    let repo = repo_open::open_unindexed(global, &path)?;
+    let r = coffer_core::ops::planted::remove(&repo, dry_run)?;
+    if global.json {
+        output::json(&json!({"type": "summary", "ok": true, "report": r}));
+        return Ok(exit::OK);
+    }
+    let would = if r.dry_run { "would be " } else { "" };
+    for p in &r.found {
+        eprintln!("{p}: {would}deleted");
+    }
+    if !global.quiet {
+        if let Some(id) = r.index_file_written {
+            println!(
+                "the packs no other index file lists were indexed from their headers, in index file {}",
+                id.short()
+            );
+        }
+        let done = if r.dry_run { r.found.len() } else { r.removed };
+        println!("{} that do not decode {would}deleted", output::plural(done, "object"));
+    }
+    Ok(exit::OK)
 }
 
 /// Writes a new config sealed under the existing keys.

@@ -37,7 +37,7 @@ pub fn run(global: &GlobalArgs, a: &StatsArgs) -> Result<u8> {
     let snaps: Vec<(Id, Snapshot)> = if a.snapshots.is_empty() {
         History::load(&repo)?.live_snapshots().into_iter().filter(|(_, s)| filter.matches(s)).collect()
     } else {
-        a.snapshots.iter().map(|n| repo_open::find_snapshot(&repo, n, &filter)).collect::<Result<_>>()?
+        a.snapshots.iter().map(|n| repo_open::find_snapshot(global, &repo, n, &filter)).collect::<Result<_>>()?
     };
     let mut t = Totals::default();
     let mut seen = HashSet::new();

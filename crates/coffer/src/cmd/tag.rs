@@ -21,7 +21,7 @@ pub fn run(global: &GlobalArgs, a: &TagArgs) -> Result<u8> {
     } else {
         let mut ids = Vec::new();
         for name in &a.snapshots {
-            let (id, _) = repo_open::find_snapshot(&repo, name, &filter)?;
+            let (id, _) = repo_open::find_snapshot(global, &repo, name, &filter)?;
             if !ids.contains(&id) {
                 ids.push(id);
             }

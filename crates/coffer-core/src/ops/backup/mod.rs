@@ -299,6 +299,15 @@ pub fn backup_stream(
     run(repo, opts, Some(stream), key, progress, SplitLimits::default())
 }
 
+/// The warning for a prune notice that does not decode.
+fn unknown_notice_warning(u: &crate::lifecycle::notices::Undecodable) -> String {
+    format!(
+        "{u}; taken to announce packs this backup cannot name: it adopts no orphan pack and stores again what \
+         it uses that is neither in its parent snapshot nor in its own packs; `coffer check` reports the notice, \
+         and a later `coffer prune` removes it"
+    )
+}
+
 /// A backup of `opts.paths`, or of `stream` when one is given.
 fn run(
     repo: &Repository,
@@ -332,6 +341,9 @@ fn run(
     }
     // Packs left by interrupted backups are reused.
     guard.adopt_orphan_packs()?;
+    for u in guard.unknown_notices() {
+        progress.warn(Path::new("prune notice"), &unknown_notice_warning(u));
+    }
     let mut history = History::load(repo)?;
     let mut history_intact = true;
     if let Some(state) = &opts.state {
@@ -380,6 +392,7 @@ fn run(
                     ),
                 );
             }
+            guard.vouch_parent(*id, p.tree);
             Some(p.tree)
         }
         None => None,
@@ -464,7 +477,11 @@ fn run(
     // The final check against a concurrent prune: blobs a prune is deleting are
     // stored again. The heads are taken last, so that backups finished meanwhile
     // are linked.
+    let known = guard.unknown_notices().len();
     let rescued = guard.before_commit(tree, || history.refresh(repo))?;
+    for u in &guard.unknown_notices()[known..] {
+        progress.warn(Path::new("prune notice"), &unknown_notice_warning(u));
+    }
     stats.bytes_stored += rescued.bytes_stored;
     stats.blobs += rescued.blobs;
     let snapshot = Snapshot {

@@ -105,14 +105,18 @@ impl CheckReport {
 /// Checks `repo`. Opens its own view of the index, so `repo` need not have it loaded.
 pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) -> Result<CheckReport> {
     let mut r = CheckReport::default();
-    // Every listing the check reads, at once (docs/design.md#round-trips).
-    repo.prefetch_listings(&[
-        ObjectKind::Key,
-        ObjectKind::Index,
-        ObjectKind::Pack,
-        ObjectKind::Snapshot,
-        ObjectKind::Tombstone,
-    ]);
+    // A backup of this client may commit while the check runs. The heads it
+    // remembers are read first, then the snapshots and tombstones listed, then
+    // the index files, then the packs: a head is remembered after its entry is
+    // stored, a snapshot is stored after its index files, and an index file after
+    // its packs, so every head remembered is listed, every snapshot listed has
+    // its index files listed, and every pack they list is listed
+    // (docs/design.md#check, "A backup committing meanwhile").
+    let remembered = opts.state.as_ref().map(|s| s.read_ids(crate::repo::history::HEADS_FILE)).transpose()?;
+    let listed = crate::repo::history::list(repo)?;
+    // The key files and index files are listed at once (docs/design.md#round-trips);
+    // the packs after the index files, which list only packs stored before them.
+    repo.prefetch_listings(&[ObjectKind::Key, ObjectKind::Index]);
     // The key files are read while the index is.
     let mut keys = CheckReport::default();
     std::thread::scope(|s| {
@@ -121,6 +125,8 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
         reading.join().unwrap_or_else(|p| std::panic::resume_unwind(p)).and(index)
     })?;
     r.errors.extend(keys.errors);
+    check_notices(repo, &mut r)?;
+    check_layouts(repo, &mut r)?;
     let packs: HashMap<Id, u64> = repo
         .list_objects(ObjectKind::Pack)?
         .into_iter()
@@ -162,7 +168,8 @@ pub fn check(repo: &Repository, opts: &CheckOptions, progress: &dyn Progress) ->
                 (d, good)
             })
         });
-        let walked = check_trees_and_history(repo, opts, &mut r);
+        let state = opts.state.as_ref().zip(remembered.as_deref());
+        let walked = check_trees_and_history(repo, opts, state, &listed, &mut r);
         (walked, reading.map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))))
     });
     walked?;
@@ -203,17 +210,58 @@ fn finding(r: &mut CheckReport, e: Error) -> Result<()> {
     }
 }
 
+/// Key files that do not decode: warnings, since opening skips them and they
+/// hold no key anyone can use (docs/design.md#repair-planted).
 fn check_keys(repo: &Repository, r: &mut CheckReport) -> Result<()> {
     let ids = repo.list_ids_ahead(ObjectKind::Key)?;
     for (id, read) in repo.fetch_many(&ids, |id| (*id, repo.read_object(ObjectKind::Key, id))) {
-        match read {
-            Ok(bytes) => {
-                if let Err(e) = KeyFile::decode(&bytes) {
-                    r.errors.push(format!("{}: {e}", ObjectKind::Key.describe(&id)));
-                }
-            }
-            Err(e) => finding(r, e)?,
+        let e = match read {
+            Ok(bytes) => match KeyFile::decode(&bytes) {
+                Ok(_) => continue,
+                Err(e) => Error::corrupt(ObjectKind::Key.describe(&id), e.to_string()),
+            },
+            Err(Error::Backend(b)) if is_storage_failure(&b) => return Err(Error::Backend(b)),
+            // Removed since it was listed (`key remove` meanwhile).
+            Err(Error::Backend(b)) if b.kind == coffer_backend::ErrorKind::NotFound => continue,
+            Err(e) => e,
+        };
+        r.warnings.push(format!("{e}; {}", planted_hint("no passphrase opens it: opening skips it")));
+    }
+    Ok(())
+}
+
+/// What a warning about an object that does not decode adds: that it may have
+/// been planted, why it is harmless (`harmless`), and how to remove it.
+pub(crate) fn planted_hint(harmless: &str) -> String {
+    format!(
+        "damaged, or planted by anyone who can write to the storage; harmless to the data ({harmless}); \
+         `coffer repair planted` removes it"
+    )
+}
+
+/// Layouts that do not decode: warnings, since only a signed layout that
+/// decodes is ever used (docs/design.md#repair-planted).
+fn check_layouts(repo: &Repository, r: &mut CheckReport) -> Result<()> {
+    for id in repo.list_ids_ahead(ObjectKind::Layout)? {
+        match crate::ops::planted::decodes(repo, ObjectKind::Layout, &id) {
+            Ok(()) => {}
+            Err(Error::Backend(b)) if is_storage_failure(&b) => return Err(Error::Backend(b)),
+            Err(Error::Backend(b)) if b.kind == coffer_backend::ErrorKind::NotFound => {}
+            Err(e) => r.warnings.push(format!("{e}; {}", planted_hint("a layout that does not decode is never used"))),
         }
+    }
+    Ok(())
+}
+
+/// Prune notices that do not decode: warnings, since backups treat such a notice
+/// as naming any pack they cannot show is safe (docs/design.md#prune).
+fn check_notices(repo: &Repository, r: &mut CheckReport) -> Result<()> {
+    for u in crate::lifecycle::notices::read(repo)?.unknown {
+        let hint = planted_hint(
+            "while it is stored, backups adopt no orphan pack and store again the blobs their parent snapshot does \
+             not use; a `coffer prune` that ends with no backup running removes it too",
+        );
+        r.warnings.push(format!("{u}; {hint}"));
     }
     Ok(())
 }
@@ -229,7 +277,11 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
             }
             Ok(recs) => good.extend(recs),
             Err(Error::Backend(e)) => return Err(Error::Backend(e)),
-            Err(e) => r.errors.push(e.to_string()),
+            // Not harmless: a prune refuses to run while it is stored.
+            Err(e) => r.errors.push(format!(
+                "{e}; damaged, or planted by anyone who can write to the storage: `coffer repair index` replaces it, \
+                 or `coffer repair planted` removes it (indexing first the packs only it may list)"
+            )),
         }
     }
     if let Err(e) = repo.index_mut().add_packs(&good) {
@@ -239,14 +291,20 @@ fn check_index(repo: &Repository, r: &mut CheckReport) -> Result<()> {
 }
 
 /// The structure of every snapshot and the history, Merkle roots included, into `r`.
-fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut CheckReport) -> Result<()> {
+fn check_trees_and_history(
+    repo: &Repository,
+    opts: &CheckOptions,
+    state: Option<(&LocalState, &[Id])>,
+    listed: &crate::repo::history::Listed,
+    r: &mut CheckReport,
+) -> Result<()> {
     // The history is read while the trees are walked: both wait on the storage.
     let (roots, loaded) = std::thread::scope(|s| {
-        let loading = s.spawn(|| crate::repo::history::load_for_check(repo));
-        let roots = check_snapshots(repo, r);
+        let loading = s.spawn(|| crate::repo::history::load_for_check(repo, listed));
+        let roots = check_snapshots(repo, &listed.snapshots, r);
         (roots, loading.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     });
-    let history = crate::repo::history::check(repo, loaded?, opts.state.as_ref(), &roots?, opts.server_log.as_ref())?;
+    let history = crate::repo::history::check(repo, loaded?, state, &roots?, opts.server_log.as_ref())?;
     r.errors.extend(history.errors);
     r.warnings.extend(history.warnings);
     r.forgotten = history.forgotten as u64;
@@ -256,11 +314,10 @@ fn check_trees_and_history(repo: &Repository, opts: &CheckOptions, r: &mut Check
 
 /// Walks every snapshot's trees once ([`snapshots`]): checks their structure into
 /// `r` and returns, by snapshot, whether its Merkle root matches its files.
-fn check_snapshots(repo: &Repository, r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
+fn check_snapshots(repo: &Repository, ids: &[Id], r: &mut CheckReport) -> Result<HashMap<Id, RootCheck>> {
     let store = snapshots::Ahead { repo, packs: trees::TreePacks::read(repo) };
     let mut walker = snapshots::Walker::new(&store, snapshots::LISTING_BUDGET);
-    let ids = repo.list_ids_ahead(ObjectKind::Snapshot)?;
-    for (sid, loaded) in repo.fetch_many(&ids, |id| (*id, repo.load_snapshot(id))) {
+    for (sid, loaded) in repo.fetch_many(ids, |id| (*id, repo.load_snapshot(id))) {
         match loaded {
             Ok(snap) => walker.snapshot(sid, &snap, r),
             Err(e) => finding(r, e)?,
@@ -780,3 +837,7 @@ mod tests {
         assert_eq!(named, expected, "{:?}", r.errors);
     }
 }
+
+#[cfg(test)]
+#[path = "race_tests.rs"]
+mod race_tests;

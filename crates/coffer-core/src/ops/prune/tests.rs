@@ -471,3 +471,16 @@ fn a_backup_committing_during_a_prune_keeps_its_data() {
         fresh.load_blob(ty, &b).unwrap();
     }
 }
+
+/// A notice that does not decode stops no prune, and the prune removes it with
+/// its own notice when no backup runs.
+#[test]
+fn a_notice_that_does_not_decode_is_removed_by_the_next_prune() {
+    let (t, ..) = live_and_garbage();
+    let garbage = b"\x01\x07garbage".to_vec();
+    let planted = Id::hash_of(&garbage);
+    t.backend.write(&ObjectKind::PruneNotice.path(&planted), garbage).unwrap();
+    let r = prune(&t.reopen(), &fast(5.0), &NoProgress).unwrap();
+    assert!(r.packs_deleted > 0, "{r:?}");
+    assert!(t.backend.list("prune/").unwrap().is_empty(), "every notice is removed");
+}

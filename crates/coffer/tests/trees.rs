@@ -270,7 +270,8 @@ fn ls_of_a_deep_chain_lists_the_levels_a_path_can_reach_and_names_the_first_it_c
     // stops growing with the square of the depth.
     let out = env.run(&["ls", "latest"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    let lines: Vec<&str> = text(&out.stdout).lines().filter(|l| l.starts_with('/')).collect();
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with('/')).collect();
     assert!(lines.iter().all(|l| l.len() <= 4096), "a path longer than 4096 bytes was printed");
     assert!((2000..=2100).contains(&lines.len()), "{} levels listed", lines.len());
     assert!(text(&out.stderr).contains("more than the 4096"), "{}", text(&out.stderr));

@@ -160,7 +160,10 @@ pub struct Cache {
 
 impl Cache {
     /// Opens (creating it, 0700, with its `CACHEDIR.TAG`) the cache directory
-    /// `dir`, to hold at most `budget` bytes, and records its use now.
+    /// `dir`, to hold at most `budget` bytes, and records its use now. A `dir`
+    /// that is a symbolic link, or not a directory owned by this user, is
+    /// refused ([`LocalBackend::private_dir`]); what lies below it is reached
+    /// without following links.
     pub fn open(dir: &Path, budget: u64) -> BackendResult<Cache> {
         let location = dir.display().to_string();
         std::fs::DirBuilder::new()
@@ -168,7 +171,7 @@ impl Cache {
             .mode(0o700)
             .create(dir)
             .map_err(|e| super::local::io_err(&location, e))?;
-        let store = LocalBackend::with_modes(dir, Modes::PRIVATE)?.without_sync();
+        let store = LocalBackend::private_dir(dir, Modes::PRIVATE)?.without_sync();
         match store.touch(CACHEDIR_TAG) {
             Ok(()) => {}
             Err(e) if e.kind == ErrorKind::NotFound => store.write(CACHEDIR_TAG, CACHEDIR_TAG_CONTENT.to_vec())?,

@@ -34,6 +34,7 @@ mod mem;
 mod memory_ranges;
 mod opendal;
 pub mod placement;
+mod remote_error;
 mod replicated;
 mod retry;
 #[cfg(any(test, feature = "testing"))]
@@ -41,6 +42,7 @@ pub mod testing;
 
 pub use self::opendal::{
     CREDENTIAL_VARIABLES, DEFAULT_REMOTE_CONNECTIONS, DEFAULT_SFTP_CONNECTIONS, OpendalBackend, RemoteOptions,
+    check_cacert,
 };
 pub use cache::{
     CACHEDIR_TAG, Cache, CacheInfo, CacheSlot, CacheStats, CachingBackend, DEFAULT_CACHE_SIZE, RangeCache, list_caches,
@@ -49,6 +51,7 @@ pub use cache::{
 pub use counting::{CountingBackend, Counts, CountsHandle, Latency};
 pub use faulty::{Faults, FaultyBackend};
 pub use local::io_err as local_io_error;
+pub use local::open_private_dir;
 pub use local::{LocalBackend, Modes};
 pub use location::{Location, LocationError};
 pub use mem::MemBackend;
@@ -82,8 +85,11 @@ pub struct BackendError {
     pub kind: ErrorKind,
     /// The object name, or the operation when it concerns no object.
     pub object: String,
-    /// What the backend said.
+    /// What the backend said, in words for the user.
     pub message: String,
+    /// The underlying service's own report, when `message` puts it in other
+    /// words (shown with `-v`; it may be long and technical).
+    pub detail: Option<String>,
 }
 
 impl fmt::Display for BackendError {
@@ -104,7 +110,13 @@ impl fmt::Display for BackendError {
 impl BackendError {
     /// Builds an error of `kind` about `object`.
     pub fn new(kind: ErrorKind, object: impl Into<String>, message: impl Into<String>) -> Self {
-        BackendError { kind, object: object.into(), message: message.into() }
+        BackendError { kind, object: object.into(), message: message.into(), detail: None }
+    }
+
+    /// The same error, with the service's own report as its detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
     }
 
     /// A [`ErrorKind::TooLarge`] error: `object` holds `size` bytes (at least),

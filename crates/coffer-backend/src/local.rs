@@ -212,6 +212,42 @@ fn read_all(file: impl Read, name: &str, size: u64, max: u64) -> BackendResult<V
     Ok(buf)
 }
 
+/// Opens a directory coffer keeps for this user (a cache, the local state)
+/// without following a link: `dir` must be a directory owned by the user running
+/// coffer, else it is refused (a link planted there would send coffer's writes
+/// elsewhere, a directory of another user would let that user read or change
+/// what coffer keeps). One others may read or enter is made owner-only (0700).
+/// Directories above `dir` may be links.
+pub fn open_private_dir(dir: &Path) -> BackendResult<OwnedFd> {
+    let location = dir.display().to_string();
+    let fd = rustix::fs::open(dir, dir_flags(), Mode::empty()).map_err(|e| match e {
+        Errno::LOOP | Errno::NOTDIR => BackendError::new(
+            ErrorKind::Permanent,
+            &location,
+            "is a symbolic link or not a directory: coffer does not follow it there; remove it (coffer creates \
+             the directory again)",
+        ),
+        e => err(&location, e),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| err(&location, e))?;
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != me {
+        return Err(BackendError::new(
+            ErrorKind::Permanent,
+            &location,
+            format!(
+                "is owned by user {} and coffer runs as user {me}: another user could read or change what coffer \
+                 keeps there; remove it, or give a directory of your own",
+                st.st_uid
+            ),
+        ));
+    }
+    if st.st_mode & 0o077 != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(|e| err(&location, e))?;
+    }
+    Ok(fd)
+}
+
 /// A random name for a temporary file in `tmp/`.
 fn temp_name() -> String {
     format!(".{}.tmp", hex::encode(crate::random_array::<12>()))
@@ -235,6 +271,19 @@ impl LocalBackend {
             root: root.to_path_buf(),
             root_fd,
             initial,
+            modes: OnceLock::new(),
+            connections: super::local_connections(),
+            sync: true,
+        })
+    }
+
+    /// The backend over a directory coffer keeps for this user (a cache), which
+    /// must exist and is opened by [`open_private_dir`]. Files get `modes`.
+    pub fn private_dir(root: &Path, modes: Modes) -> BackendResult<Self> {
+        Ok(LocalBackend {
+            root: root.to_path_buf(),
+            root_fd: open_private_dir(root)?,
+            initial: modes,
             modes: OnceLock::new(),
             connections: super::local_connections(),
             sync: true,

@@ -198,8 +198,10 @@ fn split_url(loc: &str, url: &str) -> Result<(String, String), LocationError> {
     Ok((format!("{scheme}://{authority}"), check_prefix(loc, path)?))
 }
 
-/// A `host[:port]`: non-empty, a numeric port, no user information (credentials
-/// come from the environment, never from the location, which is shown in messages).
+/// A `host[:port]`: a host name (letters, digits, `-`, `.`, `_`), an IPv4
+/// address or a bracketed IPv6 one (`[::1]`), then an optional numeric port; no
+/// user information (credentials come from the environment, never from the
+/// location, which is shown in messages).
 fn check_authority(loc: &str, authority: &str) -> Result<(), LocationError> {
     if authority.contains('@') {
         return Err(bad(
@@ -207,13 +209,29 @@ fn check_authority(loc: &str, authority: &str) -> Result<(), LocationError> {
             "credentials do not belong in the location (it is printed in messages): set them in the environment",
         ));
     }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (h, Some(p)),
-        _ => (authority, None),
+    let invalid = || bad(loc, format!("{authority:?} is not a valid host"));
+    let port = if let Some(inner) = authority.strip_prefix('[') {
+        let (address, after) = inner.split_once(']').ok_or_else(|| {
+            bad(loc, format!("{authority:?} is not a valid host: an IPv6 address is written in brackets, [::1]"))
+        })?;
+        if address.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad(loc, format!("{address:?} is not a valid IPv6 address")));
+        }
+        match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':').ok_or_else(invalid)?),
+        }
+    } else {
+        let (host, port) = match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        };
+        let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+        if host.is_empty() || !host.chars().all(name_char) || host.starts_with(['-', '.']) {
+            return Err(invalid());
+        }
+        port
     };
-    if host.is_empty() || host.contains(['/', ' ', '?', '#']) {
-        return Err(bad(loc, format!("{authority:?} is not a valid host")));
-    }
     if let Some(p) = port
         && p.parse::<u16>().is_err()
     {
@@ -312,6 +330,8 @@ mod tests {
             ("s3:minio:9000/bkt", s3(Some("https://minio:9000"), "bkt", "")),
             ("s3://bkt/some/prefix", s3(None, "bkt", "some/prefix")),
             ("s3://bkt", s3(None, "bkt", "")),
+            ("s3:http://[::1]:9000/b", s3(Some("http://[::1]:9000"), "b", "")),
+            ("s3:https://[fd00::2]/b/p", s3(Some("https://[fd00::2]"), "b", "p")),
         ];
         for (s, want) in cases {
             let got = Location::parse(s).unwrap();
@@ -373,6 +393,15 @@ mod tests {
             "s3:https://host:notaport/b",
             "s3:host",
             "s3:ftp://h/b",
+            // Malformed hosts are the location's fault, found before any request.
+            "s3:https://[::1/b",
+            "s3:https://[::1]x/b",
+            "s3:https://[not-ipv6]/b",
+            "s3:https://::1/b",
+            "s3:https://h:1:2/b",
+            "s3:https://ho%st/b",
+            "webdav:https://[::1/x",
+            "coffer:https://[::1",
             "s3://b/../x",
             "sftp:host",
             "sftp:host:",

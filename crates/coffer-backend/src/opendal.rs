@@ -21,6 +21,7 @@ use futures::StreamExt;
 use opendal::{ErrorKind as OdErrorKind, Operator, blocking};
 
 use super::location::Location;
+use super::remote_error::{Cause, server_message};
 use super::{Backend, BackendError, BackendResult, ErrorKind, ObjectInfo};
 
 /// Requests in flight against an object store unless told otherwise.
@@ -116,10 +117,13 @@ fn runtime() -> BackendResult<&'static tokio::runtime::Runtime> {
 }
 
 fn classify(e: &opendal::Error) -> ErrorKind {
+    // A recognised cause wins over the status: some S3 servers answer an
+    // unknown access key or a missing bucket with 404, which is no missing object.
+    if let Some(kind) = Cause::of(e).and_then(Cause::kind) {
+        return kind;
+    }
     match e.kind() {
         OdErrorKind::NotFound => ErrorKind::NotFound,
-        OdErrorKind::RateLimited => ErrorKind::Transient,
-        OdErrorKind::PermissionDenied | OdErrorKind::ConfigInvalid => ErrorKind::Permanent,
         _ if local_cause_is_permanent(e) => ErrorKind::Permanent,
         _ if e.is_temporary() => ErrorKind::Transient,
         _ => ErrorKind::Permanent,
@@ -147,58 +151,46 @@ fn io_cause(e: &opendal::Error) -> Option<&std::io::Error> {
     None
 }
 
-/// What an OpenDAL error means for the user, in words, before OpenDAL's own text.
-fn explain(e: &opendal::Error) -> Option<&'static str> {
-    let text = format!("{e:?}");
-    let has = |s: &str| text.contains(s);
-    Some(match e.kind() {
-        _ if has("NoSuchBucket") => {
-            "the bucket does not exist: create it first (coffer does not create buckets), or correct the location"
-        }
-        OdErrorKind::PermissionDenied if has("access key") && has("has a quota of") => {
-            "the coffer server refused the upload: this access key's quota is used up (ask the server's admin \
-             for a larger one)"
-        }
-        OdErrorKind::PermissionDenied if has("access key") && has("level is") => {
-            "the coffer server refused the request: this access key's level does not allow it (the server's \
-             message names the level that would; ask the server's admin for such a key)"
-        }
-        OdErrorKind::PermissionDenied => {
-            "the storage refused the request (403): check the credentials (AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY, or the service's own variables) and the bucket's access policy"
-        }
-        OdErrorKind::RateLimited => "the storage is throttling requests (slow down)",
-        OdErrorKind::ConfigInvalid => "the storage configuration is invalid",
-        _ if has("timeout reached") || has("timed out") => "the request timed out",
-        _ if io_cause(e).is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-            || has("Connection refused") =>
-        {
-            "the connection was refused: is the storage server running, and is the host and port right?"
-        }
-        _ if has("dns error") || has("failed to lookup address") => {
-            "the storage host name does not resolve: check the location"
-        }
-        _ if has("certificate") || has("InvalidCertificate") => {
-            "the server's TLS certificate is not trusted: pass its CA with --cacert FILE, or check the host name"
-        }
-        _ if has("connection reset") || has("Connection reset") || has("connection closed") => {
-            "the connection was dropped"
-        }
-        _ => return None,
-    })
-}
-
+/// The error for `object`: a common cause in one line (with the server's own
+/// words where it gave some), OpenDAL's text as the detail.
 fn err(object: &str, e: opendal::Error) -> BackendError {
-    let message = match explain(&e) {
-        Some(why) => format!("{why} ({e})"),
-        None => e.to_string(),
-    };
-    BackendError::new(classify(&e), object, message)
+    let kind = classify(&e);
+    match Cause::of(&e) {
+        Some(cause) => {
+            let message = match (cause, server_message(&e)) {
+                (Cause::QuotaUsed | Cause::KeyLevel | Cause::PruneGrace | Cause::Replayed, Some(m)) => {
+                    format!("{} ({m})", cause.advice())
+                }
+                _ => cause.advice().to_string(),
+            };
+            BackendError::new(kind, object, message).with_detail(e.to_string())
+        }
+        None => BackendError::new(kind, object, e.to_string()),
+    }
 }
 
 /// An error about the location itself (before any object).
 fn config_err(location: &str, message: impl Into<String>) -> BackendError {
     BackendError::new(ErrorKind::Permanent, location, message)
+}
+
+/// Checks extra trusted certificates (`--cacert`): PEM text holding at least
+/// one certificate, each one a certificate rustls can take as a trust anchor.
+/// Returns how many it holds, or what is wrong, in words.
+pub fn check_cacert(pem: &[u8]) -> Result<usize, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let mut n = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("not a PEM certificate bundle ({e})"))?;
+        roots.add(cert).map_err(|e| format!("certificate {} does not parse ({e})", n + 1))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err("it holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+    }
+    Ok(n)
 }
 
 /// The reqwest client for HTTP services: rustls over ring, the system's roots
@@ -212,6 +204,7 @@ fn http_client(location: &str, opts: &RemoteOptions, connections: usize) -> Back
         .read_timeout(opts.timeout)
         .pool_max_idle_per_host(connections);
     if let Some(pem) = &opts.cacert {
+        check_cacert(pem).map_err(|e| config_err(location, format!("--cacert: {e}")))?;
         let certs = reqwest::Certificate::from_pem_bundle(pem)
             .map_err(|e| config_err(location, format!("--cacert: not a PEM certificate bundle: {e}")))?;
         if certs.is_empty() {

@@ -3,12 +3,19 @@
 //! it last saw (to detect rollback), and which packs a partial data check has
 //! verified. See docs/design.md#local-state.
 //!
-//! One directory per repository, named by the repository id. Files are replaced
-//! atomically (written beside, synced, renamed), so a crash leaves the old or the
-//! new version, never a mix.
+//! One directory per repository, named by the repository id, created 0700 (the
+//! writer's key is there). Files are replaced atomically (written beside, synced,
+//! renamed), so a crash leaves the old or the new version, never a mix. The
+//! directory is opened without following a link, and refused when it is a link
+//! or not owned by the user running coffer; its files are opened relative to it,
+//! without following links either, so that nothing planted there sends coffer's
+//! reads or writes elsewhere.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::id::Id;
@@ -36,33 +43,79 @@ impl LocalState {
         self.dir.join(name)
     }
 
-    /// Reads state file `name`; `None` if it does not exist.
+    /// Reads state file `name`; `None` if it (or the directory) does not exist.
     pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let p = self.path(name);
-        match std::fs::read(&p) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(&p, e)),
+        let Some(dir) = self.open_dir(false)? else { return Ok(None) };
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(self.refused(&p, e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(&p, e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(Error::InvalidInput(format!(
+                "local state file {} is not a regular file: coffer does not read it; remove it",
+                p.display()
+            )));
         }
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd).read_to_end(&mut bytes).map_err(|e| Error::io(&p, e))?;
+        Ok(Some(bytes))
     }
 
     /// Replaces state file `name` atomically, readable by its owner only.
     pub fn write(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let dir = self.open_dir(true)?.expect("created");
         let p = self.path(name);
-        let tmp = self.path(&format!(".{name}.tmp-{}", std::process::id()));
+        let tmp = format!(".{name}.tmp-{}", std::process::id());
         let result = (|| {
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(&dir, &tmp, flags, Mode::from_raw_mode(0o600))?;
+            let mut f = std::fs::File::from(fd);
             f.write_all(bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, &p)
+            rustix::fs::renameat(&dir, &tmp, &dir, name)?;
+            std::io::Result::Ok(())
         })();
         if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());
             return Err(Error::io(&p, e));
         }
         Ok(())
+    }
+
+    /// Opens the directory (creating it, 0700, with any missing parent, when
+    /// `create`) with [`coffer_backend::open_private_dir`]: one that is a link,
+    /// or not owned by this user, is refused. `None` when it does not exist and
+    /// `create` is false.
+    fn open_dir(&self, create: bool) -> Result<Option<OwnedFd>> {
+        use std::os::unix::fs::DirBuilderExt;
+        if create {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.dir)
+                .map_err(|e| Error::io(&self.dir, e))?;
+        } else if std::fs::symlink_metadata(&self.dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Ok(None);
+        }
+        coffer_backend::open_private_dir(&self.dir)
+            .map(Some)
+            .map_err(|e| Error::InvalidInput(format!("local state directory {} {}", e.object, e.message)))
+    }
+
+    /// The error for an open refused by the system: a link where none may be is
+    /// named as such.
+    fn refused(&self, path: &Path, e: rustix::io::Errno) -> Error {
+        match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => Error::InvalidInput(format!(
+                "local state file {} is a symbolic link: coffer does not follow it; remove it",
+                path.display()
+            )),
+            e => Error::io(path, e.into()),
+        }
     }
 
     /// Reads a state file holding one id per line; missing reads as empty. A line
@@ -110,5 +163,40 @@ mod tests {
         assert_eq!(st.read_ids("heads").unwrap(), ids);
         std::fs::write(st.path("heads"), "zz\n").unwrap();
         assert!(st.read_ids("heads").is_err());
+    }
+
+    #[test]
+    fn the_directory_is_private_and_links_are_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let st = LocalState::new(&dir.path().join("state"), &Id([3; 32]));
+        st.write("heads", b"x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(st.dir()), 0o700);
+        assert_eq!(mode(&dir.path().join("state")), 0o700);
+        assert_eq!(mode(&st.path("heads")), 0o600);
+        // A directory made readable by others is made owner-only again.
+        std::fs::set_permissions(st.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        st.read("heads").unwrap();
+        assert_eq!(mode(st.dir()), 0o700);
+
+        // The repository's directory a link elsewhere: refused, nothing written there.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let linked = LocalState::new(&dir.path().join("state"), &Id([4; 32]));
+        std::os::unix::fs::symlink(&elsewhere, linked.dir()).unwrap();
+        let e = linked.write("heads", b"x").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(linked.read("heads").is_err());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        // A file in it a link elsewhere: not read, and replaced (not followed) by a write.
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"outside").unwrap();
+        std::os::unix::fs::symlink(&target, st.path("verified")).unwrap();
+        assert!(st.read("verified").is_err());
+        std::os::unix::fs::symlink(&target, st.path(&format!(".verified.tmp-{}", std::process::id()))).unwrap();
+        assert!(st.write("verified", b"new").is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"outside");
     }
 }

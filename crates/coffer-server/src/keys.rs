@@ -75,11 +75,21 @@ impl Level {
         let ok = match op {
             Op::List | Op::Head => true,
             Op::Get => !(self == AppendNodata && kind == Some(ObjectKind::Pack)),
-            Op::Create => writes,
+            // A prune announces deletes in a notice; a layout decides where
+            // packs are stored. Neither is a backup's to write.
+            Op::Create => match kind {
+                Some(ObjectKind::PruneNotice) => matches!(self, Prune | Admin),
+                Some(ObjectKind::Layout) => self == Admin,
+                _ => writes,
+            },
             // Session markers are the objects a backup rewrites (its heartbeat).
             Op::Replace => self == Admin || (writes && kind == Some(ObjectKind::Session) && own_session),
             Op::Delete => match self {
-                Prune | Admin => true,
+                Admin => true,
+                // What a prune and forget delete; the repository's identity
+                // (config, key files, writer records, layouts) and its
+                // tombstones, which coffer never deletes, are an admin's.
+                Prune => !kind.is_some_and(admin_deletes),
                 Append | AppendNodata => kind == Some(ObjectKind::Session) && own_session,
                 Read => false,
             },
@@ -96,9 +106,14 @@ impl Level {
         };
         let needs = match (op, kind) {
             (Op::Get, _) => "append, read, prune or admin",
+            (Op::Create, Some(ObjectKind::PruneNotice)) => "prune or admin (prune notices are a prune's)",
+            (Op::Create, Some(ObjectKind::Layout)) => "admin (a layout decides where packs are stored)",
             (Op::Create, _) => "append, append-nodata, prune or admin",
             (Op::Delete, Some(ObjectKind::Session)) if !own_session => {
                 "prune or admin (a session marker written by another key)"
+            }
+            (Op::Delete, Some(k)) if admin_deletes(k) => {
+                "admin (config, key files, writer records, layouts and tombstones are deleted only by admin keys)"
             }
             (Op::Delete, _) => "prune or admin",
             (Op::Replace, Some(ObjectKind::Session)) => "admin (a session marker written by another key)",
@@ -106,6 +121,14 @@ impl Level {
         };
         Err(format!("the access key's level is {}, which does not allow {what}; that needs {needs}", self.name()))
     }
+}
+
+/// The kinds only an `admin` key deletes.
+fn admin_deletes(kind: ObjectKind) -> bool {
+    matches!(
+        kind,
+        ObjectKind::Config | ObjectKind::Key | ObjectKind::Writer | ObjectKind::Layout | ObjectKind::Tombstone
+    )
 }
 
 /// One access key.
@@ -214,7 +237,17 @@ mod tests {
         assert!(Level::Append.allows(Op::Replace, m, true).is_ok());
         assert!(Level::Prune.allows(Op::Replace, s, false).is_err());
         assert!(Level::Prune.allows(Op::Delete, s, false).is_ok());
+        for k in [ObjectKind::Config, ObjectKind::Key, ObjectKind::Writer, ObjectKind::Layout, ObjectKind::Tombstone] {
+            assert!(Level::Prune.allows(Op::Delete, Some(k), false).unwrap_err().contains("only by admin"), "{k:?}");
+            assert!(Level::Admin.allows(Op::Delete, Some(k), false).is_ok());
+        }
+        assert!(Level::Prune.allows(Op::Delete, Some(ObjectKind::PruneNotice), false).is_ok());
         assert!(Level::Admin.allows(Op::Replace, Some(ObjectKind::Config), false).is_ok());
+        let notice = Some(ObjectKind::PruneNotice);
+        assert!(Level::Append.allows(Op::Create, notice, false).unwrap_err().contains("prune or admin"));
+        assert!(Level::Prune.allows(Op::Create, notice, false).is_ok());
+        assert!(Level::Prune.allows(Op::Create, Some(ObjectKind::Layout), false).unwrap_err().contains("admin"));
+        assert!(Level::Admin.allows(Op::Create, Some(ObjectKind::Layout), false).is_ok());
     }
 
     #[test]

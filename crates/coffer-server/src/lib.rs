@@ -30,9 +30,15 @@
 
 pub mod keys;
 pub mod log;
+pub mod multipart;
 pub mod names;
 pub mod notices;
+pub mod owners;
+pub mod peers;
+pub mod replay;
+pub mod requests;
 pub mod service;
+pub mod spool;
 pub mod state;
 pub mod sync;
 pub mod tls;
@@ -115,6 +121,14 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     /// The longest wait for the next piece of a request body.
     pub body_timeout: Duration,
+    /// The least average rate of a request body once `body_timeout` has
+    /// passed, bytes per second ([`spool`]).
+    pub min_rate: u64,
+    /// How long a multipart upload may stay untouched before it is dropped.
+    pub upload_expiry: Duration,
+    /// Connections one peer address may have open before any of them
+    /// authenticated ([`peers`]).
+    pub max_pending_per_peer: usize,
     /// Days deleted objects stay in the trash.
     pub trash_days: u64,
     /// How long before a `prune` key deletes packs or index files a prune
@@ -131,6 +145,7 @@ pub struct Server {
     backend: Arc<dyn Backend>,
     log: Arc<log::TransparencyLog>,
     notices: Arc<notices::Notices>,
+    owners: Arc<owners::Owners>,
 }
 
 impl Server {
@@ -139,6 +154,12 @@ impl Server {
         state::ensure_dir(&opts.state_dir)?;
         let spool = opts.state_dir.join("spool");
         state::ensure_dir(&spool)?;
+        // Spool files of uploads a stopped server was receiving.
+        if let Ok(entries) = std::fs::read_dir(&spool) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
         let listener = std::net::TcpListener::bind(opts.listen)
             .map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         listener.set_nonblocking(true).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
@@ -150,7 +171,14 @@ impl Server {
             Err(e) => return Err(ServerError::Invalid(format!("cannot list the repository's prune notices: {e}"))),
         };
         let notices = Arc::new(notices::Notices::load(&opts.state_dir, &stored_notices, trash::now())?);
-        Ok(Server { listener, opts, backend, log, notices })
+        let mut markers: Vec<String> = match backend.list(ObjectKind::Session.prefix()) {
+            Ok(l) => l.into_iter().map(|o| o.name).collect(),
+            Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(ServerError::Invalid(format!("cannot list the repository's session markers: {e}"))),
+        };
+        markers.sort();
+        let owners = Arc::new(owners::Owners::load(&opts.state_dir, &markers)?);
+        Ok(Server { listener, opts, backend, log, notices, owners })
     }
 
     /// The public key the transparency log's heads are signed with (hex), and
@@ -176,7 +204,7 @@ impl Server {
     }
 
     async fn serve(self) -> Result<(), ServerError> {
-        let Server { listener, opts, backend, log, notices } = self;
+        let Server { listener, opts, backend, log, notices, owners } = self;
         let addr = opts.listen;
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
@@ -195,15 +223,27 @@ impl Server {
             log,
             usage,
             notices,
+            owners,
             &opts.state_dir,
             service::ServiceOptions {
                 bucket: opts.bucket.clone(),
                 spool: opts.state_dir.join("spool"),
                 body_timeout: opts.body_timeout,
+                min_rate: opts.min_rate,
+                upload_expiry: opts.upload_expiry,
                 prune_grace: opts.prune_grace,
             },
         );
         let keys = s3.keys();
+        // Drop multipart uploads left untouched, with their spool files.
+        let uploads = s3.uploads();
+        let every = (opts.upload_expiry / 4).clamp(Duration::from_millis(200), Duration::from_secs(60));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                uploads.expire(std::time::Instant::now());
+            }
+        });
         let mut builder = s3s::service::S3ServiceBuilder::new(s3);
         builder.set_auth(service::KeyAuth(keys));
         let svc = builder.build();
@@ -222,9 +262,11 @@ impl Server {
         });
         let acceptor = opts.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         let slots = Arc::new(tokio::sync::Semaphore::new(opts.max_connections.max(1)));
+        let pending = peers::Pending::new(opts.max_pending_per_peer);
+        let requests = Arc::new(requests::RequestLog::open(&opts.state_dir)?);
         loop {
             let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-            let (tcp, _) = match listener.accept().await {
+            let (tcp, peer) = match listener.accept().await {
                 Ok(c) => c,
                 // Out of descriptors and the like: wait and go on serving.
                 Err(_) => {
@@ -232,10 +274,13 @@ impl Server {
                     continue;
                 }
             };
+            // A peer holding too many connections that never authenticated.
+            let Some(slot) = pending.admit(peer.ip()) else { continue };
             let _ = tcp.set_nodelay(true);
             let svc = svc.clone();
             let acceptor = acceptor.clone();
             let header_timeout = opts.header_timeout;
+            let (requests, bucket) = (requests.clone(), opts.bucket.clone());
             tokio::spawn(async move {
                 let _permit = permit;
                 let http = {
@@ -243,13 +288,37 @@ impl Server {
                     b.timer(TokioTimer::new()).header_read_timeout(header_timeout);
                     b
                 };
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let (svc, slot, requests) = (svc.clone(), slot.clone(), requests.clone());
+                    let asked = requests::Request::of(&req, peer.ip(), &bucket);
+                    async move {
+                        let r = hyper::service::Service::call(&svc, req).await;
+                        if r.as_ref().is_ok_and(|resp| resp.status() != http::StatusCode::FORBIDDEN) {
+                            slot.release();
+                        }
+                        let (status, bytes) = match &r {
+                            Ok(resp) => (
+                                resp.status().as_u16(),
+                                resp.headers()
+                                    .get(http::header::CONTENT_LENGTH)
+                                    .and_then(|v| v.to_str().ok())
+                                    .and_then(|v| v.parse().ok())
+                                    .unwrap_or(0),
+                            ),
+                            Err(_) => (500, 0),
+                        };
+                        // A request answered is logged; a failure to log stops no client.
+                        let _ = requests.record(&asked.answered(status, bytes));
+                        r
+                    }
+                });
                 match acceptor {
                     Some(a) => {
                         let Ok(Ok(tls)) = tokio::time::timeout(header_timeout, a.accept(tcp)).await else { return };
-                        let _ = http.serve_connection(TokioIo::new(tls), svc).await;
+                        let _ = http.serve_connection(TokioIo::new(tls), service).await;
                     }
                     None => {
-                        let _ = http.serve_connection(TokioIo::new(tcp), svc).await;
+                        let _ = http.serve_connection(TokioIo::new(tcp), service).await;
                     }
                 }
             });

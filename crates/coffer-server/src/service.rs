@@ -6,24 +6,26 @@
 //! and every upload spooled to a local file, hashed and verified
 //! ([`crate::verify`]) before the storage sees it. See docs/design.md#server.
 
-use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use coffer_backend::{Backend, BackendError, ErrorKind};
 use coffer_core::format::ObjectKind;
-use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::keys::{KeyFile, Level, Op};
 use crate::log::{LogRead, TransparencyLog};
+use crate::multipart::{CompleteError, UploadError, Uploads, WriteAt};
 use crate::notices::Notices;
+use crate::owners::Owners;
+use crate::replay::{self, Claim, Seen};
+use crate::spool::{Pace, drain, read_body};
 use crate::state::Watched;
-use crate::usage::Usage;
+use crate::usage::{Reservation, Usage};
 use crate::writers::AllowList;
 use crate::{names, trash, verify};
 
@@ -34,8 +36,18 @@ const GET_PIECE: u64 = 1 << 20;
 /// few MiB (OpenDAL gathers multipart parts of at least 5 MiB for S3), so the
 /// server's memory is bounded by this, not by the number of clients.
 const STORAGE_WRITES: usize = 8;
-/// Multipart uploads a key may have open at once (each holds spool files).
-const MAX_OPEN_UPLOADS: usize = 256;
+/// Bytes the checks of uploads read whole ([`verify::needs_whole`]) may hold
+/// in memory at once, counted in [`BUDGET_UNIT`]s; a check that needs more
+/// waits. The largest check (a 64 MiB tombstone and the signed message)
+/// needs 128 MiB.
+const MEMORY_BUDGET: u64 = 256 << 20;
+/// The unit of [`MEMORY_BUDGET`]'s semaphore.
+const BUDGET_UNIT: u64 = 1 << 10;
+
+/// Permits of the memory budget for `bytes`.
+fn budget_units(bytes: u64) -> u32 {
+    bytes.div_ceil(BUDGET_UNIT).min(MEMORY_BUDGET / BUDGET_UNIT) as u32
+}
 
 /// How the service behaves; the binary fills it from its options.
 #[derive(Clone, Debug)]
@@ -46,17 +58,14 @@ pub struct ServiceOptions {
     pub spool: PathBuf,
     /// The longest wait for the next piece of a request body.
     pub body_timeout: Duration,
+    /// The least average rate of a request body once `body_timeout` has
+    /// passed, bytes per second ([`crate::spool`]).
+    pub min_rate: u64,
+    /// How long a multipart upload may stay untouched before it is dropped.
+    pub upload_expiry: Duration,
     /// How long a prune notice must have been stored before a `prune` key
     /// deletes packs or index files ([`crate::notices`]).
     pub prune_grace: Duration,
-}
-
-/// A multipart upload in progress.
-struct Upload {
-    key_id: String,
-    name: String,
-    kind: ObjectKind,
-    parts: std::collections::BTreeMap<i32, (std::fs::File, u64)>,
 }
 
 /// The S3 service over a backend.
@@ -66,15 +75,20 @@ pub struct CofferS3 {
     keys: Arc<Watched<KeyFile>>,
     writers: Watched<AllowList>,
     opts: ServiceOptions,
-    /// Which key wrote each session marker, while the server runs.
-    sessions: Mutex<HashMap<String, String>>,
-    uploads: Mutex<HashMap<String, Upload>>,
+    /// Which key wrote each session marker.
+    owners: Arc<Owners>,
+    /// Multipart uploads in progress.
+    uploads: Arc<Uploads>,
     /// Bytes accepted per key, for quotas.
     usage: Arc<Usage>,
     /// When each prune notice was stored.
     notices: Arc<Notices>,
     /// Permits for writes to the storage ([`STORAGE_WRITES`]).
     writes: Arc<tokio::sync::Semaphore>,
+    /// Permits for memory held by upload checks ([`MEMORY_BUDGET`]).
+    memory: tokio::sync::Semaphore,
+    /// Signatures of state-changing requests received ([`crate::replay`]).
+    seen: Arc<Seen>,
 }
 
 /// A complete upload in a spool file.
@@ -82,6 +96,11 @@ struct Spooled {
     file: std::fs::File,
     len: u64,
     hash: blake3::Hash,
+    /// Its bytes against the caller's quota: counted once it is stored.
+    holds: Vec<Reservation>,
+    /// The refusal of a replayed request, if it is one: given unless the
+    /// upload changes nothing.
+    replayed: Option<S3Error>,
 }
 
 /// Who is asking: the key id and its level and quota.
@@ -109,14 +128,31 @@ fn refused(e: verify::Refused) -> S3Error {
     s3_error!(InvalidRequest, "refused: {e}")
 }
 
-fn spool_err(e: std::io::Error) -> S3Error {
-    s3_error!(InternalError, "the server cannot spool the upload: {e}")
+/// An error with a code of coffer's own (the client tells it apart from
+/// other refusals by the code) and an HTTP status.
+fn coded(code: &'static str, status: http::StatusCode, message: String) -> S3Error {
+    let mut e = S3Error::with_message(S3ErrorCode::Custom(code.into()), message);
+    e.set_status_code(status);
+    e
 }
 
-fn random_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the system's random generator");
-    hex::encode(b)
+/// Keeps a claimed signature: the request succeeded.
+fn keep(claim: Option<Claim>) {
+    if let Some(c) = claim {
+        c.keep();
+    }
+}
+
+fn upload_error(name: &str, e: UploadError) -> S3Error {
+    match e {
+        UploadError::NoSuchUpload(..) => s3_error!(NoSuchUpload, "{name}: {e}"),
+        UploadError::TooManyUploads => s3_error!(SlowDown, "{name}: {e}"),
+        UploadError::BadPart(_) => s3_error!(InvalidPart, "{name}: {e}"),
+    }
+}
+
+fn spool_err(e: std::io::Error) -> S3Error {
+    s3_error!(InternalError, "the server cannot spool the upload: {e}")
 }
 
 impl CofferS3 {
@@ -126,21 +162,30 @@ impl CofferS3 {
         log: Arc<TransparencyLog>,
         usage: Arc<Usage>,
         notices: Arc<Notices>,
+        owners: Arc<Owners>,
         state_dir: &std::path::Path,
         opts: ServiceOptions,
     ) -> Self {
+        let uploads = Arc::new(Uploads::new(&opts.spool, opts.upload_expiry));
         CofferS3 {
             backend,
             log,
             keys: Arc::new(Watched::new(crate::keys::path(state_dir))),
             writers: Watched::new(crate::writers::path(state_dir)),
             opts,
-            sessions: Mutex::new(HashMap::new()),
-            uploads: Mutex::new(HashMap::new()),
+            owners,
+            uploads,
             usage,
             notices,
             writes: Arc::new(tokio::sync::Semaphore::new(STORAGE_WRITES)),
+            memory: tokio::sync::Semaphore::new((MEMORY_BUDGET / BUDGET_UNIT) as usize),
+            seen: Arc::new(Seen::default()),
         }
+    }
+
+    /// The multipart uploads in progress, for the task that expires them.
+    pub fn uploads(&self) -> Arc<Uploads> {
+        self.uploads.clone()
     }
 
     /// The key store, for the authenticator.
@@ -175,17 +220,14 @@ impl CofferS3 {
     }
 
     fn allow(&self, c: &Caller, op: Op, kind: ObjectKind, name: &str) -> S3Result<()> {
-        let own = match self.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
-            Some(owner) => *owner == c.id,
-            // Markers written before the server started: treated as the caller's.
-            None => true,
-        };
+        // A marker no key is known to have written is no one's.
+        let own = kind == ObjectKind::Session && self.owners.owner(name).as_deref() == Some(c.id.as_str());
         c.level
             .allows(op, Some(kind), own)
             .map_err(|why| s3_error!(AccessDenied, "{name}: access key {:?}: {why}", c.name))
     }
 
-    fn check_size(&self, c: &Caller, kind: ObjectKind, name: &str, len: u64) -> S3Result<()> {
+    fn check_size(&self, kind: ObjectKind, name: &str, len: u64) -> S3Result<()> {
         if len > kind.max_len() {
             return Err(s3_error!(
                 EntityTooLarge,
@@ -194,48 +236,124 @@ impl CofferS3 {
                 kind.max_len()
             ));
         }
-        if let Some(q) = c.quota {
-            let used = self.usage.used(&c.id);
-            if used.saturating_add(len) > q {
-                return Err(s3_error!(
-                    AccessDenied,
-                    "{name}: access key {:?} has a quota of {q} bytes and has used {used}; ask the server's admin",
-                    c.name
-                ));
-            }
-        }
         Ok(())
     }
 
-    /// Reads a request body into `file`, at most `limit` bytes, hashing it;
-    /// each piece must come within the body timeout.
-    async fn spool_body(
+    /// Reserves `len` bytes of the caller's quota for an upload in flight.
+    fn reserve(&self, c: &Caller, name: &str, len: u64) -> S3Result<Reservation> {
+        self.usage.reserve(&c.id, len, c.quota).map_err(|o| {
+            s3_error!(
+                AccessDenied,
+                "{name}: access key {:?} has a quota of {} bytes and has used {} (and {} more are being uploaded); \
+                 ask the server's admin",
+                c.name,
+                c.quota.unwrap_or(0),
+                o.used,
+                o.reserved
+            )
+        })
+    }
+
+    /// Claims the signature of a state-changing request ([`crate::replay`]).
+    fn fresh<T>(&self, req: &S3Request<T>) -> S3Result<Option<Claim>> {
+        let Some(sig) = replay::signature_of(&req.headers, &req.uri) else { return Ok(None) };
+        self.seen.claim(sig, std::time::Instant::now()).map(Some).map_err(|e| {
+            coded("RequestReplayed", http::StatusCode::FORBIDDEN, format!("{} {}: {e}", req.method, req.uri.path()))
+        })
+    }
+
+    fn pace(&self) -> Pace {
+        Pace { timeout: self.opts.body_timeout, min_rate: self.opts.min_rate }
+    }
+
+    /// Checks the structure of a complete upload ([`verify`]): the kinds whose
+    /// check needs every byte are read whole, within the memory budget
+    /// ([`MEMORY_BUDGET`]); the others from their first bytes. Returns the
+    /// file, and the bytes of a `config` (at most 64 KiB), which are stored
+    /// with [`Backend::write_new`].
+    async fn check_spooled(
         &self,
         name: &str,
-        body: Option<StreamingBlob>,
-        limit: u64,
-        file: &mut std::fs::File,
-        hasher: &mut blake3::Hasher,
-    ) -> S3Result<u64> {
-        let Some(mut body) = body else { return Ok(0) };
-        let mut n = 0u64;
-        loop {
-            let next = tokio::time::timeout(self.opts.body_timeout, body.next()).await.map_err(|_| {
-                s3_error!(RequestTimeout, "{name}: no part of the body came for {:?}", self.opts.body_timeout)
-            })?;
-            let Some(piece) = next else { break };
-            let piece: Bytes = piece.map_err(|e| s3_error!(IncompleteBody, "{name}: the body broke off: {e}"))?;
-            n += piece.len() as u64;
-            if n > limit {
-                return Err(s3_error!(
-                    EntityTooLarge,
-                    "{name}: the body is longer than announced or allowed ({limit} bytes)"
-                ));
-            }
-            hasher.update(&piece);
-            file.write_all(&piece).map_err(spool_err)?;
+        kind: ObjectKind,
+        file: std::fs::File,
+        len: u64,
+    ) -> S3Result<(std::fs::File, Option<Vec<u8>>)> {
+        let allow = self.writers.get().map_err(|e| s3_error!(InternalError, "{e}"))?;
+        let whole = verify::needs_whole(kind) || kind == ObjectKind::Config;
+        // A signature check holds the object and the signed message (a copy).
+        let cost = if whole { budget_units(len.saturating_mul(2)) } else { 0 };
+        let _memory =
+            self.memory.acquire_many(cost).await.map_err(|_| s3_error!(InternalError, "the server is stopping"))?;
+        let name = name.to_string();
+        blocking(move || {
+            let want = if whole { len } else { len.min(verify::HEAD_LEN as u64) };
+            let mut b = Vec::with_capacity(want as usize);
+            let mut f = &file;
+            f.seek(SeekFrom::Start(0)).map_err(spool_err)?;
+            f.take(want).read_to_end(&mut b).map_err(spool_err)?;
+            let body = if whole { verify::Body::Whole(&b) } else { verify::Body::Head { head: &b, len } };
+            verify::check_structure(&name, kind, body, &allow).map_err(refused)?;
+            Ok((file, (kind == ObjectKind::Config).then_some(b)))
+        })
+        .await
+    }
+
+    /// Whether `name` is stored.
+    async fn exists(&self, name: &str) -> S3Result<bool> {
+        let (be, n) = (self.backend.clone(), name.to_string());
+        blocking(move || match be.stat(&n) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(backend_error(e)),
+        })
+        .await
+    }
+
+    /// Refuses a `config` from a non-admin key where a config with other
+    /// bytes was deleted into the trash: a deleted config is put back from
+    /// the trash, or replaced by an admin.
+    async fn check_recreate(&self, c: &Caller, name: &str, hash: blake3::Hash) -> S3Result<()> {
+        if c.level == Level::Admin {
+            return Ok(());
         }
-        Ok(n)
+        let (be, n) = (self.backend.clone(), name.to_string());
+        let deleted =
+            blocking(move || trash::deleted_with_other_bytes(be.as_ref(), &n, &hash).map_err(backend_error)).await?;
+        match deleted {
+            None => Ok(()),
+            Some(t) => Err(s3_error!(
+                AccessDenied,
+                "{name}: access key {:?}: a {name} with other bytes was deleted into the trash at {t} (seconds since \
+                 the epoch); the access key's level is {}, which does not allow writing other bytes under its name; \
+                 that needs admin (or put the deleted one back: `coffer serve trash restore {name}`)",
+                c.name,
+                c.level.name()
+            )),
+        }
+    }
+
+    /// Whether the stored object `name` holds the bytes whose BLAKE3 hash is
+    /// `hash`, read in pieces.
+    async fn same_bytes(&self, name: &str, size: u64, len: u64, hash: blake3::Hash) -> S3Result<bool> {
+        if size != len {
+            return Ok(false);
+        }
+        let be = self.backend.clone();
+        let n = name.to_string();
+        blocking(move || {
+            let mut hasher = blake3::Hasher::new();
+            let mut at = 0;
+            while at < size {
+                let piece = be.read_range(&n, at, GET_PIECE.min(size - at)).map_err(backend_error)?;
+                if piece.is_empty() {
+                    return Ok(false);
+                }
+                hasher.update(&piece);
+                at += piece.len() as u64;
+            }
+            Ok(hasher.finalize() == hash)
+        })
+        .await
     }
 
     /// Verifies a complete upload of `len` bytes in `file` and stores it under
@@ -248,19 +366,9 @@ impl CofferS3 {
         up: Spooled,
         if_none_match: bool,
     ) -> S3Result<()> {
-        let Spooled { mut file, len, hash } = up;
+        let Spooled { file, len, hash, holds, replayed } = up;
         verify::check_hash(&name, names::content_id(kind, &name), &hash).map_err(refused)?;
-        // Sealed objects are small (64 MiB at most): check their structure in memory.
-        let body = if kind != ObjectKind::Pack {
-            let mut b = Vec::with_capacity(len as usize);
-            file.seek(SeekFrom::Start(0)).map_err(spool_err)?;
-            (&mut file).take(len).read_to_end(&mut b).map_err(spool_err)?;
-            let allow = self.writers.get().map_err(|e| s3_error!(InternalError, "{e}"))?;
-            verify::check_structure(&name, kind, &b, &allow).map_err(refused)?;
-            Some(b)
-        } else {
-            None
-        };
+        let (file, config) = self.check_spooled(&name, kind, file, len).await?;
         let be = self.backend.clone();
         let stat_name = name.clone();
         let existing = blocking(move || match be.stat(&stat_name) {
@@ -273,21 +381,22 @@ impl CofferS3 {
             if if_none_match {
                 return Err(s3_error!(PreconditionFailed, "{name} exists"));
             }
-            let same = match (names::content_id(kind, &name), &body) {
+            let same = match names::content_id(kind, &name) {
                 // Named by the hash of these very bytes: the same object.
-                (Some(_), _) => size == len,
-                (None, Some(b)) => {
-                    let be = self.backend.clone();
-                    let (n, max) = (name.clone(), kind.max_len());
-                    let old = blocking(move || be.read_max(&n, max).map_err(backend_error)).await?;
-                    old == *b
-                }
-                (None, None) => false,
+                Some(_) => size == len,
+                None => self.same_bytes(&name, size, len, hash).await?,
             };
             if same {
                 return self.record(&c.id, kind, name).await;
             }
+            if let Some(e) = replayed {
+                return Err(e);
+            }
             self.allow(c, Op::Replace, kind, &name)?;
+        } else if let Some(e) = replayed {
+            return Err(e);
+        } else if kind == ObjectKind::Config {
+            self.check_recreate(c, &name, hash).await?;
         }
         let be = self.backend.clone();
         let n = name.clone();
@@ -300,25 +409,26 @@ impl CofferS3 {
             _ => None,
         };
         blocking(move || {
-            match body {
-                Some(b) if kind == ObjectKind::Config && existing.is_none() => {
+            match config {
+                Some(b) if existing.is_none() => {
                     if !be.write_new(&n, b).map_err(backend_error)? {
                         return Err(s3_error!(PreconditionFailed, "{n} exists"));
                     }
                 }
-                Some(b) => be.write(&n, b).map_err(backend_error)?,
-                None => {
-                    file.seek(SeekFrom::Start(0)).map_err(spool_err)?;
-                    be.write_file(&n, &file, len).map_err(backend_error)?;
-                }
+                _ => be.write_file(&n, &file, len).map_err(backend_error)?,
             }
             Ok(())
         })
         .await?;
-        self.usage.add(&c.id, len);
+        holds.into_iter().for_each(Reservation::commit);
         if kind == ObjectKind::Session {
-            self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(name, c.id.clone());
-            return Ok(());
+            let (owners, key) = (self.owners.clone(), c.id.clone());
+            return blocking(move || {
+                owners
+                    .stored(&name, &key)
+                    .map_err(|e| s3_error!(InternalError, "{name} was stored but its owner not kept: {e}"))
+            })
+            .await;
         }
         self.record(&c.id, kind, name).await
     }
@@ -368,25 +478,39 @@ fn etag_of(hash: &blake3::Hash) -> ETag {
 impl S3 for CofferS3 {
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
         let c = self.caller(&req)?;
+        // A PUT sent again (the same signature) is answered only when it
+        // changes nothing: the same bytes are stored already.
+        let (claim, replayed) = match self.fresh(&req) {
+            Ok(claim) => (claim, None),
+            Err(e) => (None, Some(e)),
+        };
         let input = req.input;
         self.bucket(&input.bucket)?;
         let name = input.key;
         let kind = self.name(&name)?;
-        self.allow(&c, Op::Create, kind, &name)?;
         let len = input.content_length.ok_or_else(|| {
             s3_error!(MissingContentLength, "{name}: a PUT must announce its length (Content-Length)")
         })?;
         let len = u64::try_from(len).map_err(|_| s3_error!(InvalidArgument, "{name}: negative length"))?;
-        self.check_size(&c, kind, &name, len)?;
+        let admitted = self
+            .allow(&c, Op::Create, kind, &name)
+            .and_then(|()| self.check_size(kind, &name, len))
+            .and_then(|()| self.reserve(&c, &name, len));
+        let hold = match admitted {
+            Ok(hold) => hold,
+            Err(refusal) => return Err(drain(input.body, len, self.pace(), refusal).await),
+        };
         let mut file = tempfile::tempfile_in(&self.opts.spool).map_err(spool_err)?;
         let mut hasher = blake3::Hasher::new();
-        let got = self.spool_body(&name, input.body, len, &mut file, &mut hasher).await?;
+        let got = read_body(&name, input.body, len, &mut file, &mut hasher, self.pace()).await?;
         if got != len {
             return Err(s3_error!(IncompleteBody, "{name}: {got} bytes came of the {len} announced"));
         }
         let hash = hasher.finalize();
         let if_none_match = input.if_none_match.is_some();
-        self.store(&c, name, kind, Spooled { file, len, hash }, if_none_match).await?;
+        let up = Spooled { file, len, hash, holds: vec![hold], replayed };
+        self.store(&c, name, kind, up, if_none_match).await?;
+        keep(claim);
         Ok(S3Response::new(PutObjectOutput { e_tag: Some(etag_of(&hash)), ..Default::default() }))
     }
 
@@ -395,21 +519,18 @@ impl S3 for CofferS3 {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let c = self.caller(&req)?;
+        let claim = self.fresh(&req)?;
         let input = req.input;
         self.bucket(&input.bucket)?;
         let kind = self.name(&input.key)?;
         self.allow(&c, Op::Create, kind, &input.key)?;
-        let id = random_id();
-        {
-            let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
-            if uploads.values().filter(|u| u.key_id == c.id).count() >= MAX_OPEN_UPLOADS {
-                return Err(s3_error!(SlowDown, "access key {:?} has {MAX_OPEN_UPLOADS} uploads open", c.name));
+        let id = self.uploads.create(&c.id, &input.key, kind).map_err(|e| match e.get_ref() {
+            Some(inner) if inner.is::<UploadError>() => {
+                s3_error!(SlowDown, "{}: access key {:?}: {e}", input.key, c.name)
             }
-            uploads.insert(
-                id.clone(),
-                Upload { key_id: c.id.clone(), name: input.key.clone(), kind, parts: Default::default() },
-            );
-        }
+            _ => spool_err(e),
+        })?;
+        keep(claim);
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),
@@ -420,34 +541,38 @@ impl S3 for CofferS3 {
 
     async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
         let c = self.caller(&req)?;
+        let claim = self.fresh(&req)?;
         let input = req.input;
         self.bucket(&input.bucket)?;
-        let (kind, so_far) = {
-            let uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
-            let u = uploads
-                .get(&input.upload_id)
-                .filter(|u| u.key_id == c.id && u.name == input.key)
-                .ok_or_else(|| s3_error!(NoSuchUpload, "{}: no such upload {}", input.key, input.upload_id))?;
-            let others: u64 = u.parts.iter().filter(|(n, _)| **n != input.part_number).map(|(_, p)| p.1).sum();
-            (u.kind, others)
-        };
+        let name = input.key;
         let len = input
             .content_length
             .and_then(|l| u64::try_from(l).ok())
-            .ok_or_else(|| s3_error!(MissingContentLength, "{}: a part must announce its length", input.key))?;
-        self.check_size(&c, kind, &input.key, so_far.saturating_add(len))?;
-        let mut file = tempfile::tempfile_in(&self.opts.spool).map_err(spool_err)?;
+            .ok_or_else(|| s3_error!(MissingContentLength, "{name}: a part must announce its length"))?;
+        let slot = self
+            .uploads
+            .begin_part(&input.upload_id, &c.id, &name, input.part_number, len)
+            .map_err(|e| upload_error(&name, e))?;
+        let admitted = self
+            .check_size(slot.kind, &name, slot.others.saturating_add(len))
+            .and_then(|()| self.reserve(&c, &name, len));
+        let hold = match admitted {
+            Ok(hold) => hold,
+            Err(refusal) => return Err(drain(input.body, len, self.pace(), refusal).await),
+        };
+        let file = std::fs::OpenOptions::new().write(true).open(&*slot.file).map_err(spool_err)?;
         let mut hasher = blake3::Hasher::new();
-        let got = self.spool_body(&input.key, input.body, len, &mut file, &mut hasher).await?;
+        let mut sink = WriteAt { file: &file, at: slot.offset };
+        let got = read_body(&name, input.body, len, &mut sink, &mut hasher, self.pace()).await?;
+        drop(file);
         if got != len {
-            return Err(s3_error!(IncompleteBody, "{}: {got} bytes came of the {len} announced", input.key));
+            return Err(s3_error!(IncompleteBody, "{name}: {got} bytes came of the {len} announced"));
         }
         let hash = hasher.finalize();
-        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
-        let u = uploads
-            .get_mut(&input.upload_id)
-            .ok_or_else(|| s3_error!(NoSuchUpload, "{}: the upload was aborted", input.key))?;
-        u.parts.insert(input.part_number, (file, len));
+        self.uploads
+            .finish_part(&input.upload_id, input.part_number, slot.offset, len, Some(hold))
+            .map_err(|e| upload_error(&name, e))?;
+        keep(claim);
         Ok(S3Response::new(UploadPartOutput { e_tag: Some(etag_of(&hash)), ..Default::default() }))
     }
 
@@ -456,16 +581,9 @@ impl S3 for CofferS3 {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let c = self.caller(&req)?;
+        let claim = self.fresh(&req)?;
         let input = req.input;
         self.bucket(&input.bucket)?;
-        let upload = {
-            let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
-            match uploads.get(&input.upload_id) {
-                Some(u) if u.key_id == c.id && u.name == input.key => uploads.remove(&input.upload_id),
-                _ => None,
-            }
-        }
-        .ok_or_else(|| s3_error!(NoSuchUpload, "{}: no such upload {}", input.key, input.upload_id))?;
         let wanted: Vec<i32> = input
             .multipart_upload
             .and_then(|m| m.parts)
@@ -476,36 +594,20 @@ impl S3 for CofferS3 {
         if wanted.is_empty() {
             return Err(s3_error!(InvalidRequest, "{}: the completion lists no parts", input.key));
         }
-        let spool = self.opts.spool.clone();
-        let name = input.key.clone();
-        let (file, len, hash) = blocking(move || {
-            let mut parts = upload.parts;
-            let mut out = tempfile::tempfile_in(&spool).map_err(spool_err)?;
-            let mut hasher = blake3::Hasher::new();
-            let mut len = 0u64;
-            let mut buf = vec![0u8; 1 << 20];
-            for n in wanted {
-                let (mut f, size) = parts.remove(&n).ok_or_else(|| s3_error!(InvalidPart, "{name}: no part {n}"))?;
-                f.seek(SeekFrom::Start(0)).map_err(spool_err)?;
-                let mut left = size;
-                while left > 0 {
-                    let want = left.min(buf.len() as u64) as usize;
-                    let k = f.read(&mut buf[..want]).map_err(spool_err)?;
-                    if k == 0 {
-                        return Err(s3_error!(InternalError, "{name}: a spooled part ended early"));
-                    }
-                    hasher.update(&buf[..k]);
-                    out.write_all(&buf[..k]).map_err(spool_err)?;
-                    left -= k as u64;
-                }
-                len += size;
-            }
-            Ok((out, len, hasher.finalize()))
+        let (uploads, id, key_id, name) =
+            (self.uploads.clone(), input.upload_id.clone(), c.id.clone(), input.key.clone());
+        let done = blocking(move || {
+            uploads.complete(&id, &key_id, &name, &wanted).map_err(|e| match e {
+                CompleteError::Upload(e) => upload_error(&name, e),
+                CompleteError::Spool(e) => spool_err(e),
+            })
         })
         .await?;
-        self.check_size(&c, upload.kind, &input.key, len)?;
-        let up = Spooled { file, len, hash };
-        self.store(&c, input.key.clone(), upload.kind, up, input.if_none_match.is_some()).await?;
+        self.check_size(done.kind, &input.key, done.len)?;
+        let hash = done.hash;
+        let up = Spooled { file: done.file, len: done.len, hash, holds: done.holds, replayed: None };
+        self.store(&c, input.key.clone(), done.kind, up, input.if_none_match.is_some()).await?;
+        keep(claim);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),
@@ -519,10 +621,9 @@ impl S3 for CofferS3 {
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
         let c = self.caller(&req)?;
-        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
-        if uploads.get(&req.input.upload_id).is_some_and(|u| u.key_id == c.id) {
-            uploads.remove(&req.input.upload_id);
-        }
+        let claim = self.fresh(&req)?;
+        self.uploads.abort(&req.input.upload_id, &c.id);
+        keep(claim);
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
@@ -610,15 +711,36 @@ impl S3 for CofferS3 {
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let c = self.caller(&req)?;
+        let fresh = self.fresh(&req);
         let input = req.input;
         self.bucket(&input.bucket)?;
         let name = input.key;
         let kind = self.name(&name)?;
+        // A DELETE sent again is answered only when the object is gone: it
+        // may not delete what was stored (or restored) since.
+        let claim = match fresh {
+            Ok(claim) => claim,
+            Err(e) => {
+                if self.exists(&name).await? {
+                    return Err(e);
+                }
+                return Ok(S3Response::new(DeleteObjectOutput::default()));
+            }
+        };
+        if kind == ObjectKind::Session && self.owners.owner(&name).is_none() && !self.exists(&name).await? {
+            // Deleting what is not there succeeds (a prune may have removed it).
+            keep(claim);
+            return Ok(S3Response::new(DeleteObjectOutput::default()));
+        }
         self.allow(&c, Op::Delete, kind, &name)?;
         if c.level == Level::Prune && matches!(kind, ObjectKind::Pack | ObjectKind::Index) {
-            self.notices
-                .allow_deletes(&c.id, trash::now(), self.opts.prune_grace.as_secs())
-                .map_err(|why| s3_error!(AccessDenied, "{name}: access key {:?}: {why}", c.name))?;
+            self.notices.allow_deletes(&c.id, trash::now(), self.opts.prune_grace.as_secs()).map_err(|why| {
+                coded(
+                    "PruneGracePending",
+                    http::StatusCode::FORBIDDEN,
+                    format!("{name}: access key {:?}: {why}", c.name),
+                )
+            })?;
         }
         let be = self.backend.clone();
         let spool = self.opts.spool.clone();
@@ -632,7 +754,13 @@ impl S3 for CofferS3 {
             }
         })
         .await?;
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+        if kind == ObjectKind::Session {
+            let (owners, n) = (self.owners.clone(), name.clone());
+            blocking(move || {
+                owners.deleted(&n).map_err(|e| s3_error!(InternalError, "{n} was deleted but its owner kept: {e}"))
+            })
+            .await?;
+        }
         if kind == ObjectKind::PruneNotice {
             let (notices, n) = (self.notices.clone(), name.clone());
             blocking(move || {
@@ -642,6 +770,7 @@ impl S3 for CofferS3 {
             })
             .await?;
         }
+        keep(claim);
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 

@@ -1,10 +1,14 @@
 //! The trash: where deletions made through the server go. An object deleted
-//! by a `prune` or `admin` key is copied to `trash/<seconds since the epoch>/<name>`
-//! (the name's slashes written as `+`, so that every entry is two levels
-//! below `trash/`, as far as a local listing looks) in the same storage, then deleted; `trash/` is outside the namespace clients
-//! see (no request may name or list it). Entries older than the trash period
-//! are purged by the running server and by `coffer serve trash purge`;
-//! `coffer serve trash restore` puts entries back. See docs/design.md#server.
+//! by a `prune` or `admin` key is copied to
+//! `trash/<seconds since the epoch>/<name>~<16 hex>` (the name's slashes
+//! written as `+`, so that every entry is two levels below `trash/`, and a
+//! random suffix, so that no entry ever overwrites another, even when one name
+//! is deleted twice in the same second) in the same storage, then deleted;
+//! `trash/` is outside the namespace clients see (no request may name or list
+//! it). Entries older than the trash period are purged by the running server
+//! and by `coffer serve trash purge`; `coffer serve trash restore` puts back
+//! the oldest entry of a name, the one deleted first. See
+//! docs/design.md#server.
 
 use std::io::{Seek, SeekFrom, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -26,13 +30,26 @@ pub struct Entry {
     pub deleted: u64,
     /// Its size in bytes.
     pub size: u64,
+    /// Where the entry is stored.
+    #[serde(skip)]
+    pub stored: String,
 }
 
 impl Entry {
     /// Where the entry is stored.
     pub fn stored_name(&self) -> String {
-        format!("{PREFIX}{}/{}", self.deleted, self.name.replace('/', "+"))
+        self.stored.clone()
     }
+}
+
+/// A new entry's stored name: unique whatever else the trash holds, and in
+/// the order of deletion among the entries of one second (the suffix starts
+/// with the time in nanoseconds, fixed-width hex, then random bytes).
+fn new_stored_name(name: &str, deleted: u64) -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).expect("the system's random generator");
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    format!("{PREFIX}{deleted}/{}~{nanos:016x}{}", name.replace('/', "+"), hex::encode(b))
 }
 
 /// Seconds since the Unix epoch.
@@ -63,8 +80,7 @@ pub fn copy(be: &dyn Backend, from: &str, to: &str, spool: &std::path::Path) -> 
 
 /// Moves `name` to the trash, stamped `deleted`.
 pub fn move_to_trash(be: &dyn Backend, name: &str, deleted: u64, spool: &std::path::Path) -> BackendResult<()> {
-    let entry = Entry { name: name.to_string(), deleted, size: 0 };
-    match copy(be, name, &entry.stored_name(), spool) {
+    match copy(be, name, &new_stored_name(name, deleted), spool) {
         Ok(_) => be.delete(name),
         // Deleting what is not there succeeds (storage contract point 6).
         Err(e) if e.kind == coffer_backend::ErrorKind::NotFound => Ok(()),
@@ -80,10 +96,12 @@ pub fn list(be: &dyn Backend) -> BackendResult<Vec<Entry>> {
         .filter_map(|o| {
             let rest = o.name.strip_prefix(PREFIX)?;
             let (stamp, name) = rest.split_once('/')?;
-            Some(Entry { name: name.replace('+', "/"), deleted: stamp.parse().ok()?, size: o.size })
+            // Entries made before names had a suffix have none.
+            let name = name.split_once('~').map_or(name, |(n, _)| n);
+            Some(Entry { name: name.replace('+', "/"), deleted: stamp.parse().ok()?, size: o.size, stored: o.name })
         })
         .collect();
-    out.sort_by(|a, b| (a.deleted, &a.name).cmp(&(b.deleted, &b.name)));
+    out.sort_by(|a, b| (a.deleted, &a.name, &a.stored).cmp(&(b.deleted, &b.name, &b.stored)));
     Ok(out)
 }
 
@@ -99,6 +117,36 @@ pub fn restore(be: &dyn Backend, entry: &Entry, spool: &std::path::Path) -> Back
     copy(be, &entry.stored_name(), &entry.name, spool)?;
     be.delete(&entry.stored_name())?;
     Ok(true)
+}
+
+/// Of `entries` (oldest first, as [`list`] gives them), the oldest of each
+/// name, with how many entries that name has: what a restore puts back.
+pub fn oldest_per_name(entries: &[Entry]) -> Vec<(&Entry, usize)> {
+    let mut out: Vec<(&Entry, usize)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for e in entries {
+        match at.get(e.name.as_str()) {
+            Some(&i) => out[i].1 += 1,
+            None => {
+                at.insert(e.name.as_str(), out.len());
+                out.push((e, 1));
+            }
+        }
+    }
+    out
+}
+
+/// Whether the trash holds an entry of `name` whose bytes are not those
+/// whose BLAKE3 hash is `hash`, and when it was deleted: a name deleted
+/// within the trash period is re-created by non-admin keys only with the bytes
+/// it had. For small objects (`config`).
+pub fn deleted_with_other_bytes(be: &dyn Backend, name: &str, hash: &blake3::Hash) -> BackendResult<Option<u64>> {
+    for e in list(be)?.into_iter().filter(|e| e.name == name) {
+        if blake3::hash(&be.read_max(&e.stored, coffer_core::format::limits::CONFIG)?) != *hash {
+            return Ok(Some(e.deleted));
+        }
+    }
+    Ok(None)
 }
 
 /// Deletes the entries deleted at or before `before` (seconds since the epoch);
@@ -124,14 +172,14 @@ mod tests {
         be.write("index/aa", vec![7; 100]).unwrap();
         be.write("data/aa/aa", vec![8; 10]).unwrap();
         move_to_trash(&be, "data/aa/aa", 999, spool.path()).unwrap();
-        assert_eq!(be.list(PREFIX).unwrap()[0].name, "trash/999/data+aa+aa");
+        assert!(be.list(PREFIX).unwrap()[0].name.starts_with("trash/999/data+aa+aa~"));
         assert_eq!(list(&be).unwrap()[0].name, "data/aa/aa");
         assert_eq!(purge(&be, 1000).unwrap(), 1);
         be.write("index/aa", vec![7; 100]).unwrap();
         move_to_trash(&be, "index/aa", 1000, spool.path()).unwrap();
         assert!(be.stat("index/aa").is_err());
         let l = list(&be).unwrap();
-        assert_eq!(l, vec![Entry { name: "index/aa".into(), deleted: 1000, size: 100 }]);
+        assert_eq!((l.len(), l[0].name.as_str(), l[0].deleted, l[0].size), (1, "index/aa", 1000, 100));
         assert!(restore(&be, &l[0], spool.path()).unwrap());
         assert_eq!(be.read("index/aa").unwrap(), vec![7; 100]);
         assert!(list(&be).unwrap().is_empty());
@@ -144,5 +192,33 @@ mod tests {
         assert!(list(&be).unwrap().is_empty());
         // Moving what is not there is no error.
         move_to_trash(&be, "index/bb", 1000, spool.path()).unwrap();
+    }
+
+    #[test]
+    fn one_name_deleted_twice_in_a_second_keeps_both_and_restores_the_first() {
+        // Random suffixes alone put the two in either order; done 16 times,
+        // the first one deleted must come first every time.
+        for _ in 0..16 {
+            let be = MemBackend::new();
+            let spool = tempfile::tempdir().unwrap();
+            be.write("config", b"original".to_vec()).unwrap();
+            move_to_trash(&be, "config", 5, spool.path()).unwrap();
+            be.write("config", b"planted".to_vec()).unwrap();
+            move_to_trash(&be, "config", 5, spool.path()).unwrap();
+            let l = list(&be).unwrap();
+            assert_eq!(l.len(), 2);
+            let oldest = oldest_per_name(&l);
+            assert_eq!(oldest.len(), 1);
+            assert_eq!(oldest[0].1, 2);
+            assert_eq!(be.read(&oldest[0].0.stored).unwrap(), b"original");
+        }
+        let be = MemBackend::new();
+        let spool = tempfile::tempdir().unwrap();
+        be.write("config", b"original".to_vec()).unwrap();
+        move_to_trash(&be, "config", 5, spool.path()).unwrap();
+        assert_eq!(deleted_with_other_bytes(&be, "config", &blake3::hash(b"x")).unwrap(), Some(5));
+        // Old-style names (no suffix) still list.
+        be.write("trash/3/index+cc", vec![1]).unwrap();
+        assert_eq!(list(&be).unwrap()[0].name, "index/cc");
     }
 }

@@ -570,8 +570,9 @@ pub struct MountArgs {
     /// Memory for cached trees and data blobs.
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub cache_size: u64,
-    /// Let other users than the one mounting read the mount (needs
-    /// `user_allow_other` in /etc/fuse.conf unless root).
+    /// Let other users than the one mounting reach the mount, each file as its
+    /// recorded owner, group and mode allow (needs `user_allow_other` in
+    /// /etc/fuse.conf unless root).
     #[arg(long)]
     pub allow_other: bool,
 }
@@ -773,7 +774,7 @@ pub struct PruneArgs {
     #[arg(long, short = 'n')]
     pub dry_run: bool,
     /// How long to wait between announcing deletions and making them, so running
-    /// backups can react (at least 2m unless COFFER_TEST_PRUNE_GRACE_MS is set).
+    /// backups can react (at least 2m).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub grace: Option<std::time::Duration>,
 }

@@ -29,7 +29,7 @@ pub fn place(global: &GlobalArgs, loc: &Location) -> Option<(PathBuf, String)> {
 
 /// The copy kept for the location at `place`, if there is one.
 pub fn read(place: &(PathBuf, String)) -> Option<Vec<u8>> {
-    let store = LocalBackend::with_modes(&place.0, Modes::PRIVATE).ok()?;
+    let store = LocalBackend::private_dir(&place.0, Modes::PRIVATE).ok()?;
     store.read_max(&place.1, ObjectKind::Key.max_len()).ok()
 }
 
@@ -43,7 +43,8 @@ pub fn keep(place: &(PathBuf, String), kept: Option<&[u8]>, key_file: &[u8]) {
     if std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).is_err() {
         return;
     }
-    if let Ok(store) = LocalBackend::with_modes(dir, Modes::PRIVATE) {
+    // Like the caches: a link or another user's directory there is not used.
+    if let Ok(store) = LocalBackend::private_dir(dir, Modes::PRIVATE) {
         let _ = store.without_sync().write(name, key_file.to_vec());
     }
 }

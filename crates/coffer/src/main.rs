@@ -11,6 +11,7 @@ mod cmd;
 mod foreign;
 mod interrupt;
 mod key_copy;
+mod local_input;
 mod output;
 mod password;
 mod profile;
@@ -19,6 +20,7 @@ mod replicas;
 mod repo_open;
 mod server_log;
 mod table;
+mod test_knobs;
 
 use std::process::ExitCode;
 
@@ -36,7 +38,8 @@ pub mod exit {
     pub const OK: u8 = 0;
     /// Any failure not listed below.
     pub const FAILURE: u8 = 1;
-    /// Wrong usage (invalid arguments), as clap reports it.
+    /// Wrong usage (invalid arguments, as clap reports them; a repository
+    /// location that does not parse; a profile that does not load).
     pub const USAGE: u8 = 2;
     /// The backup was made, but some source files could not be read (restic: 3).
     pub const INCOMPLETE: u8 = 3;
@@ -69,6 +72,10 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<foreign::NotCoffer>().is_some() {
             return exit::NOT_COFFER;
         }
+        if cause.downcast_ref::<coffer_backend::LocationError>().is_some() {
+            // The location given does not parse: the command line's fault.
+            return exit::USAGE;
+        }
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::WrongPassword { .. } | Error::NoKey => exit::WRONG_PASSWORD,
@@ -86,12 +93,11 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 }
 
 /// The lock-free protocol's timing (how long prune waits, how often a backup
-/// rewrites its session marker): the default, or a grace period of
-/// `COFFER_TEST_PRUNE_GRACE_MS` milliseconds with a quarter of it as the
-/// heartbeat, which the tests set to run in milliseconds.
+/// rewrites its session marker): the default, or (debug builds, for the tests)
+/// a grace period of `COFFER_TEST_PRUNE_GRACE_MS` milliseconds with a quarter of
+/// it as the heartbeat.
 pub fn protocol_timing() -> coffer_core::lifecycle::Timing {
-    std::env::var("COFFER_TEST_PRUNE_GRACE_MS")
-        .ok()
+    test_knobs::get("COFFER_TEST_PRUNE_GRACE_MS")
         .and_then(|v| v.parse().ok())
         .map(|ms| coffer_core::lifecycle::Timing::with_grace(std::time::Duration::from_millis(ms)))
         .unwrap_or_default()
@@ -162,7 +168,6 @@ fn quiet_broken_pipe() {
 /// `--repository-file`: the repository location is the file's first line. Given
 /// with `--repo` (or COFFER_REPOSITORY) as well, it is a usage error, as in restic.
 fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
-    use anyhow::Context;
     let Some(file) = &global.repository_file else {
         return Ok(());
     };
@@ -172,9 +177,8 @@ fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read the repository file {}: check --repository-file", file.display()))?;
-    let location = text.lines().next().unwrap_or("").trim();
+    let line = local_input::first_line(file, "repository file", local_input::Kind::Stream)?;
+    let location = line.trim();
     if location.is_empty() {
         anyhow::bail!(
             "the repository file {} is empty: write the repository location on its first line",
@@ -183,6 +187,25 @@ fn repository_from_file(global: &mut args::GlobalArgs) -> anyhow::Result<()> {
     }
     global.repo = Some(location.to_string());
     Ok(())
+}
+
+/// With `-v`: the storage service's own report behind an error that coffer
+/// put in its own words (OpenDAL's context, the HTTP response).
+fn storage_details(json: bool, err: &anyhow::Error) {
+    let details = err.chain().filter_map(|c| {
+        let backend = c.downcast_ref::<coffer_backend::BackendError>().or_else(|| match c.downcast_ref::<Error>() {
+            Some(Error::Backend(b)) => Some(b),
+            _ => None,
+        })?;
+        backend.detail.as_deref()
+    });
+    if let Some(detail) = details.into_iter().next() {
+        if json {
+            eprintln!("{}", serde_json::json!({"type": "error_detail", "detail": detail}));
+        } else {
+            eprintln!("detail: {detail}");
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -254,6 +277,9 @@ fn main() -> ExitCode {
         Err(e) => {
             let code = exit_code(&e);
             output::error(json, &e, code);
+            if cli.global.verbose > 0 {
+                storage_details(json, &e);
+            }
             ExitCode::from(code)
         }
     }

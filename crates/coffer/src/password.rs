@@ -19,6 +19,7 @@ use coffer_core::crypto::ScryptParams;
 use zeroize::Zeroizing;
 
 use crate::args::GlobalArgs;
+use crate::local_input::{self, Kind, Limit};
 
 /// A passphrase, wiped from memory when dropped.
 pub type Passphrase = Zeroizing<String>;
@@ -137,44 +138,65 @@ fn env(name: &str) -> Option<Passphrase> {
     std::env::var(name).ok().map(Zeroizing::new)
 }
 
-/// The first line a shell command prints; the command must succeed.
+/// The first line a shell command prints; the command must succeed and print at
+/// most [`Limit::COMMAND_OUTPUT`] (a command that prints without end, such as
+/// `yes`, is stopped and refused).
 fn from_command(command: &str) -> Result<Passphrase> {
-    let out = std::process::Command::new("sh")
+    let mut child = std::process::Command::new("sh")
         .arg("-c")
         .arg(command)
         .stdin(std::process::Stdio::inherit())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
+        .spawn()
         .with_context(|| format!("cannot run the password command {command:?}"))?;
-    let text = Zeroizing::new(out.stdout);
-    if !out.status.success() {
-        bail!("the password command {command:?} failed ({}): fix it, or give the passphrase another way", out.status);
+    let stdout = child.stdout.take().expect("piped");
+    let out = local_input::bounded(stdout, Limit::COMMAND_OUTPUT).map(Zeroizing::new);
+    if out.is_err() {
+        let _ = child.kill();
     }
-    let text = std::str::from_utf8(&text).context("the password command printed something that is not UTF-8")?;
-    Ok(Zeroizing::new(text.lines().next().unwrap_or("").to_string()))
+    let status = child.wait().with_context(|| format!("cannot run the password command {command:?}"))?;
+    let text = match out {
+        Ok(text) => text,
+        Err(local_input::ReadError::TooLarge) => bail!(
+            "the password command {command:?} printed more than {}: it must print the passphrase on its first \
+             line and end",
+            Limit::COMMAND_OUTPUT
+        ),
+        Err(local_input::ReadError::Io(e)) => {
+            return Err(e).with_context(|| format!("cannot read the output of the password command {command:?}"));
+        }
+        Err(local_input::ReadError::NotText) => unreachable!("bounded reads bytes"),
+    };
+    if !status.success() {
+        bail!("the password command {command:?} failed ({status}): fix it, or give the passphrase another way");
+    }
+    let line = local_input::line_of(&text[..], Limit::LINE).map_err(|e| match e {
+        local_input::ReadError::TooLarge => {
+            anyhow::anyhow!("the password command {command:?} printed a first line longer than {}", Limit::LINE)
+        }
+        _ => anyhow::anyhow!("the password command {command:?} printed something that is not UTF-8"),
+    })?;
+    Ok(line.unwrap_or_default())
 }
 
-/// The first line of standard input (not a terminal). Nothing at all there is an
-/// error, so that a script that forgot to give a passphrase is told so.
+/// The first line of standard input (not a terminal), at most [`Limit::LINE`].
+/// Nothing at all there is an error, so that a script that forgot to give a
+/// passphrase is told so.
 fn from_stdin() -> Result<Passphrase> {
-    use std::io::BufRead;
-    let mut line = Zeroizing::new(String::new());
-    let n = std::io::stdin().lock().read_line(&mut line).context("cannot read the passphrase from standard input")?;
-    if n == 0 {
-        bail!(
+    match local_input::stdin_line("the passphrase")? {
+        Some(line) => Ok(line),
+        None => bail!(
             "no passphrase: standard input is not a terminal and was empty; set COFFER_PASSWORD or \
              COFFER_PASSWORD_FILE, pass --password-file or --password-command, pipe the passphrase in, or run on \
              a terminal"
-        );
+        ),
     }
-    Ok(Zeroizing::new(line.trim_end_matches(['\n', '\r']).to_string()))
 }
 
+/// The first line of a password file (a regular file or a pipe), at most [`Limit::LINE`].
 fn first_line(file: &Path) -> Result<Passphrase> {
-    let text = Zeroizing::new(
-        std::fs::read_to_string(file).with_context(|| format!("cannot read password file {}", file.display()))?,
-    );
-    Ok(Zeroizing::new(text.lines().next().unwrap_or("").to_string()))
+    local_input::first_line(file, "password file", Kind::Stream)
 }
 
 fn prompt_twice(first_prompt: &str, again_prompt: &str) -> Result<Passphrase> {

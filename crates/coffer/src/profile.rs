@@ -5,10 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use serde::Deserialize;
 
 use crate::args::{BackupArgs, Cli, Command, ForgetArgs, parse_size};
+use crate::local_input::{Kind, Limit};
 
 /// A profile file. Unknown keys are an error naming the key.
 #[derive(Debug, Default, Deserialize)]
@@ -100,10 +101,29 @@ pub fn config_home() -> Option<PathBuf> {
 
 /// Reads and parses a profile file.
 pub fn load(path: &Path) -> Result<Profile> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!("cannot read profile {} (create it, or check the name given to -P)", path.display())
-    })?;
-    toml::from_str(&text).map_err(|e| anyhow!("profile {}: {}", path.display(), e.to_string().trim_end()))
+    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Err(anyhow!("profile {} does not exist: create it, or check the name given to -P", path.display()));
+    }
+    let text = crate::local_input::read_text(path, "profile", Kind::File, Limit::PROFILE)?;
+    let p: Profile =
+        toml::from_str(&text).map_err(|e| anyhow!("profile {}: {}", path.display(), e.to_string().trim_end()))?;
+    p.check().map_err(|e| anyhow!("profile {}: {e}", path.display()))?;
+    Ok(p)
+}
+
+/// The most requests in flight `connections` may ask for, as `--connections`.
+const MAX_CONNECTIONS: u16 = 1024;
+
+impl Profile {
+    /// Refuses values the command line would refuse too.
+    fn check(&self) -> Result<()> {
+        if let Some(n) = self.connections
+            && !(1..=MAX_CONNECTIONS).contains(&n)
+        {
+            return Err(anyhow!("connections = {n}: give from 1 to {MAX_CONNECTIONS} requests in flight"));
+        }
+        Ok(())
+    }
 }
 
 /// Fills in what the command line left unset from `p`.
@@ -213,6 +233,16 @@ mod tests {
         let p: Profile = toml::from_str("password-command = \"pass x\"\n[backup]\nexclude = [\"*.o\"]\n").unwrap();
         assert_eq!(p.password_command.as_deref(), Some("pass x"));
         assert_eq!(p.backup.exclude, ["*.o"]);
+    }
+
+    #[test]
+    fn connections_out_of_range_are_refused() {
+        for bad in ["connections = 0", "connections = 1025"] {
+            let p: Profile = toml::from_str(bad).unwrap();
+            let e = p.check().unwrap_err().to_string();
+            assert!(e.contains("connections") && e.contains("1 to 1024"), "{e}");
+        }
+        toml::from_str::<Profile>("connections = 1").unwrap().check().unwrap();
     }
 
     #[test]

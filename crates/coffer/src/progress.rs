@@ -1,6 +1,7 @@
 //! Progress display: an indicatif bar on a terminal (bytes, files and errors so
 //! far and the rate; once the totals are known, the percentage, the totals and
-//! an ETA; and the file being processed); warnings
+//! an ETA; and the end of the file being processed), one line cut to the
+//! terminal's width; warnings
 //! as text lines, or JSON lines with --json. A deliberate wait (prune's grace
 //! period) is a countdown on the bar, a line of text without a terminal, or a
 //! `{"type":"status","action":"waiting",...}` line with --json, all on stderr.
@@ -41,33 +42,94 @@ struct Counts {
 /// How often the bar's text (files, errors, the current file) is redrawn at most.
 const LINE_REFRESH: Duration = Duration::from_millis(100);
 
-/// Characters of the current file's path shown on the bar: its end, so that
-/// the line fits a terminal.
-const PATH_SHOWN: usize = 48;
-
-/// The end of `path`, at most [`PATH_SHOWN`] characters, `…` marking a cut.
-fn tail(path: &Path) -> String {
-    let s = path.display().to_string();
-    let n = s.chars().count();
-    if n <= PATH_SHOWN {
-        return s;
+/// The end of `text`, at most `max` characters, `…` marking a cut.
+fn tail(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
     }
-    let rest: String = s.chars().skip(n - (PATH_SHOWN - 1)).collect();
+    if max == 0 {
+        return String::new();
+    }
+    let rest: String = text.chars().skip(n - (max - 1)).collect();
     format!("…{rest}")
 }
 
-/// The bar's layout before the totals are known: what was done, and the rate.
-fn template_counting(verb: &str) -> String {
-    format!("{verb} [{{elapsed_precise}}] {{bytes}} {{binary_bytes_per_sec}} {{prefix}} {{msg}}")
+/// Columns of the bar's progress gauge, when the terminal has room for it.
+const GAUGE: usize = 20;
+
+/// A current file's path is shown only with at least this many columns for it.
+const PATH_LEAST: usize = 12;
+
+/// Columns of the terminal on stderr, or 80 when it does not say.
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ fills the winsize given, on a descriptor the process has.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 { usize::from(ws.ws_col) } else { 80 }
 }
 
-/// The bar's layout once the totals are known: percent, bytes and files done of
-/// the totals, errors, rate, ETA and the current file.
-fn template_total(verb: &str) -> String {
-    format!(
-        "{verb} [{{elapsed_precise}}] {{bar:25}} {{percent:>3}}% {{bytes}}/{{total_bytes}} \
-         {{binary_bytes_per_sec}} ETA {{eta}} {{prefix}} {{msg}}"
-    )
+/// What the bar's line shows, before it is fitted to the terminal.
+struct Line<'a> {
+    verb: &'a str,
+    elapsed: Duration,
+    done: u64,
+    /// The total bytes, once known: then a gauge, the percentage and an ETA.
+    total: Option<u64>,
+    per_sec: f64,
+    eta: Duration,
+    /// "N/M files, E errors".
+    files: &'a str,
+    /// The file being processed.
+    path: Option<&'a str>,
+}
+
+fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// The line in at most `width - 1` columns (the last column is left free, so
+/// that no terminal wraps it): the verb, the time elapsed and the bytes done
+/// always; then, as room allows, the files, the percentage, the rate, the ETA,
+/// the gauge, and the end of the current file's path in what is left.
+fn fit(line: &Line, width: usize) -> String {
+    let room = width.saturating_sub(1);
+    let bytes = match line.total {
+        Some(t) => format!("{}/{}", crate::output::bytes(line.done), crate::output::bytes(t)),
+        None => crate::output::bytes(line.done),
+    };
+    let mut parts: Vec<(u8, String)> = vec![(0, line.verb.to_string()), (0, format!("[{}]", clock(line.elapsed)))];
+    if let Some(t) = line.total {
+        let fraction = if t == 0 { 1.0 } else { (line.done as f64 / t as f64).min(1.0) };
+        let filled = (fraction * GAUGE as f64).round() as usize;
+        parts.push((5, format!("{}{}", "#".repeat(filled), "-".repeat(GAUGE - filled))));
+        parts.push((2, format!("{:>3}%", (fraction * 100.0).floor() as u32)));
+    }
+    parts.push((0, bytes));
+    parts.push((3, format!("{}/s", crate::output::bytes(line.per_sec as u64))));
+    if line.total.is_some() {
+        parts.push((4, format!("ETA {}", humantime::format_duration(Duration::from_secs(line.eta.as_secs())))));
+    }
+    parts.push((1, line.files.to_string()));
+    let text = |parts: &[(u8, String)]| parts.iter().map(|(_, p)| p.as_str()).collect::<Vec<_>>().join(" ");
+    // Drop the least needed parts (highest rank first) until the line fits.
+    for rank in (1..=5).rev() {
+        if text(&parts).chars().count() <= room {
+            break;
+        }
+        parts.retain(|(r, _)| *r != rank);
+    }
+    let mut out = text(&parts);
+    if out.chars().count() > room {
+        out = out.chars().take(room).collect();
+    }
+    let left = room.saturating_sub(out.chars().count() + 1);
+    if let Some(path) = line.path.filter(|_| left >= PATH_LEAST) {
+        out.push(' ');
+        out.push_str(&tail(path, left));
+    }
+    out
 }
 
 /// Shows progress on stderr.
@@ -87,6 +149,9 @@ pub struct Display {
     drawn_ms: AtomicU64,
     /// The file being processed, named on the bar.
     current: Mutex<Option<std::path::PathBuf>>,
+    /// Whether the command says which file it starts (else the bar names the
+    /// last one finished).
+    starts_items: std::sync::atomic::AtomicBool,
 }
 
 impl Display {
@@ -96,7 +161,8 @@ impl Display {
         crate::interrupt::install();
         let bar = (!json && !quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-            b.set_style(ProgressStyle::with_template(&template_counting(verb)).expect("valid template"));
+            // The whole line is made here, fitted to the terminal's width ([`fit`]).
+            b.set_style(ProgressStyle::with_template("{msg}").expect("valid template"));
             b
         });
         let counts = Arc::new(Counts::default());
@@ -114,6 +180,7 @@ impl Display {
             start: Instant::now(),
             drawn_ms: AtomicU64::new(0),
             current: Mutex::new(None),
+            starts_items: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -125,29 +192,32 @@ impl Display {
         self
     }
 
-    /// The bar's layout for what is known now.
-    fn template(&self) -> String {
-        if self.counts.total.load(Ordering::Relaxed) > 0 {
-            template_total(&self.verb)
-        } else {
-            template_counting(&self.verb)
-        }
-    }
-
-    /// Redraws the bar's text (files done, errors, the current file), at most
-    /// every [`LINE_REFRESH`], so that millions of small files cost no redraws.
-    fn refresh_line(&self, bar: &ProgressBar) {
-        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    /// Redraws the bar's line (bytes, files, errors, the current file), at most
+    /// every [`LINE_REFRESH`] unless `now`, so that millions of small files cost
+    /// no redraws.
+    fn refresh_line(&self, bar: &ProgressBar, now: bool) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         let drawn = self.drawn_ms.load(Ordering::Relaxed);
-        if now < drawn + LINE_REFRESH.as_millis() as u64
-            || self.drawn_ms.compare_exchange(drawn, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        if !now
+            && (ms < drawn + LINE_REFRESH.as_millis() as u64
+                || self.drawn_ms.compare_exchange(drawn, ms, Ordering::Relaxed, Ordering::Relaxed).is_err())
         {
             return;
         }
-        bar.set_prefix(self.files_text());
-        if let Some(p) = self.current.lock().ok().and_then(|c| c.clone()) {
-            bar.set_message(tail(&p));
-        }
+        let total = self.counts.total.load(Ordering::Relaxed);
+        let files = self.files_text();
+        let path = self.current.lock().ok().and_then(|c| c.as_ref().map(|p| p.display().to_string()));
+        let line = Line {
+            verb: &self.verb,
+            elapsed: bar.elapsed(),
+            done: bar.position(),
+            total: (total > 0).then_some(total),
+            per_sec: bar.per_sec(),
+            eta: bar.eta(),
+            files: &files,
+            path: path.as_deref(),
+        };
+        bar.set_message(fit(&line, terminal_width()));
     }
 
     /// "N of M files, E errors", or "N files" while the total is unknown.
@@ -235,11 +305,8 @@ impl Progress for Display {
         let first = self.counts.total.fetch_max(bytes, Ordering::Relaxed) == 0 && bytes > 0;
         self.counts.items_total.fetch_max(items, Ordering::Relaxed);
         if let Some(b) = &self.bar {
-            if first {
-                b.set_style(ProgressStyle::with_template(&template_total(&self.verb)).expect("valid template"));
-            }
             b.set_length(bytes.max(b.position()));
-            b.set_prefix(self.files_text());
+            self.refresh_line(b, first);
         }
     }
 
@@ -247,16 +314,17 @@ impl Progress for Display {
         self.counts.bytes.fetch_add(n, Ordering::Relaxed);
         if let Some(b) = &self.bar {
             b.inc(n);
-            self.refresh_line(b);
+            self.refresh_line(b, false);
         }
     }
 
     fn start_item(&self, path: &Path) {
         if let Some(b) = &self.bar {
+            self.starts_items.store(true, Ordering::Relaxed);
             if let Ok(mut c) = self.current.lock() {
                 *c = Some(path.to_path_buf());
             }
-            self.refresh_line(b);
+            self.refresh_line(b, false);
         }
     }
 
@@ -264,12 +332,12 @@ impl Progress for Display {
         self.counts.items.fetch_add(1, Ordering::Relaxed);
         if let Some(b) = &self.bar {
             // A command that does not say what it starts (restore) names what it finished.
-            if let Ok(c) = self.current.lock()
-                && c.is_none()
+            if let Ok(mut c) = self.current.lock()
+                && !self.starts_items.load(Ordering::Relaxed)
             {
-                b.set_message(tail(path));
+                *c = Some(path.to_path_buf());
             }
-            self.refresh_line(b);
+            self.refresh_line(b, false);
         }
     }
 
@@ -318,8 +386,7 @@ impl Progress for Display {
             return;
         };
         // A countdown on the bar's line until the wait is over, then the bar again.
-        bar.set_style(ProgressStyle::with_template("{msg}").expect("valid template"));
-        let (bar, verb, reason, template) = (bar.clone(), self.verb.clone(), reason.to_string(), self.template());
+        let (bar, verb, reason) = (bar.clone(), self.verb.clone(), reason.to_string());
         let end = Instant::now() + duration;
         std::thread::spawn(move || {
             loop {
@@ -328,10 +395,10 @@ impl Progress for Display {
                     break;
                 }
                 let secs = Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
-                bar.set_message(format!("{verb}: waiting for {reason}: {} left", humantime::format_duration(secs)));
+                let text = format!("{verb}: waiting for {reason}: {} left", humantime::format_duration(secs));
+                bar.set_message(text.chars().take(terminal_width().saturating_sub(1)).collect::<String>());
                 std::thread::sleep(left.min(Duration::from_millis(250)));
             }
-            bar.set_style(ProgressStyle::with_template(&template).expect("valid template"));
         });
     }
 
@@ -350,25 +417,55 @@ impl Progress for Display {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_bar_shows_percent_eta_and_the_current_file_once_the_totals_are_known() {
-        let counting = template_counting("backup");
-        assert!(!counting.contains("{eta}") && !counting.contains("{percent"), "{counting}");
-        let total = template_total("backup");
-        for part in ["{percent", "{eta}", "{total_bytes}", "{prefix}", "{msg}", "{binary_bytes_per_sec}"] {
-            assert!(total.contains(part), "{total} lacks {part}");
+    fn line<'a>(total: Option<u64>, files: &'a str, path: Option<&'a str>) -> Line<'a> {
+        Line {
+            verb: "backup",
+            elapsed: Duration::from_secs(3725),
+            done: 3 << 30,
+            total,
+            per_sec: 120.0 * (1 << 20) as f64,
+            eta: Duration::from_secs(42),
+            files,
+            path,
         }
-        // Both parse as indicatif templates.
-        ProgressStyle::with_template(&counting).unwrap();
-        ProgressStyle::with_template(&total).unwrap();
+    }
+
+    #[test]
+    fn the_line_shows_percent_eta_and_the_current_file_once_the_totals_are_known() {
+        let wide = fit(&line(Some(6 << 30), "10/20 files", Some("/home/a/file.txt")), 200);
+        for part in
+            ["backup [01:02:05]", " 50% ", "3.00 GiB/6.00 GiB", "/s", "ETA 42s", "10/20 files", "/home/a/file.txt"]
+        {
+            assert!(wide.contains(part), "{wide:?} lacks {part:?}");
+        }
+        let counting = fit(&line(None, "10 files", None), 200);
+        assert!(!counting.contains("ETA") && !counting.contains('%'), "{counting}");
+    }
+
+    /// Regression: a long path made the line wrap on the terminal.
+    #[test]
+    fn the_line_fits_the_terminal_whatever_the_path() {
+        let long = format!("/{}/file.txt", "d".repeat(300));
+        for width in [20, 40, 60, 80, 100, 132, 250] {
+            for total in [None, Some(6 << 30)] {
+                let shown = fit(&line(total, "123456/234567 files, 3 errors", Some(&long)), width);
+                assert!(shown.chars().count() < width, "{width}: {} columns: {shown:?}", shown.chars().count());
+            }
+        }
+        // The path is shown by its end, when there is room for it.
+        let shown = fit(&line(Some(6 << 30), "1 file", Some(&long)), 132);
+        assert!(shown.contains("…") && shown.ends_with("d/file.txt"), "{shown}");
+        // On a narrow terminal the verb, the time and the bytes remain.
+        let narrow = fit(&line(Some(6 << 30), "1 file", Some(&long)), 40);
+        assert!(narrow.starts_with("backup [01:02:05]") && narrow.contains("3.00 GiB/6.00 GiB"), "{narrow}");
     }
 
     #[test]
     fn long_paths_are_shown_by_their_end() {
-        assert_eq!(tail(Path::new("/a/b")), "/a/b");
+        assert_eq!(tail("/a/b", 48), "/a/b");
         let long = format!("/{}/file.txt", "d".repeat(100));
-        let shown = tail(Path::new(&long));
-        assert_eq!(shown.chars().count(), PATH_SHOWN);
+        let shown = tail(&long, 48);
+        assert_eq!(shown.chars().count(), 48);
         assert!(shown.starts_with('…') && shown.ends_with("d/file.txt"), "{shown}");
     }
 
@@ -384,7 +481,6 @@ mod tests {
         assert_eq!(d.files_text(), "2/3 files, 1 error");
         d.warn(Path::new("/d"), "cannot read");
         assert_eq!(d.files_text(), "2/3 files, 2 errors");
-        assert_eq!(d.template(), template_total("restore"));
         d.finish();
     }
 }

@@ -10,6 +10,7 @@
 //! (the name upper-cased, `-` and `.` as `_`) overrides a line.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context, Result, bail};
@@ -257,9 +258,108 @@ pub fn place(backends: &[BackendSpec], replicas: u8, partitions: u32, previous: 
     Ok(coffer_backend::placement::assign(backends, replicas, partitions, previous)?)
 }
 
+/// Where a backend's objects lie, to compare backends: a local directory by its
+/// real path (links resolved as far as it exists), any other location by its
+/// normal form.
+fn place_of(location: &str) -> Result<PathBuf> {
+    let loc = Location::parse(location)?;
+    let Some(path) = loc.local_path() else { return Ok(PathBuf::from(loc.to_string())) };
+    let absolute = std::path::absolute(path).with_context(|| format!("cannot resolve the directory {location}"))?;
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    let real = loop {
+        match existing.canonicalize() {
+            Ok(real) => break real,
+            // The last component, `..` included, is taken off and kept for later.
+            Err(_) => match (existing.parent(), existing.components().next_back()) {
+                (Some(parent), Some(last)) => {
+                    rest.push(last.as_os_str().to_owned());
+                    existing = parent;
+                }
+                _ => break existing.to_path_buf(),
+            },
+        }
+    };
+    // What does not exist yet holds no link: `..` there is read as written.
+    Ok(rest.iter().rev().fold(real, |mut p, name| {
+        if name == ".." {
+            p.pop();
+        } else if name != "." {
+            p.push(name);
+        }
+        p
+    }))
+}
+
+/// Refuses backends of one repository that share storage: two on the same
+/// directory (or prefix of a bucket), or one inside another, would hold each
+/// other's objects, and one of them would find a repository already there.
+/// `backends` are (name, location); only pairs with one of the last `new` of
+/// them are compared (`init` compares all, `backend add` the one it adds with
+/// the others). Checked before anything is created.
+pub fn refuse_overlapping(backends: &[(String, String)], new: usize) -> Result<()> {
+    let mut places = Vec::new();
+    for (name, location) in backends {
+        let place = place_of(location).with_context(|| format!("backend {name}"))?;
+        places.push((name, location, place));
+    }
+    let first_new = places.len().saturating_sub(new);
+    for (i, (name_a, loc_a, a)) in places.iter().enumerate() {
+        for (name_b, loc_b, b) in places[i + 1..].iter().skip(first_new.saturating_sub(i + 1)) {
+            if name_a == name_b {
+                // Two backends of one name: refused as such with the other checks.
+                continue;
+            }
+            let relation = if a == b {
+                "is the same place as"
+            } else if b.starts_with(a) {
+                "holds"
+            } else if a.starts_with(b) {
+                "is inside"
+            } else {
+                continue;
+            };
+            bail!(
+                "backend {name_a} ({loc_a}) {relation} backend {name_b} ({loc_b}): the backends of a repository must \
+                 not share storage, or one copy would overwrite another; give each its own directory or bucket"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backends_sharing_storage_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+        let spec = |name: &str, loc: String| (name.to_string(), loc);
+        let refused = [
+            (spec("a", format!("{d}/x")), spec("b", format!("{d}/x/"))),
+            (spec("a", format!("{d}/x")), spec("b", format!("{d}/y/../x"))),
+            (spec("a", format!("{d}/x")), spec("b", format!("{d}/x/inner"))),
+            (spec("a", format!("{d}/real/r")), spec("b", format!("{d}/link/r"))),
+            (spec("a", "s3:http://h:1/b/p".into()), spec("b", "s3:http://h:1/b/p/q".into())),
+        ];
+        for (x, y) in refused {
+            let e = refuse_overlapping(&[x.clone(), y.clone()], 2).unwrap_err().to_string();
+            assert!(e.contains("backend a") && e.contains("backend b"), "{x:?} {y:?}: {e}");
+            // Added to a repository that has the other.
+            refuse_overlapping(&[x.clone(), y.clone()], 1).unwrap_err();
+        }
+        let apart = [spec("a", format!("{d}/x")), spec("b", format!("{d}/xy")), spec("c", "s3:http://h:1/b/p2".into())];
+        refuse_overlapping(&apart, 3).unwrap();
+        // Backends already in a layout are not compared with each other.
+        let both = [spec("a", format!("{d}/x")), spec("b", format!("{d}/x")), spec("c", format!("{d}/z"))];
+        refuse_overlapping(&both, 1).unwrap();
+        refuse_overlapping(&both, 2).unwrap_err();
+        assert!(!dir.path().join("x").exists(), "nothing is created");
+    }
 
     fn spec(name: &str, capacity: u64, zone: Option<&str>) -> BackendSpec {
         BackendSpec { name: name.into(), capacity, zone: zone.map(Into::into) }

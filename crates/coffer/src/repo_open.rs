@@ -41,7 +41,8 @@ pub fn default_location() -> Result<PathBuf> {
 struct StorageSettings {
     json: bool,
     connections: Option<usize>,
-    cacert: Option<PathBuf>,
+    /// The certificates of `--cacert` (PEM), read and checked.
+    cacert: Option<Vec<u8>>,
     /// `--cache-dir`, `--no-cache`, `--cache-size`.
     cache_dir: Option<PathBuf>,
     no_cache: bool,
@@ -51,6 +52,20 @@ struct StorageSettings {
 }
 
 static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
+
+/// Reads and checks `--cacert`, whatever the location (a mistaken file is
+/// reported, not ignored until a remote location needs it).
+fn read_cacert(path: &std::path::Path) -> Result<Vec<u8>> {
+    use crate::local_input::{Kind, Limit};
+    let pem = crate::local_input::read_all(path, "--cacert", Kind::File, Limit::CERTIFICATES)?;
+    coffer_backend::check_cacert(&pem).map_err(|e| {
+        anyhow::anyhow!(
+            "--cacert {}: {e}; give a file of PEM certificates (the CA that signed the server's)",
+            path.display()
+        )
+    })?;
+    Ok(pem)
+}
 
 /// The request counts of the storage opened by this command (one per backend of
 /// a repository over several), once it is open.
@@ -71,10 +86,15 @@ fn settings() -> StorageSettings {
 /// Where the repository is, and whether it is the embedded default. A location
 /// that names no storage coffer knows is an error, never a local directory.
 pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
+    let cacert = match (&global.cacert, SETTINGS.get()) {
+        (_, Some(known)) => known.cacert.clone(),
+        (Some(p), None) => Some(read_cacert(p)?),
+        (None, None) => None,
+    };
     let _ = SETTINGS.set(StorageSettings {
         json: global.json,
         connections: global.connections.map(usize::from),
-        cacert: global.cacert.clone(),
+        cacert,
         cache_dir: global.cache_dir.clone(),
         no_cache: global.no_cache || global.reads_storage_only,
         cache_size: global.cache_size,
@@ -158,9 +178,10 @@ pub fn report_storage_counts(json: bool) {
 
 /// Opens the storage backend at `loc`, with transient errors retried.
 ///
-/// Two variables exist for tests: `COFFER_TEST_FAULTS` injects storage faults
-/// (see `coffer_backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets
-/// the first retry delay.
+/// Two variables exist for tests (read by debug builds only, see
+/// `crate::test_knobs`): `COFFER_TEST_FAULTS` injects storage faults (see
+/// `coffer_backend::Faults::parse`), and `COFFER_RETRY_BASE_MS` sets the first
+/// retry delay.
 pub fn backend(loc: &Location) -> Result<Arc<dyn Backend>> {
     Ok(backend_with_modes(loc, Modes::PRIVATE)?.0)
 }
@@ -176,11 +197,12 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
             v.map(|v| (k.to_string(), v))
         })
         .collect();
-    let cacert = match &settings.cacert {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("--cacert: cannot read {}", p.display()))?),
-        None => None,
-    };
-    Ok(RemoteOptions { vars, connections: settings.connections, cacert, ..RemoteOptions::default() })
+    Ok(RemoteOptions {
+        vars,
+        connections: settings.connections,
+        cacert: settings.cacert.clone(),
+        ..RemoteOptions::default()
+    })
 }
 
 /// [`backend`], creating files with `modes` until the repository's `config`
@@ -197,14 +219,14 @@ fn backend_with_modes(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>,
 
 /// `COFFER_TEST_FAULTS` (tests): the faults to inject into the storage.
 fn test_faults() -> Option<String> {
-    std::env::var("COFFER_TEST_FAULTS").ok().filter(|s| !s.is_empty())
+    crate::test_knobs::get("COFFER_TEST_FAULTS")
 }
 
 /// The storage stack for backend `name` of a repository over several, created
 /// with `modes`; `COFFER_TEST_FAULTS_<NAME>` (tests) injects faults into it alone.
 pub fn backend_stack_for(loc: &Location, modes: Modes, name: &str) -> Result<Arc<dyn Backend>> {
     let var = crate::replicas::env_var(name).replacen("COFFER_BACKEND_", "COFFER_TEST_FAULTS_", 1);
-    let faults = std::env::var(var).ok().filter(|s| !s.is_empty());
+    let faults = crate::test_knobs::get(&var);
     let (be, counts, slot) = storage_stack(loc, modes, faults.or_else(test_faults))?;
     COUNTS.lock().unwrap_or_else(|e| e.into_inner()).push(counts);
     MEMBER_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).push((loc.local_path().is_none(), slot));
@@ -237,7 +259,7 @@ fn storage_stack(
         ),
     };
     let mut policy = RetryPolicy::default();
-    if let Some(ms) = std::env::var("COFFER_RETRY_BASE_MS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(ms) = crate::test_knobs::get("COFFER_RETRY_BASE_MS").and_then(|v| v.parse().ok()) {
         policy.base_delay = std::time::Duration::from_millis(ms);
     }
     let inner: Arc<dyn Backend> = match faults {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Env, random_bytes};
+use common::{Env, random_bytes, text};
 
 fn can_mount() -> bool {
     if !rustix::process::geteuid().is_root() || !Path::new("/dev/fuse").exists() {
@@ -38,12 +38,18 @@ struct Mount {
 
 impl Mount {
     fn start(env: &Env, name: &str) -> Mount {
+        Self::start_with(env, name, &[])
+    }
+
+    /// [`Mount::start`] with more options for `coffer mount`.
+    fn start_with(env: &Env, name: &str, options: &[&str]) -> Mount {
         let mp = env.path(name);
         fs::create_dir_all(&mp).unwrap();
         let stderr = env.path(&format!("{name}.stderr"));
         let child = env
             .cmd()
             .args(["mount", "--cache-size", "8M"])
+            .args(options)
             .arg(&mp)
             .stdout(Stdio::null())
             .stderr(fs::File::create(&stderr).unwrap())
@@ -257,6 +263,56 @@ fn a_damaged_pack_fails_reads_of_exactly_its_file_and_sigterm_unmounts() {
     let stderr = m.stderr_text();
     assert!(stderr.contains("bad.bin") && stderr.contains("error:"), "damage reported: {stderr}");
     assert!(!stderr.contains("good.bin"), "{stderr}");
+}
+
+/// `cat PATH` run as user and group `nobody` (65534) with no other group.
+fn cat_as_nobody(path: &Path) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(path)
+        .output()
+        .expect("run setpriv")
+}
+
+/// Regression: with `--allow-other` every user read every file of the mount,
+/// whatever its recorded owner and mode. Now the kernel checks them
+/// (`default_permissions`) and so does the file system.
+#[test]
+fn a_mount_shared_with_other_users_keeps_to_each_files_mode() {
+    if !can_mount() {
+        return;
+    }
+    let env = Env::new();
+    // The way down to the mount and to the files in the snapshot is open to all.
+    fs::set_permissions(env.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let src = env.path("src");
+    fs::create_dir_all(src.join("private")).unwrap();
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(src.join("secret"), b"root only\n").unwrap();
+    fs::set_permissions(src.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(src.join("public"), b"for everyone\n").unwrap();
+    fs::set_permissions(src.join("public"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(src.join("private/inside"), b"behind a closed directory\n").unwrap();
+    fs::set_permissions(src.join("private/inside"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(src.join("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    env.backup(&[&src]);
+
+    let m = Mount::start_with(&env, "shared", &["--allow-other"]);
+    let root = in_mount(&m.snapshot_dirs()[0], &src);
+    let public = cat_as_nobody(&root.join("public"));
+    assert!(public.status.success(), "another user reads a file open to all: {}", text(&public.stderr));
+    assert_eq!(public.stdout, b"for everyone\n");
+    for refused in [root.join("secret"), root.join("private/inside")] {
+        let out = cat_as_nobody(&refused);
+        assert!(!out.status.success(), "{}: read by another user: {:?}", refused.display(), text(&out.stdout));
+        assert!(out.stdout.is_empty());
+        assert!(text(&out.stderr).contains("Permission denied"), "{}: {}", refused.display(), text(&out.stderr));
+    }
+    // The owner (root here) still reads it.
+    assert_eq!(fs::read(root.join("secret")).unwrap(), b"root only\n");
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts.lines().find(|l| l.split(' ').nth(1) == Some(&*m.mp.to_string_lossy())).unwrap();
+    assert!(line.contains("default_permissions") && line.contains("allow_other"), "{line}");
 }
 
 fn libc_eio() -> i32 {

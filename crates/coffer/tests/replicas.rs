@@ -125,6 +125,14 @@ fn adding_and_removing_a_backend_moves_packs_with_rebalance() {
     make_tree(&src, 20);
     let id = backup(&r, "b0", &src, &[]);
     let b2 = r.dir("b2");
+    // Regression: a backend on or inside another's directory was added, and
+    // one copy could overwrite another. Refused, and nothing is created.
+    for inside in [r.dir("b1"), r.dir("b1").join("inner")] {
+        let out = r.run("b0", &["backend", "add", "bx", inside.to_str().unwrap(), "--capacity", "1G"]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success() && err.contains("backend bx") && err.contains("backend b1"), "{err}");
+    }
+    assert!(!r.dir("b1").join("inner").exists());
     assert_success(&r.run("b0", &["backend", "add", "b2", b2.to_str().unwrap(), "--capacity", "2G", "--zone", "far"]));
     let (_, list) = r.json("b1", &["backend", "list"]);
     assert_eq!(list["migrating"], true);

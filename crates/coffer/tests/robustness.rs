@@ -407,12 +407,15 @@ fn unreadable_file_is_skipped_and_snapshot_marked_incomplete() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["incomplete"], true);
     assert_eq!(v["skipped"], 1);
-    let snaps = env.json(&["snapshots"]);
+    // As the same user: root refuses a state directory another user owns.
+    let out = unprivileged(&env, &["--json", "snapshots"]);
+    assert_success(&out);
+    let snaps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let s = &snaps[0]["snapshot"];
     assert_eq!(s["skipped_count"], 1);
     assert!(s["skipped"][0]["path"].as_str().unwrap().ends_with("/secret"));
     // Everything else is in the snapshot.
-    let ls = env.run(&["--json", "ls", "latest"]);
+    let ls = unprivileged(&env, &["--json", "ls", "latest"]);
     let listing = text(&ls.stdout);
     assert!(listing.contains("random.bin") && !listing.contains("\"secret\""));
 }

@@ -9,6 +9,8 @@
 //! from the server that reads its reconciliation sketches instead of listing it.
 
 mod common;
+#[path = "serve/hostile.rs"]
+mod hostile;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -227,24 +229,26 @@ fn round_trip_through_the_server() {
     assert_eq!(v[0]["level"], "append");
 }
 
-/// A request signed with SigV4 (unsigned payload), sent over plain TCP to a
-/// server started with `--insecure-http`, announcing `length` bytes and sending
-/// `body`; returns the status and the whole response as text.
-fn raw_request(
-    srv: &Server,
-    key: &(String, String),
-    method: &str,
-    path: &str,
-    length: u64,
-    body: &[u8],
-) -> (u16, String) {
+/// The head of a request signed with SigV4 (unsigned payload) for a server
+/// started with `--insecure-http`, announcing `length` bytes; `path` may carry
+/// a query (`?uploads`, `?partNumber=1&uploadId=…`).
+fn signed_head(srv: &Server, key: &(String, String), method: &str, path: &str, length: u64) -> String {
     use ring::{digest, hmac};
     let now = jiff::Timestamp::now();
     let date = now.strftime("%Y%m%dT%H%M%SZ").to_string();
     let day = &date[..8];
+    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
+    // The canonical query: parameters sorted, a bare name as `name=`.
+    let mut params: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| if p.contains('=') { p.into() } else { format!("{p}=") })
+        .collect();
+    params.sort();
     let canonical = format!(
-        "{method}\n{path}\n\nhost:{}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{date}\n\n\
+        "{method}\n{bare}\n{}\nhost:{}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{date}\n\n\
          host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD",
+        params.join("&"),
         srv.addr
     );
     let scope = format!("{day}/us-east-1/s3/aws4_request");
@@ -256,12 +260,17 @@ fn raw_request(
     let k = mac(format!("AWS4{}", key.1).as_bytes(), day);
     let k = mac(&mac(&mac(&k, "us-east-1"), "s3"), "aws4_request");
     let sig = hex(&mac(&k, &to_sign));
-    let head = format!(
+    format!(
         "{method} {path} HTTP/1.1\r\nHost: {}\r\nx-amz-date: {date}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\
          Authorization: AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, \
          Signature={sig}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n",
         srv.addr, key.0
-    );
+    )
+}
+
+/// Sends `head` and `body` over a new connection; returns the status and the
+/// whole response as text.
+fn send_raw(srv: &Server, head: &str, body: &[u8]) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(&srv.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(head.as_bytes()).unwrap();
@@ -271,6 +280,20 @@ fn raw_request(
     let resp = text(&resp);
     let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (status, resp)
+}
+
+/// A request signed with SigV4 (unsigned payload), sent over plain TCP to a
+/// server started with `--insecure-http`, announcing `length` bytes and sending
+/// `body`; returns the status and the whole response as text.
+fn raw_request(
+    srv: &Server,
+    key: &(String, String),
+    method: &str,
+    path: &str,
+    length: u64,
+    body: &[u8],
+) -> (u16, String) {
+    send_raw(srv, &signed_head(srv, key, method, path, length), body)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -427,6 +450,9 @@ fn prune_level_deletes_into_the_trash_and_append_cannot() {
         .unwrap();
     let err = assert_code(&out, 23);
     assert!(err.contains("prune notice was stored") && err.contains("grace period of at least 1s"), "{err}");
+    // Told apart from a refusal of the credentials or the level.
+    assert!(err.contains("did not wait the server's grace period"), "{err}");
+    assert!(!err.contains("check the credentials"), "{err}");
     let out = client(&env, &srv, &pruner)
         .env("COFFER_TEST_PRUNE_GRACE_MS", "1500")
         .args(["-q", "prune", "--grace", "1500ms"])

@@ -275,4 +275,15 @@ fn ls_of_a_deep_chain_lists_the_levels_a_path_can_reach_and_names_the_first_it_c
     assert!(lines.iter().all(|l| l.len() <= 4096), "a path longer than 4096 bytes was printed");
     assert!((2000..=2100).contains(&lines.len()), "{} levels listed", lines.len());
     assert!(text(&out.stderr).contains("more than the 4096"), "{}", text(&out.stderr));
+
+    // `find` searches the same levels, and says what it could not search.
+    let out = env.run(&["--json", "find", "d"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let found: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "match")
+        .collect();
+    assert!((2000..=2100).contains(&found.len()), "{} levels found", found.len());
+    assert!(text(&out.stderr).contains("more than the 4096"), "{}", text(&out.stderr));
 }

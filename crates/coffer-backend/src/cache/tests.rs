@@ -316,3 +316,36 @@ fn caches_are_listed_with_their_size_and_last_use_and_removed() {
     assert!(list_caches(base.path()).unwrap().is_empty());
     assert!(list_caches(&base.path().join("missing")).unwrap().is_empty());
 }
+
+/// Regression: a cache directory that was a link to elsewhere was followed,
+/// and the cache written there.
+#[test]
+fn a_cache_directory_that_is_a_link_or_anothers_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let linked = dir.path().join("cache-id");
+    std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+    let e = Cache::open(&linked, DEFAULT_CACHE_SIZE).err().expect("a link is refused");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+
+    // Another user's directory: as root, one is made; otherwise root's own.
+    let theirs = if rustix::process::geteuid().is_root() {
+        let d = dir.path().join("theirs");
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        d
+    } else {
+        std::path::PathBuf::from("/")
+    };
+    let e = crate::open_private_dir(&theirs).expect_err("another user's directory is refused");
+    assert!(e.to_string().contains("is owned by user"), "{e}");
+
+    // A directory others may enter is made owner-only.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Cache::open(&open, DEFAULT_CACHE_SIZE).unwrap();
+    assert_eq!(std::fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o700);
+}

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::tree::Node;
 use crate::id::Id;
 use crate::repo::Repository;
-use crate::repo::tree_walk::walk;
+use crate::repo::tree_walk::{TooLong, walk_bounded};
 
 /// The patterns `find` looks for.
 pub struct NamePatterns {
@@ -54,18 +54,24 @@ impl NamePatterns {
 }
 
 /// Calls `found` with every entry below the root tree `root` whose name (or path)
-/// matches `patterns`, in tree order. Returns the number of entries walked.
+/// matches `patterns`, in tree order. An entry whose path would be longer than
+/// [`MAX_PATH_LEN`](crate::repo::tree_walk::MAX_PATH_LEN) is not searched, nor
+/// what is below it, but given to `too_long` (a crafted chain would otherwise
+/// cost time and output growing with the square of its depth). Returns the
+/// number of entries walked.
 pub fn find(
     repo: &Repository,
     root: Id,
     patterns: &NamePatterns,
     found: &mut dyn FnMut(&Path, &Node) -> Result<()>,
+    too_long: &mut dyn FnMut(TooLong) -> Result<()>,
 ) -> Result<u64> {
     let mut walked = 0u64;
-    walk(repo, root, Path::new("/"), &mut |path, node| {
+    let mut visit = |path: &Path, node: &Node| {
         walked += 1;
         if patterns.matches(path) { found(path, node) } else { Ok(()) }
-    })?;
+    };
+    walk_bounded(repo, root, Path::new("/"), &mut visit, too_long)?;
     Ok(walked)
 }
 

@@ -4,6 +4,7 @@
 //! attributes and file reads through verified, cached and prefetched blob loads.
 //! It knows nothing of FUSE: the binary translates. See docs/design.md#mount.
 
+pub mod access;
 mod cache;
 mod inodes;
 mod layout;

@@ -192,6 +192,11 @@ fn add(global: &GlobalArgs, name: &str, location: &str, capacity: u64, zone: Opt
         bail!("the layout has a backend named {name} already; choose another name");
     }
     let loc = Location::parse(location)?;
+    let state = repo_open::local_state(&repo)?;
+    let mut locations = replicas::read_locations(&state)?;
+    let mut named: Vec<(String, String)> = locations.iter().map(|(n, l)| (n.clone(), l.clone())).collect();
+    named.push((name.to_string(), location.to_string()));
+    replicas::refuse_overlapping(&named, 1)?;
     if let Some(path) = loc.local_path() {
         std::fs::create_dir_all(path).with_context(|| format!("backend {name}: cannot create {}", path.display()))?;
     }
@@ -211,9 +216,7 @@ fn add(global: &GlobalArgs, name: &str, location: &str, capacity: u64, zone: Opt
         .map(|i| (layout.backends[i].spec.name.clone(), o.backend.member(i).cloned()))
         .collect();
     members.push((name.to_string(), Some(new)));
-    let state = repo_open::local_state(&repo)?;
     let id = store_layout(repo, &next, Some(members))?;
-    let mut locations = replicas::read_locations(&state)?;
     locations.insert(name.to_string(), location.to_string());
     replicas::write_locations(&state, &locations)?;
     if global.json {

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::args::{BackupArgs, GlobalArgs};
 use crate::cmd::backup_stream::Stream;
+use crate::local_input::{self, Kind, Limit};
 use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
@@ -21,7 +22,7 @@ fn read_exclude_files(a: &BackupArgs) -> Result<Vec<String>> {
 pub(crate) fn patterns_from(patterns: &[String], files: &[PathBuf]) -> Result<Vec<String>> {
     let mut patterns = patterns.to_vec();
     for f in files {
-        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read exclude file {}", f.display()))?;
+        let text = local_input::read_text(f, "pattern file", Kind::File, Limit::PATTERNS)?;
         patterns.extend(
             text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty() && !l.starts_with('#')).map(String::from),
         );
@@ -48,12 +49,9 @@ fn source_paths(a: &BackupArgs) -> Result<Vec<PathBuf>> {
     let lists = lists.chain(a.files_from_verbatim.iter().map(|f| (f, ListFormat::Verbatim)));
     for (file, format) in lists.chain(a.files_from_raw.iter().map(|f| (f, ListFormat::Raw))) {
         let bytes = if file.as_os_str() == "-" {
-            let mut b = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-                .context("cannot read paths from standard input")?;
-            b
+            local_input::stdin_all("the list of paths", Limit::PATHS)?
         } else {
-            std::fs::read(file).with_context(|| format!("cannot read the list of paths {}", file.display()))?
+            local_input::read_all(file, "the list of paths", Kind::Stream, Limit::PATHS)?
         };
         let sep = if format == ListFormat::Raw { b'\0' } else { b'\n' };
         for item in bytes.split(|b| *b == sep) {

@@ -117,7 +117,21 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
         v["type"] = "bench".into();
         output::json(&v);
     } else {
-        print!("{}", text(&report));
+        let verbose = global.verbose > 0;
+        let report_text = text(&report, verbose);
+        if verbose {
+            print!("{report_text}");
+        } else {
+            // Sentences longer than the width go on over more lines.
+            for line in report_text.lines() {
+                if line.chars().count() <= TEXT_WIDTH {
+                    println!("{line}");
+                } else {
+                    let indent: String = line.chars().take_while(|c| *c == ' ').collect();
+                    print!("{}", wrap(line, TEXT_WIDTH, &format!("{indent}  ")));
+                }
+            }
+        }
         if let Some(path) = &a.report {
             println!("report written to {}", path.display());
         }
@@ -159,8 +173,6 @@ fn rate(unit: &str, r: f64) -> String {
     }
 }
 
-/// Formats rows as a table: columns separated by two spaces, the columns in
-/// `right` (numbers) right-aligned, the others left-aligned.
 /// A ruled table (see [`Table`]) with the columns in `right` aligned right.
 fn table(header: &[&str], right: std::ops::RangeInclusive<usize>, rows: &[Vec<String>]) -> String {
     let mut t = Table::new(header).right(right).ruled();
@@ -169,6 +181,28 @@ fn table(header: &[&str], right: std::ops::RangeInclusive<usize>, rows: &[Vec<St
     }
     t.render()
 }
+
+/// The widest text report without `-v`, in columns: it fits a terminal of 100.
+const TEXT_WIDTH: usize = 100;
+
+/// A table of the columns `keep` of `header` and `rows` (all of them when
+/// `keep` is None), with the columns from `right` on aligned right.
+fn table_of(header: &[&str], right: usize, rows: &[Vec<String>], keep: Option<&[usize]>) -> String {
+    let Some(keep) = keep else { return table(header, right..=header.len() - 1, rows) };
+    let pick = |cells: &[String]| keep.iter().map(|&i| cells[i].clone()).collect::<Vec<String>>();
+    let header: Vec<&str> = keep.iter().map(|&i| header[i]).collect();
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| pick(r)).collect();
+    let first_right = keep.iter().position(|&i| i >= right).unwrap_or(keep.len());
+    table(&header, first_right..=header.len().saturating_sub(1), &rows)
+}
+
+/// The columns of the stage table without `-v`: stage, choice, input, the
+/// medians on one and on all cores, and the ratio.
+const STAGE_BRIEF: [usize; 6] = [0, 1, 2, 3, 8, 10];
+
+/// The columns of the pipeline table without `-v`: pipeline, input, pass,
+/// chunks and level, the median on all cores, files/s and bytes stored.
+const PIPE_BRIEF: [usize; 7] = [0, 1, 2, 3, 4, 9, 10];
 
 fn stage_cells(r: &StageRow) -> Vec<String> {
     let f = |x: f64| rate(&r.unit, x);
@@ -237,7 +271,10 @@ const PIPE_HEADER: [&str; 12] = [
     "new blobs",
 ];
 
-fn text(r: &BenchReport) -> String {
+/// The text report: without `verbose`, the tables' main columns only (each line
+/// within [`TEXT_WIDTH`]; notes below the stage table); with it, every column,
+/// as in `--json`.
+fn text(r: &BenchReport, verbose: bool) -> String {
     let mut o = String::new();
     let s = &r.sample;
     let _ = writeln!(
@@ -276,8 +313,25 @@ fn text(r: &BenchReport) -> String {
         r.pipeline_runs,
         r.seconds
     );
-    o.push_str("Stages (throughput per run: median, 90th and 99th percentile, slowest run)\n");
-    o.push_str(&table(&STAGE_HEADER, 3..=10, &r.stages.iter().map(stage_cells).collect::<Vec<_>>()));
+    let stage_rows: Vec<Vec<String>> = r.stages.iter().map(stage_cells).collect();
+    if verbose {
+        o.push_str("Stages (throughput per run: median, 90th and 99th percentile, slowest run)\n");
+        o.push_str(&table(&STAGE_HEADER, 3..=10, &stage_rows));
+    } else {
+        o.push_str("Stages (median throughput per run; percentiles and slowest runs with -v or --json)\n");
+        let mut brief = table_of(&STAGE_HEADER, 3, &stage_rows, Some(&STAGE_BRIEF));
+        // The ratio column holds nothing but for compression: leave its header
+        // where no row has one.
+        if r.stages.iter().all(|x| x.ratio.is_none()) {
+            brief = table_of(&STAGE_HEADER, 3, &stage_rows, Some(&STAGE_BRIEF[..5]));
+        }
+        o.push_str(&brief);
+        for x in r.stages.iter().filter(|x| x.note.is_some()) {
+            let line = format!("  {} {} ({}): {}", x.stage, x.choice, x.input, x.note.as_deref().unwrap_or(""));
+            o.push_str(&line);
+            o.push('\n');
+        }
+    }
     o.push_str("\nDeduplication in the sample\n");
     let rows: Vec<Vec<String>> = r
         .dedup
@@ -294,7 +348,8 @@ fn text(r: &BenchReport) -> String {
         .collect();
     o.push_str(&table(&["chunks min/avg/max", "chunks", "distinct", "distinct bytes", "of the sample"], 1..=4, &rows));
     o.push_str("\nPipeline (in memory; pass 2: every blob already stored)\n");
-    o.push_str(&table(&PIPE_HEADER, 4..=11, &r.pipeline.iter().map(pipe_cells).collect::<Vec<_>>()));
+    let pipe_rows: Vec<Vec<String>> = r.pipeline.iter().map(pipe_cells).collect();
+    o.push_str(&table_of(&PIPE_HEADER, 4, &pipe_rows, (!verbose).then_some(&PIPE_BRIEF[..])));
     if let Some(w) = &r.walk {
         o.push_str(&walk_text(w));
     }
@@ -363,6 +418,31 @@ fn text(r: &BenchReport) -> String {
         );
     }
     o
+}
+
+/// `text` in lines of at most `width` columns, cut at spaces, the lines after
+/// the first starting with `indent`; each line ends in a newline.
+fn wrap(text: &str, width: usize, indent: &str) -> String {
+    let body = text.trim_start_matches(' ');
+    let mut line = text[..text.len() - body.len()].to_string();
+    let mut empty = true;
+    let mut out = String::new();
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        if !empty && line.chars().count() + 1 + word.chars().count() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
 }
 
 /// The backup of whole directories across the data, and its files' bytes alone.
@@ -458,7 +538,7 @@ fn html(r: &BenchReport) -> String {
          td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px;text-align:left}th{background:#eee}\
          </style></head><body><h1>coffer bench</h1>\n",
     );
-    let mut summary = text(r);
+    let mut summary = text(r, true);
     if let Some(i) = summary.find("\n\n") {
         summary.truncate(i);
     }

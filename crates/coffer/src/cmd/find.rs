@@ -36,6 +36,7 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
     };
     let mut matches = 0u64;
     let mut searched = 0u64;
+    let mut left_out = 0u64;
     let sized = a.min_size.is_some() || a.max_size.is_some();
     let wanted = |node: &coffer_core::format::tree::Node| {
         let mtime = std::time::UNIX_EPOCH
@@ -52,7 +53,7 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
         super::flag_signature(id, snap);
         searched += 1;
         let mut header = false;
-        find(&repo, snap.tree, &patterns, &mut |path, node| {
+        let mut found = |path: &std::path::Path, node: &coffer_core::format::tree::Node| {
             if !wanted(node) {
                 return Ok(());
             }
@@ -72,6 +73,11 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
                 println!("  {}  {:>12}  {}", output::file_time(node.mtime.0), size, path.display());
             }
             Ok(())
+        };
+        find(&repo, snap.tree, &patterns, &mut found, &mut |t| {
+            left_out += 1;
+            repo_open::warn(global, &format!("snapshot {}: {t}", id.short()));
+            Ok(())
         })?;
     }
     repo_open::report_bad_copies(global, &repo);
@@ -81,5 +87,6 @@ pub fn run(global: &GlobalArgs, a: &FindArgs) -> Result<u8> {
         let found = if matches == 1 { "1 match".to_string() } else { format!("{matches} matches") };
         println!("{found} in {}", output::plural(searched, "snapshot"));
     }
-    Ok(exit::OK)
+    // The search did not see what was left out.
+    Ok(if left_out > 0 { exit::INCOMPLETE } else { exit::OK })
 }

@@ -39,6 +39,12 @@ pub fn run(global: &GlobalArgs, a: &InitArgs) -> Result<u8> {
     let (path, _) = repo_open::location(global)?;
     let modes = if a.group_readable { Modes::GROUP_READABLE } else { Modes::PRIVATE };
     if let Some(r) = a.replicas {
+        let named = a
+            .backends
+            .iter()
+            .map(|spec| crate::replicas::parse_spec(spec).map(|(s, location)| (s.name, location)))
+            .collect::<Result<Vec<_>>>()?;
+        crate::replicas::refuse_overlapping(&named, named.len())?;
         let repo = crate::cmd::backend::init(global, r, &a.backends, &opts, modes)?;
         if global.json {
             output::json(

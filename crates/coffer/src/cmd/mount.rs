@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use coffer_core::vfs::access::{self, Access, Caller};
 use coffer_core::vfs::{Attr, Kind, Listing, Vfs, VfsError, VfsOptions};
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -29,6 +30,48 @@ const READAHEAD: u32 = 1 << 20;
 
 struct Fs {
     vfs: Vfs,
+    /// Whether other users reach the mount (`--allow-other`): their access is
+    /// then checked here as well as by the kernel (`default_permissions`).
+    shared: bool,
+}
+
+/// The caller of a request: its ids, and its supplementary groups as
+/// `/proc/PID/status` lists them (none when that cannot be read, which can
+/// only refuse more).
+fn caller(req: &Request) -> Caller {
+    let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+        })
+        .unwrap_or_default();
+    Caller { uid: req.uid(), gid: req.gid(), groups }
+}
+
+impl Fs {
+    /// Whether the caller of `req` may `want` inode `ino` (always, on a mount
+    /// only its owner reaches: FUSE refuses other users' requests there).
+    fn allowed(&self, req: &Request, ino: u64, want: Access) -> Result<(), Errno> {
+        if !self.shared {
+            return Ok(());
+        }
+        let attr = self.vfs.getattr(ino).map_err(|e| errno(&e))?;
+        if access::permits(&attr, &caller(req), want) { Ok(()) } else { Err(Errno::EACCES) }
+    }
+}
+
+/// The mount options: read-only, named coffer, and with `allow_other` the
+/// kernel's own permission check on every access by the recorded owners and
+/// modes (`default_permissions`), without which any user could read any file.
+fn mount_options(allow_other: bool) -> Vec<MountOption> {
+    let mut options =
+        vec![MountOption::RO, MountOption::FSName("coffer".into()), MountOption::Subtype("coffer".into())];
+    if allow_other {
+        options.push(MountOption::DefaultPermissions);
+    }
+    options
 }
 
 fn errno(e: &VfsError) -> Errno {
@@ -106,7 +149,10 @@ impl Filesystem for Fs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Err(e) = self.allowed(req, parent.0, Access::Search) {
+            return reply.error(e);
+        }
         match self.vfs.lookup(parent.0, name.as_bytes()) {
             Ok(a) => reply.entry(&self.ttl(a.ino), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -131,9 +177,12 @@ impl Filesystem for Fs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             return reply.error(Errno::EROFS);
+        }
+        if let Err(e) = self.allowed(req, ino.0, Access::Read) {
+            return reply.error(e);
         }
         match self.vfs.open(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
@@ -172,7 +221,10 @@ impl Filesystem for Fs {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if let Err(e) = self.allowed(req, ino.0, Access::Read) {
+            return reply.error(e);
+        }
         match self.vfs.opendir(ino.0) {
             Ok(fh) => {
                 let flags = if self.vfs.is_layout(ino.0) { FopenFlags::empty() } else { FopenFlags::FOPEN_CACHE_DIR };
@@ -281,13 +333,12 @@ pub fn run(global: &GlobalArgs, a: &MountArgs) -> Result<u8> {
     };
     let vfs = Vfs::new(repo, opts, on_damage).context("reading the list of snapshots")?;
     let mut config = Config::default();
-    config.mount_options =
-        vec![MountOption::RO, MountOption::FSName("coffer".into()), MountOption::Subtype("coffer".into())];
+    config.mount_options = mount_options(a.allow_other);
     if a.allow_other {
         config.acl = SessionACL::All;
     }
     config.n_threads = Some(4);
-    let mut session = Session::new(Fs { vfs }, &a.mountpoint, &config).with_context(|| {
+    let mut session = Session::new(Fs { vfs, shared: a.allow_other }, &a.mountpoint, &config).with_context(|| {
         format!(
             "mounting at {}: it must be an empty directory, and FUSE must be available (/dev/fuse; \
              fusermount3 when not root)",
@@ -311,4 +362,17 @@ pub fn run(global: &GlobalArgs, a: &MountArgs) -> Result<u8> {
     });
     session.run().context("serving the file system")?;
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_mount_has_the_kernel_check_permissions() {
+        let shared = mount_options(true);
+        assert!(shared.contains(&MountOption::DefaultPermissions), "{shared:?}");
+        assert!(shared.contains(&MountOption::RO));
+        assert!(!mount_options(false).contains(&MountOption::DefaultPermissions));
+    }
 }

@@ -252,12 +252,12 @@ fn report_withheld(global: &GlobalArgs, repo: &Repository, id: &Id, why: &Withhe
     }
 }
 
-/// The batch limits of the restore: the default, or for tests
+/// The batch limits of the restore: the default, or for tests (debug builds)
 /// `COFFER_TEST_RESTORE_BATCH=N`, which closes a batch at N entries or N chunks
 /// so that small trees are restored in many batches.
 fn batch_limits() -> Result<BatchLimits> {
-    match std::env::var("COFFER_TEST_RESTORE_BATCH") {
-        Ok(v) if !v.is_empty() => {
+    match crate::test_knobs::get("COFFER_TEST_RESTORE_BATCH") {
+        Some(v) => {
             let n: usize = v.parse().map_err(|_| anyhow!("COFFER_TEST_RESTORE_BATCH: {v:?} is not a count"))?;
             Ok(BatchLimits { entries: n, chunks: n, ..BatchLimits::DEFAULT })
         }

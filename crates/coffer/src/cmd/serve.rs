@@ -58,6 +58,15 @@ pub struct ServeArgs {
     /// Connections served at once.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Connections one address may hold open before any of them authenticated.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_pending_per_peer: u64,
+    /// The least average rate of a request body once --request-timeout has passed (e.g. 8K, per second).
+    #[arg(long, default_value = "8K", value_parser = parse_size, value_name = "BYTES")]
+    pub min_rate: u64,
+    /// Seconds a multipart upload may stay untouched before it is dropped with its spooled parts.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub upload_expiry: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -71,6 +80,8 @@ pub enum ServeCommand {
     /// What prune and admin keys deleted: list, restore, purge.
     #[command(subcommand)]
     Trash(TrashCommand),
+    /// Print the request log: time, peer, access key id, method, object, status, bytes.
+    Log,
 }
 
 #[derive(Subcommand, Debug)]
@@ -172,6 +183,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> Result<u8> {
         Some(ServeCommand::Key(k)) => key(global, &dir, k),
         Some(ServeCommand::Writer(w)) => writer(global, &dir, w),
         Some(ServeCommand::Trash(t)) => trash_cmd(global, &dir, t),
+        Some(ServeCommand::Log) => request_log(global, &dir),
     }
 }
 
@@ -193,6 +205,9 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
         bucket: args.name.clone(),
         header_timeout: timeout,
         body_timeout: timeout,
+        min_rate: args.min_rate.max(1),
+        upload_expiry: Duration::from_secs(args.upload_expiry),
+        max_pending_per_peer: args.max_pending_per_peer as usize,
         trash_days: args.trash_days,
         prune_grace: Duration::from_secs(args.prune_grace),
         max_connections: args.max_connections,
@@ -311,6 +326,36 @@ fn writer(global: &GlobalArgs, dir: &std::path::Path, cmd: &WriterCommand) -> Re
     Ok(exit::OK)
 }
 
+fn request_log(global: &GlobalArgs, dir: &std::path::Path) -> Result<u8> {
+    let entries = coffer_server::requests::read(dir)?;
+    if global.json {
+        let list: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                json!({"type": "request", "time": output::rfc3339((e.time / 1000) as i64, ((e.time % 1000) * 1_000_000) as u32),
+                    "peer": e.peer, "key": e.key, "method": e.method, "name": e.name, "status": e.status, "bytes": e.bytes})
+            })
+            .collect();
+        output::json(&serde_json::Value::Array(list));
+    } else {
+        let mut t = Table::new(&["time", "peer", "key", "method", "name", "status", "bytes"]).right([5, 6]);
+        for e in &entries {
+            let time = jiff::Timestamp::from_millisecond(e.time as i64).map(|t| t.to_string()).unwrap_or_default();
+            t.row([
+                output::time(&time),
+                e.peer.clone(),
+                e.key.clone(),
+                e.method.clone(),
+                e.name.clone(),
+                e.status.to_string(),
+                e.bytes.to_string(),
+            ]);
+        }
+        t.print();
+    }
+    Ok(exit::OK)
+}
+
 fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> Result<u8> {
     let (loc, _) = repo_open::location(global)?;
     let be = repo_open::backend(&loc)?;
@@ -343,23 +388,43 @@ fn trash_cmd(global: &GlobalArgs, dir: &std::path::Path, cmd: &TrashCommand) -> 
             }
             let spool = dir.join("spool");
             coffer_server::state::ensure_dir(&spool)?;
-            let mut restored = 0;
-            let mut found = false;
-            for e in trash::list(be.as_ref()).map_err(storage)? {
-                if *all || name.as_deref() == Some(e.name.as_str()) {
-                    found = true;
-                    if trash::restore(be.as_ref(), &e, &spool).map_err(storage)? {
-                        restored += 1;
-                    }
-                }
-            }
-            if !found {
+            let entries = trash::list(be.as_ref()).map_err(storage)?;
+            let chosen: Vec<_> = trash::oldest_per_name(&entries)
+                .into_iter()
+                .filter(|(e, _)| *all || name.as_deref() == Some(e.name.as_str()))
+                .collect();
+            if chosen.is_empty() {
                 bail!(
                     "{} is not in the trash: `coffer serve trash list` shows what is",
                     name.as_deref().unwrap_or("nothing")
                 );
             }
-            if !global.quiet {
+            let mut restored = 0;
+            let mut report = Vec::new();
+            for (e, copies) in chosen {
+                let when = output::rfc3339(e.deleted as i64, 0);
+                let put_back = trash::restore(be.as_ref(), e, &spool).map_err(storage)?;
+                if put_back {
+                    restored += 1;
+                }
+                let what = match (put_back, copies) {
+                    (false, _) => format!("{}: not restored, an object of that name is stored", e.name),
+                    (true, 1) => format!("{}: restored (deleted {when})", e.name),
+                    (true, n) => format!(
+                        "{}: restored the oldest of {n} entries (deleted {when}, the object first deleted); the \
+                         {} newer stay in the trash",
+                        e.name,
+                        n - 1
+                    ),
+                };
+                report.push(json!({"type": "trash_restore", "name": e.name, "deleted": when, "restored": put_back, "entries": copies}));
+                if !global.quiet && !global.json {
+                    println!("{what}");
+                }
+            }
+            if global.json {
+                output::json(&serde_json::Value::Array(report));
+            } else if !global.quiet {
                 println!("{restored} object(s) restored");
             }
         }

@@ -2,19 +2,22 @@
 # Storage servers for coffer's tests, all on 127.0.0.1:
 #   - an S3 server: the Versity gateway (posix backend), with a bucket for the tests;
 #   - a TCP fault proxy: toxiproxy, with a proxy named "s3" in front of the gateway;
-#   - an SFTP server: OpenSSH's sshd on a high port, key login for the current user.
+#   - an SFTP server: OpenSSH's sshd on a high port, key login for the current user;
+#   - no server but a pinned binary: restic, whose repositories coffer's import reads.
 #
 # Usage: services.sh install | start | selftest | stop
-#   install   builds the pinned Go servers into the cache directory (skipped when already
-#             there) and installs the Debian OpenSSH packages when sshd is missing.
+#   install   builds the pinned Go servers and restic into the cache directory (skipped
+#             when already there) and installs the Debian OpenSSH packages when sshd is
+#             missing.
 #   start     starts the servers in the run directory and writes "$COFFER_CI_RUN/env".
 #   selftest  checks that each server really works (needs a started run directory).
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
-#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy; commas or spaces
-#                    between them): their servers are neither installed nor started (the
-#                    fault proxy needs S3, so skipping s3 skips it too).
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic; commas or
+#                    spaces between them): their servers are neither installed nor started
+#                    (the fault proxy needs S3, so skipping s3 skips it too; skipping restic
+#                    neither builds it nor exports COFFER_TEST_RESTIC).
 #   COFFER_CI_CACHE  where the binaries are kept (default "$HOME/.cache/coffer-ci").
 #   COFFER_CI_RUN    the run directory: data, logs, keys, pid files and the env file.
 #                    start creates a fresh temporary one when unset and remembers it in
@@ -24,14 +27,17 @@ set -euo pipefail
 
 VERSITYGW_VERSION=v1.8.0
 TOXIPROXY_VERSION=v2.12.0
+RESTIC_VERSION=v0.19.1
 VERSITYGW_MODULE=github.com/versity/versitygw/cmd/versitygw
 TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2/cmd
+RESTIC_MODULE=github.com/restic/restic
 
 CACHE=${COFFER_CI_CACHE:-$HOME/.cache/coffer-ci}
 BIN=$CACHE/bin
 VERSITYGW=$BIN/versitygw-$VERSITYGW_VERSION
 TOXIPROXY_SERVER=$BIN/toxiproxy-server-$TOXIPROXY_VERSION
 TOXIPROXY_CLI=$BIN/toxiproxy-cli-$TOXIPROXY_VERSION
+RESTIC=$BIN/restic-$RESTIC_VERSION
 
 # Fixed test credentials: the servers listen on loopback only.
 S3_ACCESS_KEY=cofferci
@@ -77,6 +83,35 @@ go_install() {
     fi
     # The binary is named after the package's last path element.
     mv "$tmp/${pkg##*/}" "$dest"
+    rm -rf "$tmp"
+    say "built $dest in $((SECONDS - t0))s"
+}
+
+# go_build_module NAME MODULE VERSION PACKAGE DEST: downloads MODULE@VERSION and builds its
+# PACKAGE (a path inside the module, e.g. ./cmd/restic) to DEST inside the module's own
+# directory, so that the build uses exactly the module's go.mod and go.sum.
+go_build_module() {
+    local name=$1 module=$2 version=$3 pkg=$4 dest=$5
+    if [[ -x $dest ]]; then
+        say "$name $version already in $dest"
+        return
+    fi
+    command -v go >/dev/null ||
+        die "go is not installed; $name $version is built with the Go toolchain (go build)"
+    say "building $name $version (go mod download $module@$version, go build $pkg)"
+    local tmp dir t0=$SECONDS
+    tmp=$(mktemp -d "$BIN/.build.XXXXXX")
+    # Outside any module, so that the download does not touch a go.mod.
+    if ! (cd "$tmp" && GOFLAGS=-mod=mod go mod download "$module@$version"); then
+        rm -rf "$tmp"
+        die "go mod download $module@$version failed"
+    fi
+    dir=$(go env GOMODCACHE)/$module@$version
+    if ! (cd "$dir" && go build -trimpath -ldflags='-s -w' -o "$tmp/$name" "$pkg"); then
+        rm -rf "$tmp"
+        die "go build $pkg in $dir failed"
+    fi
+    mv "$tmp/$name" "$dest"
     rm -rf "$tmp"
     say "built $dest in $((SECONDS - t0))s"
 }
@@ -131,6 +166,9 @@ cmd_install() {
     fi
     if wanted sftp; then
         install_sshd
+    fi
+    if wanted restic; then
+        go_build_module restic "$RESTIC_MODULE" "$RESTIC_VERSION" ./cmd/restic "$RESTIC"
     fi
 }
 
@@ -378,6 +416,9 @@ write_env() {
         echo "export COFFER_TEST_SFTP_KNOWN_HOSTS=$(printf %q "$RUN/sshd/known_hosts")"
         echo "export COFFER_TEST_SFTP_ROOT=$(printf %q "$RUN/sftp")"
         fi
+        if wanted restic; then
+        echo "export COFFER_TEST_RESTIC=$(printf %q "$RESTIC")"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -416,6 +457,10 @@ cmd_start() {
     if wanted sftp; then
         start_sshd
         started+=("sshd 127.0.0.1:$SFTP_PORT")
+    fi
+    if wanted restic; then
+        [[ -x $RESTIC ]] || die "restic $RESTIC_VERSION is not installed; run: $0 install"
+        started+=("restic $RESTIC_VERSION (a binary, no server)")
     fi
     write_env
     trap - EXIT
@@ -557,6 +602,10 @@ cmd_selftest() {
     fi
     if wanted sftp; then
         selftest_sftp
+    fi
+    if wanted restic; then
+        check "restic: $COFFER_TEST_RESTIC version" \
+            "$("$COFFER_TEST_RESTIC" version 2>&1 | cut -d' ' -f1-2)" "restic ${RESTIC_VERSION#v}"
     fi
     rm -rf "$RUN/selftest"
     ((FAILURES == 0)) || die "selftest: $FAILURES check(s) failed; logs are in $RUN"

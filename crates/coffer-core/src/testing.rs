@@ -188,6 +188,7 @@ pub fn snapshot_of(root: Id, key: &SigningKey) -> Snapshot {
         merkle_leaves: 0,
         merkle_key: Id([0; 32]),
         copied_from: None,
+        imported_from: None,
         written: None,
         server_log: None,
         signature: Default::default(),

@@ -128,6 +128,10 @@ pub enum Command {
     /// (--from-repo), sending only what this one lacks.
     #[command(after_help = EXIT_CODES)]
     Copy(CopyArgs),
+    /// Import every snapshot of a restic repository (restic:LOCATION), oldest
+    /// first; run again, only those not imported before.
+    #[command(after_help = EXIT_CODES)]
+    Import(ImportArgs),
     /// List snapshots.
     #[command(after_help = EXIT_CODES)]
     Snapshots(SnapshotsArgs),
@@ -417,6 +421,23 @@ pub struct CopyArgs {
     /// copied is read and cut again by the destination's chunker.
     #[arg(long)]
     pub rechunk: bool,
+}
+
+/// `coffer import` (docs/design.md#import).
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// The repository to import: restic:LOCATION, where LOCATION is any
+    /// location coffer reads (a directory, s3:…, sftp:…).
+    #[arg(value_name = "SOURCE")]
+    pub source: String,
+    /// Read the source repository's passphrase from this file (first line).
+    /// COFFER_FROM_PASSWORD takes precedence; without either, RESTIC_PASSWORD
+    /// and RESTIC_PASSWORD_FILE are read, then the terminal.
+    #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
+    pub from_password_file: Option<PathBuf>,
+    /// Say which snapshots would be imported and how many bytes read; write nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
 }
 
 /// Which snapshots `latest` may pick.

@@ -9,6 +9,7 @@ mod alloc;
 mod args;
 mod cmd;
 mod foreign;
+mod import_restic;
 mod interrupt;
 mod key_copy;
 mod local_input;
@@ -238,6 +239,7 @@ fn main() -> ExitCode {
             cmd::backup::run(&cli.global, a)
         }
         Command::Copy(a) => cmd::copy::run(&cli.global, a),
+        Command::Import(a) => cmd::import::run(&cli.global, a),
         Command::Snapshots(a) => cmd::snapshots::run(&cli.global, a),
         Command::Ls(a) => cmd::ls::run(&cli.global, a),
         Command::Diff(a) => cmd::diff::run(&cli.global, a),

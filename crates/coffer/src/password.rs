@@ -118,6 +118,30 @@ pub fn read_source(file: Option<&Path>) -> Result<Passphrase> {
     }
 }
 
+/// Reads the passphrase of a repository of another program to import
+/// (`tool`, e.g. `restic`): COFFER_FROM_PASSWORD, the file given
+/// (`--from-password-file`), that program's own variables (RESTIC_PASSWORD,
+/// RESTIC_PASSWORD_FILE), or a prompt on the terminal.
+pub fn read_import_source(file: Option<&Path>, tool: &str) -> Result<Passphrase> {
+    let upper = tool.to_ascii_uppercase();
+    if let Some(p) = env("COFFER_FROM_PASSWORD") {
+        Ok(p)
+    } else if let Some(file) = file {
+        first_line(file)
+    } else if let Some(p) = env(&format!("{upper}_PASSWORD")) {
+        Ok(p)
+    } else if let Some(file) = std::env::var_os(format!("{upper}_PASSWORD_FILE")) {
+        first_line(Path::new(&file))
+    } else if std::io::stdin().is_terminal() {
+        Ok(Zeroizing::new(rpassword::prompt_password(format!("enter passphrase for the {tool} repository: "))?))
+    } else {
+        bail!(
+            "no passphrase for the {tool} repository: set COFFER_FROM_PASSWORD or {upper}_PASSWORD, pass \
+             --from-password-file (or set {upper}_PASSWORD_FILE), or run on a terminal"
+        )
+    }
+}
+
 const EMPTY: &str = "an empty passphrase is not allowed: anyone could open the repository; choose a passphrase \
                      (a long one: it is all that protects the data)";
 

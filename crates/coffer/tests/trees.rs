@@ -197,6 +197,7 @@ fn deep_chain(env: &Env, key: &SigningKey, depth: usize, content: &[u8]) -> Stri
         merkle_leaves: 1,
         merkle_key: coffer_core::Id(merkle_key),
         copied_from: None,
+        imported_from: None,
         written: None,
         server_log: None,
         signature: Default::default(),

@@ -19,6 +19,9 @@ pub enum Server {
     Sftp,
     /// The fault proxy in front of the S3 server (`COFFER_TEST_TOXIPROXY*`).
     Toxiproxy,
+    /// The pinned restic binary the import tests make repositories with
+    /// (`COFFER_TEST_RESTIC`): a tool, not a server, installed the same way.
+    Restic,
 }
 
 impl Server {
@@ -28,6 +31,7 @@ impl Server {
             Server::S3 => "s3",
             Server::Sftp => "sftp",
             Server::Toxiproxy => "toxiproxy",
+            Server::Restic => "restic",
         }
     }
 
@@ -36,6 +40,7 @@ impl Server {
             Server::S3 => "the S3 test server (COFFER_TEST_S3_ENDPOINT and the other COFFER_TEST_S3_* variables)",
             Server::Sftp => "the SFTP test server (COFFER_TEST_SFTP_HOST and the other COFFER_TEST_SFTP_* variables)",
             Server::Toxiproxy => "the fault proxy (COFFER_TEST_TOXIPROXY) or the S3 server behind it",
+            Server::Restic => "the pinned restic binary (COFFER_TEST_RESTIC)",
         }
     }
 }

@@ -119,6 +119,7 @@ fn the_largest_snapshot_is_accepted() {
         merkle_leaves: 0,
         merkle_key: id(4),
         copied_from: None,
+        imported_from: None,
         written: None,
         server_log: None,
         signature: Default::default(),

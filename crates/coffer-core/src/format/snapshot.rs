@@ -162,9 +162,41 @@ pub struct Snapshot {
     /// it was shown the same history. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_log: Option<LogMark>,
+    /// Set when `coffer import` wrote this snapshot from a snapshot of another
+    /// program's repository: which program, repository and snapshot
+    /// (docs/design.md#import). It is signed with the rest: an import run again
+    /// finds what it imported by it. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_from: Option<ImportedFrom>,
     /// The signature, as checked when loaded (not stored in the JSON).
     #[serde(skip)]
     pub signature: SignatureStatus,
+}
+
+/// Where a snapshot written by `coffer import` comes from (docs/design.md#import).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedFrom {
+    /// The program whose repository it was: `restic`, `borg`, `kopia`, `tar`.
+    pub tool: String,
+    /// That repository's id, as the program gives it.
+    pub repository: String,
+    /// The snapshot's (or archive's) id there.
+    pub snapshot: String,
+}
+
+impl ImportedFrom {
+    /// The longest field, in bytes: ids of every such program are far shorter.
+    pub const MAX_FIELD: usize = 256;
+
+    /// Checks the fields' lengths.
+    pub fn check(&self) -> Result<(), String> {
+        for (what, v) in [("tool", &self.tool), ("repository", &self.repository), ("snapshot", &self.snapshot)] {
+            if v.is_empty() || v.len() > Self::MAX_FIELD {
+                return Err(format!("the import's {what} id must have 1 to {} bytes", Self::MAX_FIELD));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A head of a server's transparency log, as a snapshot records it.

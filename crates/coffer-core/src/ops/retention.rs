@@ -548,6 +548,7 @@ mod tests {
             merkle_leaves: 0,
             merkle_key: Id::default(),
             copied_from: None,
+            imported_from: None,
             written: None,
             server_log: None,
             signature: Default::default(),

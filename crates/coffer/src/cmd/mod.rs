@@ -15,6 +15,7 @@ pub mod dump;
 pub mod find;
 pub mod forget;
 pub mod generate;
+pub mod import;
 pub mod init;
 pub mod key;
 pub mod ls;

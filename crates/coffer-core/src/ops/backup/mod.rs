@@ -13,6 +13,7 @@
 //! index is read, after it, as the saver's observer, and before the snapshot is
 //! committed.
 
+mod foreign;
 mod leaves;
 mod stream;
 
@@ -49,6 +50,7 @@ use crate::progress::{FileChange, Progress};
 use crate::repo::history::{HEADS_FILE, History};
 use crate::repo::tree_walk::{self, Located};
 use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
+pub use foreign::{ContentMemo, ForeignEntry, ForeignTree, Listing, MAX_DEPTH as FOREIGN_MAX_DEPTH, Payload};
 use leaves::{Leaves, Spill};
 pub use stream::{StreamSource, stream_path};
 
@@ -281,7 +283,7 @@ pub fn backup_with_limits(
     progress: &dyn Progress,
     limits: SplitLimits,
 ) -> Result<BackupResult> {
-    run(repo, opts, None, key, progress, limits)
+    run(repo, opts, Input::Paths, key, progress, limits)
 }
 
 /// Backs up what `stream` reads, to its end, as one file of the snapshot
@@ -296,7 +298,47 @@ pub fn backup_stream(
     key: &SigningKey,
     progress: &dyn Progress,
 ) -> Result<BackupResult> {
-    run(repo, opts, Some(stream), key, progress, SplitLimits::default())
+    run(repo, opts, Input::Stream(stream), key, progress, SplitLimits::default())
+}
+
+/// A snapshot of another program's repository, to import as a snapshot of this
+/// one (docs/design.md#import).
+pub struct ForeignSource<'a> {
+    /// The tree.
+    pub tree: &'a dyn ForeignTree,
+    /// The snapshot's paths, as the other program recorded them (absolute).
+    pub paths: Vec<String>,
+    /// The user who made it there.
+    pub username: String,
+    /// What was imported before in this import: files of a known content key
+    /// are not read again.
+    pub memo: &'a ContentMemo,
+    /// Where it comes from, recorded (signed) in the snapshot.
+    pub imported_from: crate::format::snapshot::ImportedFrom,
+}
+
+/// Stores the foreign snapshot `source` as a snapshot, with the time, host name
+/// and tags of `opts` (`opts.paths`, the parent and the change-detection options
+/// do not apply: every file is read unless `source.memo` knows its content).
+pub fn import_foreign(
+    repo: &Repository,
+    opts: &BackupOptions,
+    source: ForeignSource<'_>,
+    key: &SigningKey,
+    progress: &dyn Progress,
+) -> Result<BackupResult> {
+    source.imported_from.check().map_err(Error::InvalidInput)?;
+    run(repo, opts, Input::Foreign(source), key, progress, SplitLimits::default())
+}
+
+/// What a backup reads.
+enum Input<'a> {
+    /// `opts.paths`, from the file system.
+    Paths,
+    /// A stream, as one file.
+    Stream(StreamSource<'a>),
+    /// A tree of another program's repository.
+    Foreign(ForeignSource<'a>),
 }
 
 /// The warning for a prune notice that does not decode.
@@ -308,23 +350,24 @@ fn unknown_notice_warning(u: &crate::lifecycle::notices::Undecodable) -> String 
     )
 }
 
-/// A backup of `opts.paths`, or of `stream` when one is given.
+/// A backup of `opts.paths`, of a stream, or of a foreign tree.
 fn run(
     repo: &Repository,
     opts: &BackupOptions,
-    stream: Option<StreamSource<'_>>,
+    input: Input<'_>,
     key: &SigningKey,
     progress: &dyn Progress,
     limits: SplitLimits,
 ) -> Result<BackupResult> {
     let start = Instant::now();
     let time = opts.time.unwrap_or_else(SystemTime::now);
-    let paths: Vec<PathBuf> = match &stream {
-        Some(s) => vec![s.path()?],
-        None if opts.paths.is_empty() => {
+    let paths: Vec<PathBuf> = match &input {
+        Input::Stream(s) => vec![s.path()?],
+        Input::Foreign(f) => f.paths.iter().map(PathBuf::from).collect(),
+        Input::Paths if opts.paths.is_empty() => {
             return Err(Error::InvalidInput("nothing to back up: give at least one path".into()));
         }
-        None => opts.paths.iter().map(|p| resolve_path(p)).collect::<Result<_>>()?,
+        Input::Paths => opts.paths.iter().map(|p| resolve_path(p)).collect::<Result<_>>()?,
     };
     let hostname = opts.hostname.clone().unwrap_or_else(meta::hostname);
     let mut path_strings: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
@@ -353,6 +396,8 @@ fn run(
         }
     }
     let parent = match opts.parent {
+        // An import reads its source, not the file system: no parent applies.
+        _ if matches!(input, Input::Foreign(_)) => None,
         Some(id) => Some(id),
         None => {
             let filter = SnapshotFilter { host: Some(hostname.clone()), tags: vec![], paths: vec![] };
@@ -436,11 +481,18 @@ fn run(
     let vroot = build_virtual_root(&paths);
     // The commit's round (the marker, the notices, the history) is taken while
     // the tree is walked: for a short backup, it then costs no time of its own.
+    let (username, imported_from) = match &input {
+        Input::Foreign(f) => (f.username.clone(), Some(f.imported_from.clone())),
+        _ => (meta::username(), None),
+    };
     let (built, early) = std::thread::scope(|s| {
         let early = s.spawn(|| guard.look_ahead());
-        let built = match stream {
-            Some(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time)),
-            None => std::thread::scope(|s| {
+        let built = match input {
+            Input::Stream(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time)),
+            Input::Foreign(f) => {
+                pool.install(|| arch.save_foreign_dir(f.tree, f.memo, &f.tree.root(), Path::new("/"), 0))
+            }
+            Input::Paths => std::thread::scope(|s| {
                 if progress.wants_totals() {
                     s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
                 }
@@ -490,7 +542,7 @@ fn run(
         written: opts.time.map(|_| humantime::format_rfc3339_nanos(SystemTime::now()).to_string()),
         server_log: opts.server_log,
         hostname,
-        username: meta::username(),
+        username,
         paths: path_strings,
         tags: opts.tags.clone(),
         tree,
@@ -521,6 +573,7 @@ fn run(
         merkle_leaves,
         merkle_key: Id(arch.merkle_key),
         copied_from: None,
+        imported_from,
         signature: Default::default(),
     };
     guard.ready_to_commit()?;

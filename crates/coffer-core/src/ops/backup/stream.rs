@@ -100,9 +100,9 @@ impl Archiver<'_> {
 }
 
 /// Counts the bytes read through it.
-struct Counted<'a> {
-    inner: &'a mut (dyn Read + Send),
-    bytes: u64,
+pub(super) struct Counted<'a> {
+    pub(super) inner: &'a mut (dyn Read + Send),
+    pub(super) bytes: u64,
 }
 
 impl Read for Counted<'_> {

@@ -582,6 +582,7 @@ mod tests {
             writer: PublicKey([0; 32]),
             merkle_key: Id([key; 32]),
             copied_from: None,
+            imported_from: None,
             written: None,
             server_log: None,
             ..crate::testing::snapshot_of(root, &crate::crypto::sign::SigningKey::generate())

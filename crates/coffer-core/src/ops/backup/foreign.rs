@@ -1,0 +1,316 @@
+//! Backup of a tree that another program's repository describes: an import
+//! (docs/design.md#import). The tree's directories are listed and its files read
+//! through [`ForeignTree`]; each entry's metadata comes as the other program
+//! recorded it, already in coffer's [`Node`]. Files are chunked and stored like
+//! any file, so what they share with what is stored already is stored once.
+//!
+//! A file whose content key ([`Payload::File`]) was imported before in the same
+//! [`ContentMemo`] is not read again: its content list is reused. What cannot be
+//! listed or read is left out and listed in the snapshot, which is then marked
+//! incomplete, as a backup does with what it cannot read.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use rayon::prelude::*;
+
+use super::leaves::Leaves;
+use super::stream::Counted;
+use super::{Archiver, DIR_BATCH, ParentDir, Saved, cap_xattrs};
+use crate::error::{Error, Result};
+use crate::format::tree::{self, Node, NodeKind};
+use crate::id::Id;
+use crate::merkle;
+use crate::progress::FileChange;
+
+/// The deepest directory an import enters: a path one name longer than this has
+/// more than 4096 bytes (Linux's `PATH_MAX`), which no file system gives. A
+/// crafted chain deeper than this is cut there, and what is below is listed as
+/// left out.
+pub const MAX_DEPTH: usize = 2048;
+
+/// What an entry holds beside its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// A directory: the handle [`ForeignTree::list`] takes.
+    Dir(Vec<u8>),
+    /// A regular file: the key of its content (two files of one key have the
+    /// same bytes, as the other program knows it: the hash of its list of chunk
+    /// ids, say) and the handle [`ForeignTree::open`] takes.
+    File {
+        /// The content's key.
+        key: [u8; 32],
+        /// What `open` takes.
+        handle: Vec<u8>,
+    },
+    /// Anything else: the node says it all.
+    Other,
+}
+
+/// One entry of a foreign directory.
+#[derive(Clone, Debug)]
+pub struct ForeignEntry {
+    /// Its metadata; content, digest and subtree are filled in by the import.
+    pub node: Node,
+    /// What it holds.
+    pub payload: Payload,
+}
+
+/// A directory's listing: the entries, and those the other program's record
+/// holds that cannot be imported (a name, lossy, and why), which are listed as
+/// left out.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The entries, in any order.
+    pub entries: Vec<ForeignEntry>,
+    /// What cannot be imported.
+    pub left_out: Vec<(String, String)>,
+}
+
+/// A tree held by another program's repository.
+///
+/// Errors are the reasons in words, naming the object of the other repository;
+/// the entry they concern is left out and listed.
+pub trait ForeignTree: Sync {
+    /// The handle of the root directory.
+    fn root(&self) -> Vec<u8>;
+    /// The entries of the directory `dir`.
+    fn list(&self, dir: &[u8]) -> std::result::Result<Listing, String>;
+    /// The content of the file `file`, read to its end. A read error ends the
+    /// file: it is left out and listed.
+    fn open<'a>(&'a self, file: &[u8]) -> std::result::Result<Box<dyn Read + Send + 'a>, String>;
+}
+
+/// File contents already imported, by content key: kept across the snapshots
+/// of one import, so that a file seen in an earlier snapshot is not read again.
+#[derive(Default)]
+pub struct ContentMemo {
+    map: Mutex<HashMap<[u8; 32], Remembered>>,
+}
+
+#[derive(Clone)]
+struct Remembered {
+    content: Vec<Id>,
+    digest: Id,
+    size: u64,
+}
+
+impl ContentMemo {
+    /// How many contents it holds.
+    pub fn len(&self) -> usize {
+        self.map.lock().expect("poisoned").len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn get(&self, key: &[u8; 32]) -> Option<Remembered> {
+        self.map.lock().expect("poisoned").get(key).cloned()
+    }
+
+    fn put(&self, key: [u8; 32], r: Remembered) {
+        self.map.lock().expect("poisoned").insert(key, r);
+    }
+}
+
+/// Why a name cannot be an entry's: what a file system could not hold.
+fn bad_name(name: &[u8]) -> Option<&'static str> {
+    match name {
+        [] => Some("an empty name"),
+        b"." | b".." => Some("the name `.` or `..`"),
+        n if n.contains(&b'/') => Some("a name holding `/`"),
+        n if n.contains(&0) => Some("a name holding a NUL byte"),
+        _ => None,
+    }
+}
+
+impl Archiver<'_> {
+    /// Saves the foreign directory `dir` at snapshot path `path`, `depth`
+    /// directories below the root.
+    pub(super) fn save_foreign_dir(
+        &self,
+        tree: &dyn ForeignTree,
+        memo: &ContentMemo,
+        dir: &[u8],
+        path: &Path,
+        depth: usize,
+    ) -> Result<(Id, Leaves)> {
+        let Listing { mut entries, left_out } = match tree.list(dir) {
+            Ok(l) => l,
+            Err(e) => {
+                self.skip(path, format!("cannot list the directory: {e}"));
+                return self.save_empty_tree();
+            }
+        };
+        for (name, why) in left_out {
+            self.skip(&path.join(name), why);
+        }
+        entries.sort_by(|a, b| a.node.name.0.cmp(&b.node.name.0));
+        let mut kept: Vec<ForeignEntry> = Vec::with_capacity(entries.len());
+        for e in entries {
+            let name = &e.node.name.0;
+            if let Some(why) = bad_name(name) {
+                let shown = String::from_utf8_lossy(name);
+                self.skip(&path.join(&*shown), format!("an entry of this directory has {why}: left out"));
+            } else if kept.last().is_some_and(|k| k.node.name.0 == *name) {
+                let at = path.join(std::ffi::OsStr::from_bytes(name));
+                self.skip(&at, "the directory lists this name twice: the second entry is left out".into());
+            } else {
+                kept.push(e);
+            }
+        }
+        let mut dir_writer = self.dir_writer();
+        let mut none = ParentDir { nodes: None, same: false };
+        for batch in kept.chunks(DIR_BATCH) {
+            let results: Vec<Result<Option<Saved>>> = batch
+                .par_iter()
+                .map(|e| {
+                    let at = path.join(std::ffi::OsStr::from_bytes(&e.node.name.0));
+                    self.save_foreign_entry(tree, memo, e, &at, depth)
+                })
+                .collect();
+            let pnodes = vec![None; results.len()];
+            dir_writer.add_batch(self, results, pnodes, &mut none)?;
+        }
+        dir_writer.finish(self, none)
+    }
+
+    fn save_foreign_entry(
+        &self,
+        tree: &dyn ForeignTree,
+        memo: &ContentMemo,
+        entry: &ForeignEntry,
+        path: &Path,
+        depth: usize,
+    ) -> Result<Option<Saved>> {
+        let mut node = entry.node.clone();
+        node.content = Vec::new();
+        node.content_parts = Vec::new();
+        node.digest = None;
+        node.subtree = None;
+        if let Some(w) = cap_xattrs(&mut node) {
+            self.progress.warn(path, &w);
+        }
+        let mut leaves = Leaves::default();
+        match (&entry.payload, node.kind) {
+            (Payload::Dir(handle), NodeKind::Dir) => {
+                if depth + 1 > MAX_DEPTH {
+                    self.skip(
+                        path,
+                        format!(
+                            "the directory is {} levels deep, more than the {MAX_DEPTH} a path of 4096 bytes can \
+                             reach: it and everything below it are left out (the source tree was crafted)",
+                            depth + 1
+                        ),
+                    );
+                    return Ok(None);
+                }
+                self.dirs.fetch_add(1, Ordering::Relaxed);
+                let (sub, below) = self.save_foreign_dir(tree, memo, handle, path, depth + 1)?;
+                node.subtree = Some(sub);
+                leaves = below;
+            }
+            (Payload::File { key, handle }, NodeKind::File) => {
+                let Some(r) = self.import_file(tree, memo, key, handle, node.size, path)? else { return Ok(None) };
+                node.size = r.size;
+                node.content_parts = tree::content_parts(&r.content, &self.limits, &mut |b| self.save_tree_blob(b))?;
+                if node.content_parts.is_empty() {
+                    node.content = r.content;
+                }
+                node.digest = Some(r.digest);
+                let p = path.as_os_str().as_bytes();
+                leaves = Leaves::one(merkle::file_leaf(&merkle::leaf_salt(&self.merkle_key, p), &r.digest.0, p));
+            }
+            (Payload::Other, kind) if kind != NodeKind::Dir && kind != NodeKind::File => {
+                self.others.fetch_add(1, Ordering::Relaxed);
+            }
+            (payload, kind) => {
+                let held = match payload {
+                    Payload::Dir(_) => "a directory's listing",
+                    Payload::File { .. } => "a file's content",
+                    Payload::Other => "nothing",
+                };
+                self.skip(path, format!("the source records a {kind:?} entry holding {held}: left out"));
+                return Ok(None);
+            }
+        }
+        Ok(Some((node, leaves)))
+    }
+
+    /// The content of a foreign file: remembered, or read and stored (and then
+    /// remembered). `None` when it could not be read (it is then listed).
+    fn import_file(
+        &self,
+        tree: &dyn ForeignTree,
+        memo: &ContentMemo,
+        key: &[u8; 32],
+        handle: &[u8],
+        recorded: u64,
+        path: &Path,
+    ) -> Result<Option<Remembered>> {
+        if let Some(r) = memo.get(key) {
+            self.bytes_total.fetch_add(r.size, Ordering::Relaxed);
+            self.count_file(FileChange::Unchanged);
+            self.progress.add_bytes(r.size);
+            self.progress.file_saved(path, FileChange::Unchanged);
+            self.progress.add_item(path);
+            return Ok(Some(r));
+        }
+        self.progress.start_item(path);
+        let mut reader = match tree.open(handle) {
+            Ok(r) => r,
+            Err(e) => {
+                self.skip(path, format!("cannot read the file from the source: {e}"));
+                return Ok(None);
+            }
+        };
+        let mut counted = Counted { inner: &mut *reader, bytes: 0 };
+        let (content, digest) = match self.read_content(&mut counted, recorded, path) {
+            Ok(c) => c,
+            Err(Error::Io { source, .. }) => {
+                self.skip(path, format!("cannot read the file from the source: {source}"));
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let size = counted.bytes;
+        self.bytes_total.fetch_add(size, Ordering::Relaxed);
+        if size != recorded {
+            self.progress.warn(
+                path,
+                &format!(
+                    "the source records {recorded} bytes for this file and its content holds {size}: the content is \
+                     stored as it is"
+                ),
+            );
+        }
+        self.count_file(FileChange::New);
+        self.progress.file_saved(path, FileChange::New);
+        self.progress.add_item(path);
+        let r = Remembered { content, digest, size };
+        memo.put(*key, r.clone());
+        Ok(Some(r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_no_file_system_holds_are_named() {
+        assert!(bad_name(b"").is_some());
+        assert!(bad_name(b".").is_some());
+        assert!(bad_name(b"..").is_some());
+        assert!(bad_name(b"a/b").is_some());
+        assert!(bad_name(b"a\0").is_some());
+        assert!(bad_name(b"...").is_none());
+        assert!(bad_name(b"\xff\xfe").is_none());
+    }
+}

@@ -1,0 +1,210 @@
+//! `coffer import restic:LOCATION`: every snapshot of another program's
+//! repository stored as a snapshot of this one, oldest first, each recording
+//! where it came from (docs/design.md#import). Run again, it imports only what
+//! it did not import before, found by those records.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use coffer_backend::Location;
+use coffer_core::format::snapshot::ImportedFrom;
+use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource, ForeignTree, Payload, import_foreign};
+use coffer_core::repo::InitOptions;
+use coffer_core::repo::history::History;
+use coffer_import::restic::{ResticRepo, Snapshot as ResticSnapshot};
+use serde_json::json;
+
+use crate::args::{GlobalArgs, ImportArgs};
+use crate::import_restic::{BackendSource, ResticTree};
+use crate::progress::Display;
+use crate::{exit, output, password, repo_open};
+
+/// The program name recorded in imported snapshots.
+const RESTIC: &str = "restic";
+
+pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
+    let Some(location) = a.source.strip_prefix("restic:") else {
+        bail!(
+            "{:?} does not say what to import: give restic:LOCATION (LOCATION is any location coffer reads: a \
+             directory, s3:…, sftp:…)",
+            a.source
+        );
+    };
+    let loc = Location::parse(location).with_context(|| format!("the restic repository's location {location:?}"))?;
+    let pw = password::read_import_source(a.from_password_file.as_deref(), RESTIC)?;
+    let be = repo_open::backend(&loc)?;
+    let mut source = ResticRepo::open(Arc::new(BackendSource(be)), pw.as_bytes())
+        .with_context(|| format!("cannot open the restic repository at {location}"))?;
+    drop(pw);
+    let listed = source.snapshots().context("cannot list the restic repository's snapshots")?;
+    let mut incomplete = false;
+    for d in &listed.damaged {
+        incomplete = true;
+        repo_open::warn(global, &format!("restic snapshot {}: {}; it is not imported", d.name, d.error));
+    }
+
+    let (path, is_default) = repo_open::location(global)?;
+    let repo = if is_default && !path.local_path().is_some_and(|p| p.join("config").exists()) && !a.dry_run {
+        let repo = repo_open::create(global, &path, &InitOptions::default())?;
+        if !global.json && !global.quiet {
+            println!("created the default repository at {}", path.display());
+        }
+        repo
+    } else {
+        repo_open::open_ahead(global, &path, repo_open::Ahead::Backup)?.0
+    };
+    let done = imported(&repo, source.id())?;
+    let todo: Vec<&(coffer_import::restic::SnapshotId, ResticSnapshot)> =
+        listed.good.iter().filter(|(id, _)| !done.contains(&id.to_hex())).collect();
+    if !global.json && !global.quiet {
+        println!(
+            "restic repository {} (version {}): {} snapshots, {} imported before, {} to import",
+            short(source.id()),
+            source.version(),
+            listed.good.len(),
+            listed.good.len() - todo.len(),
+            todo.len()
+        );
+    }
+    if todo.is_empty() {
+        return Ok(if incomplete { exit::INCOMPLETE } else { exit::OK });
+    }
+    let report = source.load_index().context("cannot read the restic repository's index")?;
+    for d in &report.damaged {
+        repo_open::warn(global, &format!("restic index file {}: {}", d.name, d.error));
+    }
+    let state = repo_open::local_state(&repo)?;
+    let key = if a.dry_run {
+        repo.existing_writer_key(&state)?.unwrap_or_else(coffer_core::crypto::sign::SigningKey::generate)
+    } else {
+        repo.own_writer_key(&state)?
+    };
+    let memo = ContentMemo::default();
+    let mut seen = HashSet::new();
+    for (id, snap) in todo {
+        let tree = ResticTree { repo: &source, root: snap.tree };
+        if a.dry_run {
+            let (files, bytes) = to_read(&tree, &mut seen)?;
+            if global.json {
+                output::json(
+                    &json!({"type": "would_import", "restic_snapshot": id.to_hex(), "time": snap.time.rfc3339,
+                    "files_to_read": files, "bytes_to_read": bytes}),
+                );
+            } else if !global.quiet {
+                println!(
+                    "would import restic snapshot {} of {}: {} files to read, {}",
+                    id.short(),
+                    snap.time.rfc3339,
+                    files,
+                    output::bytes(bytes)
+                );
+            }
+            continue;
+        }
+        let opts = BackupOptions {
+            time: Some(system_time(snap.time.secs, snap.time.nanos)),
+            hostname: Some(snap.hostname.clone()),
+            tags: snap.tags.iter().filter(|t| !t.is_empty()).cloned().collect(),
+            excludes: snap.excludes.clone(),
+            state: Some(state.clone()),
+            timing: crate::protocol_timing(),
+            server_log: crate::server_log::last_mark(),
+            ..BackupOptions::default()
+        };
+        let from = ImportedFrom { tool: RESTIC.into(), repository: source.id().to_string(), snapshot: id.to_hex() };
+        let foreign = ForeignSource {
+            tree: &tree,
+            paths: snap.paths.clone(),
+            username: snap.username.clone(),
+            memo: &memo,
+            imported_from: from,
+        };
+        let display = Display::new(global.json, global.quiet, "import");
+        let result = import_foreign(&repo, &opts, foreign, &key, &display);
+        display.finish();
+        let result = result.with_context(|| {
+            format!(
+                "restic snapshot {} was not imported; fix the cause and run the import again (what was imported \
+                 is kept)",
+                id.short()
+            )
+        })?;
+        let s = &result.snapshot;
+        incomplete |= s.is_incomplete();
+        if global.json {
+            output::json(&json!({"type": "imported", "restic_snapshot": id.to_hex(), "snapshot_id": result.id,
+                "incomplete": s.is_incomplete(), "skipped": s.skipped_count, "summary": s.summary}));
+        } else if !global.quiet {
+            let m = &s.summary;
+            println!(
+                "imported restic snapshot {} of {} as {}: {} files read ({}), {} known; {} added{}",
+                id.short(),
+                snap.time.rfc3339,
+                result.id.map(|i| i.short()).unwrap_or_default(),
+                m.files_new,
+                output::bytes(m.bytes_read),
+                m.files_unchanged,
+                output::bytes(m.bytes_added),
+                if s.is_incomplete() {
+                    format!("; {} left out: the snapshot is incomplete", output::plural(s.skipped_count, "entry"))
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    repo_open::report_bad_copies(global, &repo);
+    Ok(if incomplete { exit::INCOMPLETE } else { exit::OK })
+}
+
+/// The restic snapshots already imported from repository `restic_id`: their ids.
+fn imported(repo: &coffer_core::repo::Repository, restic_id: &str) -> Result<HashSet<String>> {
+    let history = History::load(repo)?;
+    Ok(history
+        .snapshots
+        .iter()
+        .filter_map(|(_, s)| s.imported_from.as_ref())
+        .filter(|f| f.tool == RESTIC && f.repository == restic_id)
+        .map(|f| f.snapshot.clone())
+        .collect())
+}
+
+/// The files, and their bytes, an import of `tree` reads: those whose content
+/// `seen` (the contents of the snapshots before it) does not hold.
+fn to_read(tree: &ResticTree<'_>, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, u64)> {
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![(tree.root(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let listing = match tree.list(&dir) {
+            Ok(l) => l,
+            Err(_) => continue,
+        };
+        for e in listing.entries {
+            match e.payload {
+                Payload::Dir(sub) if depth < coffer_core::ops::backup::FOREIGN_MAX_DEPTH => {
+                    stack.push((sub, depth + 1))
+                }
+                Payload::File { key, .. } if seen.insert(key) => {
+                    files += 1;
+                    bytes += e.node.size;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok((files, bytes))
+}
+
+fn system_time(secs: i64, nanos: u32) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nanos.into())
+    }
+}
+
+fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}

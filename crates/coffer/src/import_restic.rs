@@ -1,0 +1,236 @@
+//! A restic repository as coffer imports it (docs/design.md#import): its storage
+//! reached through coffer's own backends ([`BackendSource`]), and each snapshot's
+//! tree handed to the import as a [`ForeignTree`] ([`ResticTree`]), its nodes'
+//! metadata mapped to coffer's nodes.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use coffer_backend::{Backend, ErrorKind};
+use coffer_core::format::bytes::Bytes;
+use coffer_core::format::tree::{Node, NodeKind, Timestamp, Xattr};
+use coffer_core::ops::backup::{ForeignEntry, ForeignTree, Listing, Payload};
+use coffer_import::restic::ResticRepo;
+use coffer_import::restic::id::Id as BlobId;
+use coffer_import::restic::tree::{self as rtree, NodeType};
+use coffer_import::{Source, SourceError, SourceErrorKind};
+
+/// A coffer storage backend read as the storage of a restic repository.
+pub struct BackendSource(pub Arc<dyn Backend>);
+
+fn source_error(e: coffer_backend::BackendError) -> SourceError {
+    let kind = if e.kind == ErrorKind::NotFound { SourceErrorKind::NotFound } else { SourceErrorKind::Other };
+    SourceError::new(kind, e.object.clone(), e.message.clone())
+}
+
+impl Source for BackendSource {
+    fn list(&self, dir: &str) -> Result<Vec<(String, u64)>, SourceError> {
+        let prefix = format!("{}/", dir.trim_end_matches('/'));
+        Ok(self.0.list(&prefix).map_err(source_error)?.into_iter().map(|o| (o.name, o.size)).collect())
+    }
+
+    fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, SourceError> {
+        self.0.read_range(name, offset, len).map_err(source_error)
+    }
+
+    fn size(&self, name: &str) -> Result<u64, SourceError> {
+        self.0.stat(name).map_err(source_error)
+    }
+}
+
+/// The trees of an open restic repository (its index loaded).
+pub struct ResticTree<'a> {
+    /// The repository.
+    pub repo: &'a ResticRepo,
+    /// The snapshot's root tree.
+    pub root: BlobId,
+}
+
+impl ForeignTree for ResticTree<'_> {
+    fn root(&self) -> Vec<u8> {
+        self.root.0.to_vec()
+    }
+
+    fn list(&self, dir: &[u8]) -> Result<Listing, String> {
+        let id = blob_id(dir)?;
+        let tree = self.repo.tree(&id).map_err(|e| e.to_string())?;
+        let mut listing = Listing::default();
+        for r in &tree.rejected {
+            listing
+                .left_out
+                .push((r.name.clone(), format!("restic's tree {} records it badly: {}", id.short(), r.reason)));
+        }
+        for n in &tree.nodes {
+            match entry(n) {
+                Ok(e) => listing.entries.push(e),
+                Err(why) => listing.left_out.push((n.name_lossy(), why)),
+            }
+        }
+        Ok(listing)
+    }
+
+    fn open<'a>(&'a self, file: &[u8]) -> Result<Box<dyn Read + Send + 'a>, String> {
+        if file.len() % 32 != 0 {
+            return Err("a file handle that is not a list of blob ids".into());
+        }
+        let blobs = file.chunks(32).map(blob_id).collect::<Result<Vec<_>, _>>()?;
+        Ok(Box::new(BlobReader { repo: self.repo, blobs, next: 0, buf: Vec::new(), at: 0 }))
+    }
+}
+
+fn blob_id(b: &[u8]) -> Result<BlobId, String> {
+    let a: [u8; 32] = b.try_into().map_err(|_| format!("a blob id of {} bytes", b.len()))?;
+    Ok(BlobId(a))
+}
+
+/// A file's content: its data blobs read one after another.
+struct BlobReader<'a> {
+    repo: &'a ResticRepo,
+    blobs: Vec<BlobId>,
+    next: usize,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl Read for BlobReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.buf.len() {
+            let Some(id) = self.blobs.get(self.next) else { return Ok(0) };
+            self.buf = self.repo.blob(id).map_err(|e| {
+                std::io::Error::other(format!("data blob {} of {}: {e}", self.next + 1, self.blobs.len()))
+            })?;
+            self.at = 0;
+            self.next += 1;
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The key of a file's content: its list of blob ids, hashed (two files with
+/// the same list have the same bytes).
+fn content_key(blobs: &[BlobId]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key("coffer import restic content 2026-12");
+    h.update(&(blobs.len() as u64).to_le_bytes());
+    for b in blobs {
+        h.update(&b.0);
+    }
+    *h.finalize().as_bytes()
+}
+
+/// coffer's node for restic's node `n` (content and subtree are the import's
+/// to fill), or why it cannot be imported.
+fn entry(n: &rtree::Node) -> Result<ForeignEntry, String> {
+    let (kind, payload) = match &n.node_type {
+        NodeType::File => {
+            let handle = n.content.iter().flat_map(|b| b.0).collect();
+            (NodeKind::File, Payload::File { key: content_key(&n.content), handle })
+        }
+        NodeType::Dir => {
+            let sub = n.subtree.ok_or("restic records a directory without its tree")?;
+            (NodeKind::Dir, Payload::Dir(sub.0.to_vec()))
+        }
+        NodeType::Symlink => (NodeKind::Symlink, Payload::Other),
+        NodeType::Dev => (NodeKind::Blockdev, Payload::Other),
+        NodeType::CharDev => (NodeKind::Chardev, Payload::Other),
+        NodeType::Fifo => (NodeKind::Fifo, Payload::Other),
+        NodeType::Socket => (NodeKind::Socket, Payload::Other),
+        NodeType::Irregular => return Err("restic records it as irregular (not a file coffer can hold)".into()),
+        NodeType::Other(t) => return Err(format!("restic records an entry of type {t:?}, which coffer does not know")),
+    };
+    if n.node_type == NodeType::Symlink && n.link_target.is_none() {
+        return Err("restic records a symbolic link without its target".into());
+    }
+    let stamp = |t: &Option<coffer_import::restic::time::Timestamp>| {
+        t.as_ref().map(|t| Timestamp(t.secs, t.nanos)).unwrap_or(Timestamp(0, 0))
+    };
+    let name_of = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let node = Node {
+        name: Bytes(n.name.clone()),
+        kind,
+        mode: rtree::go_mode_permissions(n.go_mode),
+        uid: n.uid,
+        gid: n.gid,
+        user: name_of(&n.user),
+        group: name_of(&n.group),
+        mtime: stamp(&n.mtime),
+        ctime: stamp(&n.ctime),
+        size: if kind == NodeKind::File { n.size } else { 0 },
+        inode: n.inode,
+        device: n.device_id,
+        links: n.links.max(1),
+        rdev: n.device,
+        target: n.link_target.clone().map(Bytes),
+        xattrs: n
+            .extended_attributes
+            .iter()
+            .map(|(name, value)| Xattr { name: Bytes(name.as_bytes().to_vec()), value: Bytes(value.clone()) })
+            .collect(),
+        content: Vec::new(),
+        content_parts: Vec::new(),
+        digest: None,
+        sparse: false,
+        subtree: None,
+    };
+    Ok(ForeignEntry { node, payload })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rnode(t: NodeType) -> rtree::Node {
+        rtree::Node {
+            name: b"x".to_vec(),
+            node_type: t,
+            go_mode: 0o755 | (1 << 23),
+            mtime: None,
+            atime: None,
+            ctime: None,
+            uid: 1,
+            gid: 2,
+            user: "ann".into(),
+            group: String::new(),
+            inode: 7,
+            device_id: 9,
+            links: 0,
+            size: 5,
+            content: vec![BlobId([1; 32]), BlobId([2; 32])],
+            subtree: Some(BlobId([3; 32])),
+            link_target: Some(b"/t".to_vec()),
+            device: 0x0801,
+            extended_attributes: vec![("user.k".into(), b"v".to_vec())],
+            generic_attributes: Default::default(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn nodes_map_kind_by_kind() {
+        let f = entry(&rnode(NodeType::File)).unwrap();
+        assert_eq!(f.node.kind, NodeKind::File);
+        assert_eq!(f.node.size, 5);
+        assert_eq!(f.node.user.as_deref(), Some("ann"));
+        assert_eq!(f.node.group, None);
+        assert_eq!(f.node.links, 1);
+        let Payload::File { key, handle } = &f.payload else { panic!() };
+        assert_eq!(handle.len(), 64);
+        assert_eq!(*key, content_key(&[BlobId([1; 32]), BlobId([2; 32])]));
+        assert_ne!(*key, content_key(&[BlobId([2; 32]), BlobId([1; 32])]), "the order counts");
+        let d = entry(&rnode(NodeType::Dir)).unwrap();
+        assert_eq!(d.payload, Payload::Dir(vec![3; 32]));
+        assert_eq!(d.node.size, 0);
+        let l = entry(&rnode(NodeType::Symlink)).unwrap();
+        assert_eq!(l.node.target, Some(Bytes(b"/t".to_vec())));
+        let b = entry(&rnode(NodeType::Dev)).unwrap();
+        assert_eq!((b.node.kind, b.node.rdev), (NodeKind::Blockdev, 0x0801));
+        assert_eq!(entry(&rnode(NodeType::CharDev)).unwrap().node.kind, NodeKind::Chardev);
+        assert!(entry(&rnode(NodeType::Irregular)).is_err());
+        assert!(entry(&rnode(NodeType::Other("door".into()))).is_err());
+        let mut no_tree = rnode(NodeType::Dir);
+        no_tree.subtree = None;
+        assert!(entry(&no_tree).is_err());
+    }
+}

@@ -1,0 +1,300 @@
+//! `coffer import restic:…` against repositories made by the real restic (the
+//! pinned binary of the test tools, `COFFER_TEST_RESTIC`): every imported snapshot
+//! restores to what `restic restore` gives of the same snapshot, byte for byte
+//! and with its metadata; an import run again imports nothing; what is damaged in
+//! the source is left out and listed, never imported wrong.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use coffer_backend::testing::servers::{Server, absent};
+use common::*;
+
+const RESTIC_PASSWORD: &str = "restic test passphrase";
+
+/// A restic repository made by the real restic, in `env`'s scratch space.
+struct Restic {
+    bin: PathBuf,
+    repo: PathBuf,
+    home: PathBuf,
+    version: u32,
+}
+
+impl Restic {
+    /// A new repository of format `version` (1 or 2); `None` (after the
+    /// notice) when restic is skipped by name.
+    fn init(env: &Env, version: u32) -> Option<Restic> {
+        let Some(bin) = std::env::var_os("COFFER_TEST_RESTIC") else {
+            absent(Server::Restic);
+            return None;
+        };
+        let r = Restic { bin: bin.into(), repo: env.path("restic-repo"), home: env.path("restic-home"), version };
+        std::fs::create_dir_all(&r.home).unwrap();
+        let out = r.cmd(&["init", "--repository-version", &version.to_string()]).output().unwrap();
+        assert_success(&out);
+        Some(r)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("RESTIC_CACHE_DIR", self.home.join("cache"))
+            .env("RESTIC_REPOSITORY", &self.repo)
+            .env("RESTIC_PASSWORD", RESTIC_PASSWORD)
+            .args(args);
+        c
+    }
+
+    /// A backup of `src`, tagged; `compression` (`off`, `auto`, `max`) where
+    /// the repository's version has it.
+    fn backup(&self, src: &Path, tag: &str, compression: &str) {
+        let mut c = self.cmd(&["backup", "--tag", tag, "--host", "old-laptop"]);
+        if self.version >= 2 {
+            c.args(["--compression", compression]);
+        }
+        assert_success(&c.arg(src).output().unwrap());
+    }
+
+    /// restic's snapshots, oldest first: (id, time, tags).
+    fn snapshots(&self) -> Vec<serde_json::Value> {
+        let out = self.cmd(&["snapshots", "--json"]).output().unwrap();
+        assert_success(&out);
+        let mut v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        v.sort_by(|a, b| a["time"].as_str().cmp(&b["time"].as_str()));
+        v
+    }
+
+    fn restore(&self, id: &str, target: &Path) {
+        let out = self.cmd(&["restore", id, "--target"]).arg(target).output().unwrap();
+        assert_success(&out);
+    }
+}
+
+/// `coffer import` with restic's passphrase in its own variable.
+fn import(env: &Env, r: &Restic, extra: &[&str]) -> Output {
+    let mut c = env.cmd();
+    c.env("RESTIC_PASSWORD", RESTIC_PASSWORD).arg("import").args(extra).arg(format!("restic:{}", r.repo.display()));
+    c.output().unwrap()
+}
+
+/// A tree with what restic records: files of several blobs, an empty file,
+/// a symbolic link, a name that is not UTF-8, a FIFO, a hard link, special
+/// mode bits and (where the file system has them) extended attributes.
+fn make_source(src: &Path) {
+    std::fs::create_dir_all(src.join("dir/deeper")).unwrap();
+    for i in 0..12u64 {
+        std::fs::write(src.join(format!("f{i}")), random_bytes(10_000 + i as usize * 7_000, i)).unwrap();
+    }
+    std::fs::write(src.join("dir/large.bin"), random_bytes(5 << 20, 99)).unwrap();
+    std::fs::write(src.join("dir/deeper/empty"), b"").unwrap();
+    std::os::unix::fs::symlink("../f1", src.join("dir/link")).unwrap();
+    std::fs::write(src.join(OsStr::from_bytes(b"name-\xff\xfe")), b"latin-1 name").unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        src.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o640),
+        0,
+    )
+    .unwrap();
+    std::fs::hard_link(src.join("f2"), src.join("dir/f2-link")).unwrap();
+    let tool = src.join("tool");
+    std::fs::write(&tool, b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::set_permissions(src.join("dir/deeper"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let _ = xattr::set(src.join("f3"), "user.comment", b"kept");
+}
+
+/// What a restored tree holds, entry by entry (relative path → description):
+/// type, permission and special bits, owner, modification time, size, content
+/// or link target, extended attributes, and which entries share an inode.
+fn describe(root: &Path) -> BTreeMap<Vec<u8>, String> {
+    let mut out = BTreeMap::new();
+    // Files sharing an inode are told by the first of their paths in order.
+    let mut inodes: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut files: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+            let ft = md.file_type();
+            let what = if ft.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if ft.is_symlink() {
+                format!("link -> {:?}", std::fs::read_link(&p).unwrap())
+            } else if ft.is_file() {
+                let first = inodes.entry(md.ino()).or_insert_with(|| rel.clone());
+                *first = (*first).clone().min(rel.clone());
+                files.push((rel.clone(), md.ino()));
+                format!("file {} {}", md.len(), blake3::hash(&std::fs::read(&p).unwrap()))
+            } else {
+                format!("special {:o}", md.mode() & 0o170000)
+            };
+            let mtime = if ft.is_symlink() { String::new() } else { format!("{}.{:09}", md.mtime(), md.mtime_nsec()) };
+            let xattrs: Vec<String> = xattr::list(&p)
+                .map(|names| {
+                    names
+                        .filter(|n| n.as_bytes().starts_with(b"user."))
+                        .map(|n| format!("{n:?}={:?}", xattr::get(&p, &n).ok().flatten()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.insert(
+                rel,
+                format!(
+                    "{what} mode {:o} owner {}:{} mtime {mtime} xattrs {xattrs:?}",
+                    md.mode() & 0o7777,
+                    md.uid(),
+                    md.gid()
+                ),
+            );
+        }
+    }
+    for (rel, ino) in files {
+        let first = String::from_utf8_lossy(&inodes[&ino]).into_owned();
+        out.get_mut(&rel).unwrap().push_str(&format!(" linked-with {first}"));
+    }
+    out
+}
+
+/// The restored copy of `src` below `target` (restores recreate the absolute path).
+fn under(target: &Path, src: &Path) -> PathBuf {
+    target.join(src.strip_prefix("/").unwrap())
+}
+
+fn imported_snapshots(env: &Env) -> Vec<serde_json::Value> {
+    let v = env.json(&["snapshots"]);
+    v.as_array().unwrap().iter().map(|s| s["snapshot"].clone()).collect()
+}
+
+/// The import of a restic history of three snapshots, for one repository
+/// version and compression.
+fn imports_restic_history(version: u32, compression: &str) {
+    let env = Env::new();
+    let Some(r) = Restic::init(&env, version) else { return };
+    let src = env.path("src");
+    make_source(&src);
+    r.backup(&src, "first", compression);
+    std::fs::write(src.join("f4"), random_bytes(33_333, 4444)).unwrap();
+    std::fs::write(src.join("new-file"), b"added later").unwrap();
+    r.backup(&src, "second", compression);
+    std::fs::remove_file(src.join("f5")).unwrap();
+    r.backup(&src, "third", compression);
+    let restic_snaps = r.snapshots();
+    assert_eq!(restic_snaps.len(), 3);
+
+    let dry = import(&env, &r, &["--dry-run"]);
+    assert_success(&dry);
+    assert!(text(&dry.stdout).contains("3 to import"), "{}", text(&dry.stdout));
+    assert!(imported_snapshots(&env).is_empty(), "a dry run writes nothing");
+
+    let out = import(&env, &r, &["--json"]);
+    assert_success(&out);
+    let lines: Vec<serde_json::Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let done: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "imported").collect();
+    assert_eq!(done.len(), 3, "{lines:?}");
+    // Only what changed is read again: two files in the second, none in the third.
+    assert_eq!(done[1]["summary"]["files_new"], 2, "{}", done[1]);
+    assert_eq!(done[2]["summary"]["files_new"], 0, "{}", done[2]);
+    assert!(done[2]["summary"]["files_unchanged"].as_u64().unwrap() > 10, "{}", done[2]);
+
+    let snaps = imported_snapshots(&env);
+    assert_eq!(snaps.len(), 3);
+    for (mine, theirs) in snaps.iter().zip(&restic_snaps) {
+        assert_eq!(mine["imported_from"]["tool"], "restic");
+        assert_eq!(mine["imported_from"]["snapshot"], theirs["id"]);
+        assert_eq!(mine["hostname"], "old-laptop");
+        assert_eq!(mine["tags"], theirs["tags"]);
+        assert_eq!(mine["paths"], theirs["paths"]);
+    }
+    // Each imported snapshot restores to what restic restores of it.
+    let ids: Vec<String> =
+        env.json(&["snapshots"]).as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect();
+    for (i, (id, theirs)) in ids.iter().zip(&restic_snaps).enumerate() {
+        let (c, rr) = (env.path(&format!("coffer-out-{i}")), env.path(&format!("restic-out-{i}")));
+        assert_success(&env.run(&["-q", "restore", id, "--target", c.to_str().unwrap()]));
+        r.restore(theirs["id"].as_str().unwrap(), &rr);
+        let (mine, expected) = (describe(&under(&c, &src)), describe(&under(&rr, &src)));
+        assert_eq!(mine.len(), expected.len(), "entries of snapshot {i}");
+        for (path, e) in &expected {
+            assert_eq!(mine.get(path), Some(e), "{:?} in snapshot {i}", String::from_utf8_lossy(path));
+        }
+    }
+    assert_success(&env.run(&["check", "--read-data"]));
+
+    // Run again: nothing to import, nothing written.
+    let again = import(&env, &r, &[]);
+    assert_success(&again);
+    assert!(text(&again.stdout).contains("3 imported before, 0 to import"), "{}", text(&again.stdout));
+    assert_eq!(imported_snapshots(&env).len(), 3);
+    // A new restic backup: only it is imported.
+    std::fs::write(src.join("f0"), b"changed again").unwrap();
+    r.backup(&src, "fourth", compression);
+    let out = import(&env, &r, &[]);
+    assert_success(&out);
+    assert!(text(&out.stdout).contains("3 imported before, 1 to import"), "{}", text(&out.stdout));
+    assert_eq!(imported_snapshots(&env).len(), 4);
+}
+
+#[test]
+fn a_restic_version_1_history_imports_whole_and_once() {
+    imports_restic_history(1, "off");
+}
+
+#[test]
+fn a_restic_version_2_history_imports_whole_and_once() {
+    imports_restic_history(2, "auto");
+}
+
+#[test]
+fn a_wrong_restic_passphrase_is_told_and_nothing_is_written() {
+    let env = Env::new();
+    let Some(r) = Restic::init(&env, 2) else { return };
+    let mut c = env.cmd();
+    let out =
+        c.env("RESTIC_PASSWORD", "not it").args(["import", &format!("restic:{}", r.repo.display())]).output().unwrap();
+    let err = assert_code(&out, 1);
+    assert!(err.contains("wrong password") || err.contains("passphrase"), "{err}");
+    assert!(imported_snapshots(&env).is_empty());
+}
+
+#[test]
+fn a_damaged_restic_pack_leaves_its_files_out_and_says_so() {
+    let env = Env::new();
+    let Some(r) = Restic::init(&env, 2) else { return };
+    let src = env.path("src");
+    make_source(&src);
+    r.backup(&src, "only", "off");
+    // Damage the pack holding the large file's data: the largest pack.
+    let pack =
+        files_under(&r.repo.join("data")).into_iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes[100] ^= 0x40;
+    std::fs::set_permissions(&pack, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&pack, &bytes).unwrap();
+    let out = import(&env, &r, &[]);
+    let err = assert_code(&out, 3);
+    assert!(err.contains("left out") || err.contains("cannot read"), "{err}");
+    let snaps = imported_snapshots(&env);
+    assert_eq!(snaps.len(), 1);
+    assert!(snaps[0]["skipped_count"].as_u64().unwrap() >= 1, "{}", snaps[0]);
+    // What was not damaged restores exactly; nothing restores wrong.
+    let c = env.path("out");
+    let restore = env.run(&["-q", "restore", "latest", "--target", c.to_str().unwrap()]);
+    assert!(restore.status.code() == Some(0) || restore.status.code() == Some(3), "{}", text(&restore.stderr));
+    for f in files_under(&under(&c, &src)) {
+        let rel = f.strip_prefix(under(&c, &src)).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), std::fs::read(src.join(rel)).unwrap(), "{rel:?}");
+    }
+}

@@ -465,3 +465,26 @@ impl Read for FileReader<'_> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shareable_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<ResticRepo>();
+        send_sync::<Error>();
+    }
+
+    #[test]
+    fn unpacked_encodings() {
+        assert_eq!(decode_unpacked(b"{}".to_vec(), 2, 10).unwrap(), b"{}");
+        assert_eq!(decode_unpacked(b"\x02x".to_vec(), 1, 10).unwrap(), b"\x02x");
+        let mut z = vec![2u8];
+        z.extend(zstd::encode_all(&b"[1,2,3]"[..], 1).unwrap());
+        assert_eq!(decode_unpacked(z.clone(), 2, 7).unwrap(), b"[1,2,3]");
+        assert!(decode_unpacked(z, 2, 6).unwrap_err().contains("more than"));
+        assert!(decode_unpacked(b"\x03".to_vec(), 2, 10).is_err());
+    }
+}

@@ -10,6 +10,32 @@
 //! (repository versions 1 and 2). Everything read is authenticated before it is parsed,
 //! every length read from the source is checked against a limit before anything is
 //! allocated for it, and every damaged object yields a typed [`Error`] naming it.
+//!
+//! ```no_run
+//! use std::io::Read;
+//! use std::sync::Arc;
+//! use coffer_import::LocalDir;
+//! use coffer_import::restic::{NodeType, ResticRepo};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut repo = ResticRepo::open(Arc::new(LocalDir::new("/srv/restic-repo")), b"passphrase")?;
+//! let snapshots = repo.snapshots()?; // damaged ones in snapshots.damaged
+//! let report = repo.load_index()?; // damaged index files in report.damaged
+//! for (id, snap) in &snapshots.good {
+//!     let root = repo.tree(&snap.tree)?; // refused nodes in root.rejected
+//!     for node in &root.nodes {
+//!         if node.node_type == NodeType::File {
+//!             let mut bytes = Vec::new();
+//!             repo.file_reader(node).read_to_end(&mut bytes)?;
+//!             println!("{id} {} {} bytes, mode {:o}", node.name_lossy(), bytes.len(), node.st_mode());
+//!         }
+//!         // node.subtree: a directory's tree, read the same way.
+//!     }
+//! }
+//! # let _ = report;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod error;
 pub mod restic;

@@ -141,6 +141,9 @@ fn content(repo: &ResticRepo, node: &coffer_import::restic::Node) -> Vec<u8> {
     for b in &node.content {
         out.extend(repo.blob(b).unwrap());
     }
+    let mut read = Vec::new();
+    std::io::Read::read_to_end(&mut repo.file_reader(node), &mut read).unwrap();
+    assert!(read == out, "file_reader and blob agree");
     out
 }
 
@@ -425,6 +428,10 @@ fn planted_damage() {
     let msg = err.to_string();
     assert!(msg.contains(&loc.pack.to_hex()) && msg.contains(&blob_a.to_hex()), "{msg}");
     assert!(msg.contains("restic check --read-data"), "{msg}");
+    let mut sink = Vec::new();
+    let ioerr = std::io::Read::read_to_end(&mut r.file_reader(&file_a), &mut sink).unwrap_err();
+    let inner = ioerr.get_ref().and_then(|e| e.downcast_ref::<Error>());
+    assert!(matches!(inner, Some(Error::BlobUnauthenticated { .. })), "{ioerr}");
 
     // A truncated pack: the blob lies beyond its end, and the header is gone.
     let d = fresh();

@@ -423,6 +423,14 @@ impl ResticRepo {
         tree::parse_tree(&json).map_err(|reason| Error::Tree { tree: *id, reason })
     }
 
+    /// A reader of a file node's contents: its data blobs one after the other, each read
+    /// and checked as [`ResticRepo::blob`] does when the previous one is used up. An error
+    /// comes out as an `io::Error` whose inner error is this crate's [`Error`]
+    /// (`e.get_ref().and_then(|e| e.downcast_ref::<Error>())`).
+    pub fn file_reader<'a>(&'a self, node: &'a Node) -> FileReader<'a> {
+        FileReader { repo: self, blobs: &node.content, next: 0, current: Vec::new(), pos: 0 }
+    }
+
     /// The error for a node a tree refused, for the caller's list of skipped entries.
     pub fn node_error(tree: &BlobId, rejected: &RejectedNode) -> Error {
         Error::Node {
@@ -431,5 +439,52 @@ impl ResticRepo {
             name: rejected.name.clone(),
             reason: rejected.reason.clone(),
         }
+    }
+}
+
+/// Reads a file's contents blob by blob: see [`ResticRepo::file_reader`].
+pub struct FileReader<'a> {
+    repo: &'a ResticRepo,
+    blobs: &'a [BlobId],
+    next: usize,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for FileReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.current.len() {
+            let Some(id) = self.blobs.get(self.next) else { return Ok(0) };
+            self.current = self.repo.blob(id).map_err(std::io::Error::other)?;
+            self.pos = 0;
+            self.next += 1;
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shareable_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<ResticRepo>();
+        send_sync::<Error>();
+    }
+
+    #[test]
+    fn unpacked_encodings() {
+        assert_eq!(decode_unpacked(b"{}".to_vec(), 2, 10).unwrap(), b"{}");
+        assert_eq!(decode_unpacked(b"\x02x".to_vec(), 1, 10).unwrap(), b"\x02x");
+        let mut z = vec![2u8];
+        z.extend(zstd::encode_all(&b"[1,2,3]"[..], 1).unwrap());
+        assert_eq!(decode_unpacked(z.clone(), 2, 7).unwrap(), b"[1,2,3]");
+        assert!(decode_unpacked(z, 2, 6).unwrap_err().contains("more than"));
+        assert!(decode_unpacked(b"\x03".to_vec(), 2, 10).is_err());
     }
 }

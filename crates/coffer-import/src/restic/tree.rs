@@ -12,7 +12,8 @@
 //! quotes, inside the JSON string: printable UTF-8 as is, `\"` and `\\`, `\a \b \f \n \r
 //! \t \v`, other characters as `\xHH`, `\uHHHH` or `\UHHHHHHHH`, and each byte that is not
 //! UTF-8 as `\xHH`. coffer undoes that quoting ([`go_unquote`]) to the name's raw bytes.
-//! A name that is empty, `.` or `..`, or holds `/` or NUL, is refused node by node.
+//! A name that is empty, `.` or `..`, or holds `/` or NUL, and a second node of a name
+//! already seen in the tree, are refused node by node.
 //!
 //! **Modes.** `mode` is Go's `os.FileMode`: permission bits 0o777 in the low bits, and
 //! flags in the high bits. coffer maps it to a Unix `st_mode` ([`Node::st_mode`]):
@@ -265,12 +266,18 @@ pub fn parse_tree(json: &[u8]) -> Result<Tree, String> {
     }
     let j: TreeJson = serde_json::from_slice(json).map_err(|e| format!("not a tree: {e}"))?;
     let mut tree = Tree::default();
+    let mut seen = std::collections::HashSet::new();
     for (position, v) in j.nodes.unwrap_or_default().into_iter().enumerate() {
         let fallback = v.get("name").and_then(|n| n.as_str()).unwrap_or("").to_string();
         match serde_json::from_value::<NodeJson>(v)
             .map_err(|e| (fallback.clone(), format!("not a node: {e}")))
             .and_then(parse_node)
         {
+            Ok(n) if !seen.insert(n.name.clone()) => tree.rejected.push(RejectedNode {
+                position,
+                name: n.name_lossy(),
+                reason: "a second entry of the same name in this directory".to_string(),
+            }),
             Ok(n) => tree.nodes.push(n),
             Err((name, reason)) => tree.rejected.push(RejectedNode { position, name, reason }),
         }
@@ -454,7 +461,8 @@ mod tests {
             {"name":"..","type":"file"},
             {"name":"a/b","type":"file"},
             {"name":"d","type":"dir"},
-            {"name":"x","type":"whatever","mode":1048576}
+            {"name":"x","type":"whatever","mode":1048576},
+            {"name":"x","type":"file"}
         ]}"#,
         )
         .unwrap();
@@ -464,7 +472,7 @@ mod tests {
         assert_eq!(t.nodes[0].st_mode(), 0o104755);
         assert_eq!(t.nodes[1].node_type, NodeType::Other("whatever".into()));
         assert_eq!(t.nodes[1].st_mode(), 0o1000);
-        assert_eq!(t.rejected.iter().map(|r| r.position).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(t.rejected.iter().map(|r| r.position).collect::<Vec<_>>(), vec![1, 2, 3, 5]);
         assert!(parse_tree(b"[]").is_err());
     }
 }

@@ -26,7 +26,11 @@ impl fmt::Display for NotCoffer {
             "{} is not a coffer repository (it looks like {}): its config does not start with coffer's \
              header; check --repo, or use the program that made it",
             self.location, self.looks_like
-        )
+        )?;
+        if self.looks_like == "a restic repository" {
+            write!(f, "; to bring its snapshots into coffer: coffer import restic:{}", self.location)?;
+        }
+        Ok(())
     }
 }
 

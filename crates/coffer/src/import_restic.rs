@@ -70,43 +70,17 @@ impl ForeignTree for ResticTree<'_> {
     }
 
     fn open<'a>(&'a self, file: &[u8]) -> Result<Box<dyn Read + Send + 'a>, String> {
-        if file.len() % 32 != 0 {
+        if !file.len().is_multiple_of(32) {
             return Err("a file handle that is not a list of blob ids".into());
         }
         let blobs = file.chunks(32).map(blob_id).collect::<Result<Vec<_>, _>>()?;
-        Ok(Box::new(BlobReader { repo: self.repo, blobs, next: 0, buf: Vec::new(), at: 0 }))
+        Ok(Box::new(self.repo.content_reader(blobs)))
     }
 }
 
 fn blob_id(b: &[u8]) -> Result<BlobId, String> {
     let a: [u8; 32] = b.try_into().map_err(|_| format!("a blob id of {} bytes", b.len()))?;
     Ok(BlobId(a))
-}
-
-/// A file's content: its data blobs read one after another.
-struct BlobReader<'a> {
-    repo: &'a ResticRepo,
-    blobs: Vec<BlobId>,
-    next: usize,
-    buf: Vec<u8>,
-    at: usize,
-}
-
-impl Read for BlobReader<'_> {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.at == self.buf.len() {
-            let Some(id) = self.blobs.get(self.next) else { return Ok(0) };
-            self.buf = self.repo.blob(id).map_err(|e| {
-                std::io::Error::other(format!("data blob {} of {}: {e}", self.next + 1, self.blobs.len()))
-            })?;
-            self.at = 0;
-            self.next += 1;
-        }
-        let n = out.len().min(self.buf.len() - self.at);
-        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
 }
 
 /// The key of a file's content: its list of blob ids, hashed (two files with

@@ -232,6 +232,9 @@ fn imports_restic_history(version: u32, compression: &str) {
         }
     }
     assert_success(&env.run(&["check", "--read-data"]));
+    let listing = text(&env.run(&["snapshots"]).stdout);
+    let first = restic_snaps[0]["id"].as_str().unwrap();
+    assert!(listing.contains(&format!("(imported from restic {})", &first[..8])), "{listing}");
 
     // Run again: nothing to import, nothing written.
     let again = import(&env, &r, &[]);
@@ -297,4 +300,49 @@ fn a_damaged_restic_pack_leaves_its_files_out_and_says_so() {
         let rel = f.strip_prefix(under(&c, &src)).unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), std::fs::read(src.join(rel)).unwrap(), "{rel:?}");
     }
+}
+
+/// Regression guard for the promise that an import is safe to kill: killed
+/// (SIGKILL) at several points, then run again, it ends with every snapshot
+/// imported once, `check --read-data` clean and the last one restoring exactly.
+#[test]
+fn an_import_killed_at_any_point_resumes_to_the_same_history() {
+    let env = Env::new();
+    let Some(r) = Restic::init(&env, 2) else { return };
+    let src = env.path("src");
+    make_source(&src);
+    for i in 0..3u64 {
+        std::fs::write(src.join(format!("bulk{i}")), random_bytes(6 << 20, 500 + i)).unwrap();
+        r.backup(&src, &format!("s{i}"), "auto");
+    }
+    // Kill once something is stored, and once a snapshot is.
+    for dir in ["data", "snapshots", "snapshots"] {
+        let mut c = env.cmd();
+        c.env("RESTIC_PASSWORD", RESTIC_PASSWORD).args(["import", &format!("restic:{}", r.repo.display())]);
+        let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let before = files_under(&env.repo().join(dir)).len();
+        let start = std::time::Instant::now();
+        while files_under(&env.repo().join(dir)).len() == before && start.elapsed() < std::time::Duration::from_secs(60)
+        {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
+    }
+    let out = import(&env, &r, &[]);
+    assert_success(&out);
+    let snaps = imported_snapshots(&env);
+    assert_eq!(snaps.len(), 3, "each restic snapshot once: {snaps:?}");
+    let mut ids: Vec<&str> = snaps.iter().map(|s| s["imported_from"]["snapshot"].as_str().unwrap()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+    assert_success(&env.run(&["check", "--read-data"]));
+    let c = env.path("out");
+    assert_success(&env.run(&["-q", "restore", "latest", "--target", c.to_str().unwrap()]));
+    let rr = env.path("restic-out");
+    r.restore("latest", &rr);
+    assert_eq!(describe(&under(&c, &src)), describe(&under(&rr, &src)));
 }

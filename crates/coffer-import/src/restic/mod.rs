@@ -428,7 +428,12 @@ impl ResticRepo {
     /// comes out as an `io::Error` whose inner error is this crate's [`Error`]
     /// (`e.get_ref().and_then(|e| e.downcast_ref::<Error>())`).
     pub fn file_reader<'a>(&'a self, node: &'a Node) -> FileReader<'a> {
-        FileReader { repo: self, blobs: &node.content, next: 0, current: Vec::new(), pos: 0 }
+        self.content_reader(node.content.clone())
+    }
+
+    /// [`ResticRepo::file_reader`] of a content given by its list of data blobs.
+    pub fn content_reader(&self, blobs: Vec<BlobId>) -> FileReader<'_> {
+        FileReader { repo: self, blobs, next: 0, current: Vec::new(), pos: 0 }
     }
 
     /// The error for a node a tree refused, for the caller's list of skipped entries.
@@ -445,7 +450,7 @@ impl ResticRepo {
 /// Reads a file's contents blob by blob: see [`ResticRepo::file_reader`].
 pub struct FileReader<'a> {
     repo: &'a ResticRepo,
-    blobs: &'a [BlobId],
+    blobs: Vec<BlobId>,
     next: usize,
     current: Vec<u8>,
     pos: usize,

@@ -80,7 +80,10 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
         }
         let mut t = new_table();
         for (id, s) in members {
-            let mark = if s.is_incomplete() { " (incomplete)" } else { "" };
+            let mut mark = if s.is_incomplete() { " (incomplete)".to_string() } else { String::new() };
+            if let Some(f) = &s.imported_from {
+                mark.push_str(&format!(" (imported from {} {})", f.tool, f.snapshot.get(..8).unwrap_or(&f.snapshot)));
+            }
             let (id, time, tags) = (id.short(), output::time(&s.time), s.tags.join(","));
             if a.compact {
                 t.row([id, time, s.hostname.clone(), format!("{tags}{mark}")]);

@@ -77,6 +77,15 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             // The location given does not parse: the command line's fault.
             return exit::USAGE;
         }
+        if let Some(e) = cause.downcast_ref::<coffer_import::Error>() {
+            // The repository being imported, by the same rules as this one.
+            return match e {
+                coffer_import::Error::WrongPassword { .. } => exit::WRONG_PASSWORD,
+                coffer_import::Error::NoKeyFiles => exit::NO_REPOSITORY,
+                coffer_import::Error::Source(_) => exit::STORAGE,
+                _ => exit::FAILURE,
+            };
+        }
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::WrongPassword { .. } | Error::NoKey => exit::WRONG_PASSWORD,

@@ -248,7 +248,11 @@ fn main() -> ExitCode {
             cmd::backup::run(&cli.global, a)
         }
         Command::Copy(a) => cmd::copy::run(&cli.global, a),
-        Command::Import(a) => cmd::import::run(&cli.global, a),
+        Command::Import(a) => {
+            // An import stores what it reads as a backup does.
+            lean_allocator();
+            cmd::import::run(&cli.global, a)
+        }
         Command::Snapshots(a) => cmd::snapshots::run(&cli.global, a),
         Command::Ls(a) => cmd::ls::run(&cli.global, a),
         Command::Diff(a) => cmd::diff::run(&cli.global, a),

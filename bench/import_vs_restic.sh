@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Side by side: `coffer import restic:REPO` against `restic restore` of the same
+# snapshots into a tmpfs (docs/design.md#import, issue "Bring your history").
+#
+# A restic repository (version 2, compression auto) gets three snapshots of a real
+# tree: v1 (files copied from /usr/share and /usr/lib, ordered by the SHA-1 of their
+# path, up to --size MiB), v2 (v1 with ~1% of the files changed, dataset.py mutate 42)
+# and v3 (v2 mutated again, seed 43). Each round then, alternating the order:
+#   - restic restore of each snapshot into a fresh directory of /dev/shm;
+#   - coffer import of the whole repository into a fresh coffer repository, each
+#     snapshot's own time read from its summary (`--json`).
+# Peak memory is /usr/bin/time's maximum resident set size of the whole command.
+#
+# Usage: bench/import_vs_restic.sh [--size MIB] [--rounds N] [--work DIR]
+# Needs: COFFER_BIN (default target/release/coffer), RESTIC_BIN (default the pinned
+# test binary ~/.cache/coffer-ci/bin/restic-v0.19.1), python3, /usr/bin/time.
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$BENCH_DIR")
+SIZE_MB=1024
+ROUNDS=2
+WORK=${COFFER_BENCH_WORK:-$BENCH_DIR/work/import}
+COFFER_BIN=${COFFER_BIN:-$ROOT/target/release/coffer}
+RESTIC_BIN=${RESTIC_BIN:-$HOME/.cache/coffer-ci/bin/restic-v0.19.1}
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --size) SIZE_MB=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --work) WORK=$2; shift 2 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+[[ -x $COFFER_BIN ]] || { echo "no coffer binary at $COFFER_BIN: cargo build --release -p coffer" >&2; exit 1; }
+[[ -x $RESTIC_BIN ]] || { echo "no restic at $RESTIC_BIN: bash .ci/services.sh install" >&2; exit 1; }
+
+log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+export RESTIC_PASSWORD=bench-restic COFFER_PASSWORD=bench-coffer
+export RESTIC_CACHE_DIR=$WORK/restic-cache
+RESTIC_REPO=$WORK/restic-repo
+SRC=$WORK/src
+SHM=/dev/shm/coffer-import-bench
+mkdir -p "$WORK"
+
+if [[ ! -f $WORK/ready-$SIZE_MB ]]; then
+    rm -rf "$SRC" "$RESTIC_REPO" "$RESTIC_CACHE_DIR" "$WORK"/ready-*
+    log "data: ~$SIZE_MB MiB from /usr/share /usr/lib"
+    mkdir -p "$SRC"
+    python3 "$BENCH_DIR/dataset.py" select "$SIZE_MB" /usr/share /usr/lib |
+        (cd / && xargs -0 cp --parents -a -t "$SRC" 2>/dev/null || true)
+    "$RESTIC_BIN" -r "$RESTIC_REPO" init --repository-version 2 >/dev/null
+    "$RESTIC_BIN" -r "$RESTIC_REPO" backup -q --tag v1 "$SRC"
+    python3 "$BENCH_DIR/dataset.py" mutate "$SRC" 42 >/dev/null
+    "$RESTIC_BIN" -r "$RESTIC_REPO" backup -q --tag v2 "$SRC"
+    python3 "$BENCH_DIR/dataset.py" mutate "$SRC" 43 >/dev/null
+    "$RESTIC_BIN" -r "$RESTIC_REPO" backup -q --tag v3 "$SRC"
+    touch "$WORK/ready-$SIZE_MB"
+fi
+mapfile -t SNAPS < <("$RESTIC_BIN" -r "$RESTIC_REPO" snapshots --json |
+    python3 -c 'import json,sys; [print(s["id"]) for s in sorted(json.load(sys.stdin), key=lambda s: s["time"])]')
+BYTES=$(du -sb "$SRC" | cut -f1)
+log "restic repository: ${#SNAPS[@]} snapshots of $BYTES bytes (last)"
+
+restic_round() {
+    local i out
+    for i in 0 1 2; do
+        rm -rf "$SHM"; mkdir -p "$SHM"
+        out=$( { /usr/bin/time -f '%e %M' "$RESTIC_BIN" -r "$RESTIC_REPO" restore -q "${SNAPS[$i]}" --target "$SHM" >/dev/null; } 2>&1 | tail -1)
+        echo "restic restore v$((i + 1)) $out"
+    done
+    rm -rf "$SHM"
+}
+
+coffer_round() {
+    local repo=$WORK/coffer-repo out
+    rm -rf "$repo" "$WORK/coffer-home"
+    HOME=$WORK/coffer-home "$COFFER_BIN" --repo "$repo" -q init >/dev/null
+    out=$( { HOME=$WORK/coffer-home /usr/bin/time -f 'TIME %e %M' "$COFFER_BIN" --repo "$repo" --json import "restic:$RESTIC_REPO" >"$WORK/import.json"; } 2>&1 | grep '^TIME' | tail -1)
+    python3 - "$WORK/import.json" <<'EOF'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    v = json.loads(line)
+    if v.get("type") == "imported":
+        n += 1
+        m = v["summary"]
+        print(f"coffer import v{n} {m['duration_ms'] / 1000:.2f} read={m['bytes_read']} files_read={m['files_new']} known={m['files_unchanged']}")
+EOF
+    echo "coffer import-all ${out#TIME }"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    if (( r % 2 )); then restic_round; coffer_round; else coffer_round; restic_round; fi | sed "s/^/round $r: /"
+done

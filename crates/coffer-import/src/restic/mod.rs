@@ -382,7 +382,7 @@ impl ResticRepo {
             let size = self.source.size(&name).unwrap_or(blob.offset + data.len() as u64);
             return Err(Error::PackTruncated { pack: *pack, blob: blob.id, offset: blob.offset, length, size });
         }
-        let plain = self.key.open(&data).map_err(|_| Error::BlobUnauthenticated { pack: *pack, blob: blob.id })?;
+        let plain = self.key.open_owned(data).map_err(|_| Error::BlobUnauthenticated { pack: *pack, blob: blob.id })?;
         let plain = match blob.uncompressed_length {
             None => plain,
             Some(n) => {

@@ -318,11 +318,7 @@ impl ResticRepo {
                 Err(error) => report.damaged.push(Damaged { name, error }),
             }
         }
-        report.duplicates = idx.finish();
-        report.packs = idx.packs().len();
-        report.blobs = idx.blob_count();
-        self.index = Some(idx);
-        Ok(report)
+        Ok(self.install_index(idx, report))
     }
 
     /// Builds the in-memory index from the packs' own headers instead of the index
@@ -341,11 +337,16 @@ impl ResticRepo {
                 Err(error) => report.damaged.push(Damaged { name, error }),
             }
         }
+        Ok(self.install_index(idx, report))
+    }
+
+    /// Finishes `idx`, counts it into `report` and makes it the index blobs are read by.
+    fn install_index(&mut self, mut idx: Index, mut report: IndexReport) -> IndexReport {
         report.duplicates = idx.finish();
         report.packs = idx.packs().len();
         report.blobs = idx.blob_count();
         self.index = Some(idx);
-        Ok(report)
+        report
     }
 
     /// The loaded index, if any.

@@ -39,6 +39,7 @@
 
 pub mod error;
 pub mod restic;
+pub mod tar;
 pub mod source;
 
 pub use error::Error;

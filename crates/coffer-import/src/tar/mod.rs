@@ -404,7 +404,8 @@ fn build<R: Read>(
     // The crate's path: GNU long name, else PAX `path` as it reads it, else the header's.
     let mut path = member.path_bytes().into_owned();
     let header = member.header().clone();
-    let ty = header.entry_type().as_byte();
+    // The raw type byte: the crate reads NUL as '0'.
+    let ty = header.as_old().linkflag[0];
     let raw_pax = cell.borrow_mut().member_pax.take();
     let local = match raw_pax {
         Some(raw) => pax::parse_records(&raw).map_err(|reason| Error::Entry { entry: lossy(&path), reason })?,

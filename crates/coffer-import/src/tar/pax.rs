@@ -82,9 +82,13 @@ pub(super) fn parse_time(v: &[u8]) -> Option<Time> {
 
 /// A numeric header field: octal digits (space or NUL padded), or base-256 (the high bit
 /// of the first byte set; `0xff` opens a negative number), as GNU tar writes numbers that
-/// do not fit in octal.
+/// do not fit in octal. A field of only NULs and spaces, as some writers leave fields they
+/// have no value for, is 0.
 pub(super) fn header_number(field: &[u8]) -> Option<i64> {
     let first = *field.first()?;
+    if field.iter().all(|b| *b == 0 || *b == b' ') {
+        return Some(0);
+    }
     if first & 0x80 != 0 {
         let mut acc: i128 = if first == 0xff { -1 } else { i128::from(first & 0x7f) };
         for b in &field[1..] {
@@ -172,7 +176,9 @@ mod tests {
         assert_eq!(header_number(b"  1234 \0"), Some(0o1234));
         assert_eq!(header_number(&[0x80, 0, 0, 0, 0, 0, 1, 0]), Some(256));
         assert_eq!(header_number(&[0xff; 12]), Some(-1));
-        assert_eq!(header_number(b"\0\0\0"), None);
+        assert_eq!(header_number(b"\0\0\0"), Some(0));
+        assert_eq!(header_number(b"1\08"), Some(1));
+        assert_eq!(header_number(b" 9"), None);
         assert_eq!(header_number(b"12x"), None);
     }
 

@@ -6,10 +6,13 @@
 //! reader only lists and reads objects through the narrow [`Source`] trait, which coffer
 //! adapts to its storage backends (a local directory, S3, SFTP...).
 //!
-//! The one reader so far is [`restic`], for restic's documented repository format
+//! The one repository reader so far is [`restic`], for restic's documented repository format
 //! (repository versions 1 and 2). Everything read is authenticated before it is parsed,
 //! every length read from the source is checked against a limit before anything is
 //! allocated for it, and every damaged object yields a typed [`Error`] naming it.
+//!
+//! [`tar`] reads a tar archive as a stream (GNU tar's, or `borg export-tar`'s output) into
+//! neutral entry records, for importing an archive rather than a repository.
 //!
 //! ```no_run
 //! use std::io::Read;
@@ -39,8 +42,8 @@
 
 pub mod error;
 pub mod restic;
-pub mod tar;
 pub mod source;
+pub mod tar;
 
 pub use error::Error;
 pub use source::{LocalDir, Source, SourceError, SourceErrorKind};

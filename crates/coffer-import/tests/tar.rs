@@ -74,7 +74,10 @@ fn check_tree(entries: &[(Entry, Vec<u8>)], long: bool, nanos: bool) {
     let (plain, data) = find(entries, b"plain");
     assert_eq!((plain.kind, data.as_slice()), (Kind::File, &b"hello\n"[..]));
     assert_eq!(plain.mode, 0o4751);
-    assert_eq!(plain.mtime, if nanos { Time { secs: -14182940, nanos: 123456789 } } else { Time { secs: -14182940, nanos: 0 } });
+    assert_eq!(
+        plain.mtime,
+        if nanos { Time { secs: -14182940, nanos: 123456789 } } else { Time { secs: -14182940, nanos: 0 } }
+    );
     assert_eq!(find(entries, b"caf\xe9").1, b"latin-1 name");
     let (hard, data) = find(entries, b"hard");
     assert_eq!((hard.kind, hard.link.as_deref(), hard.size), (Kind::HardLink, Some(&b"plain"[..]), 0));
@@ -95,21 +98,11 @@ fn check_tree(entries: &[(Entry, Vec<u8>)], long: bool, nanos: bool) {
 }
 
 fn tree_args() -> Vec<&'static OsStr> {
-    [
-        "--owner=alice:3000000",
-        "--group=staff:4000001",
-        "plain",
-        "hard",
-        "fifo",
-        "chr",
-        "blk",
-        "sub",
-        "sym",
-    ]
-    .iter()
-    .map(|s| os(s))
-    .chain([OsStr::from_bytes(b"caf\xe9")])
-    .collect()
+    ["--owner=alice:3000000", "--group=staff:4000001", "plain", "hard", "fifo", "chr", "blk", "sub", "sym"]
+        .iter()
+        .map(|s| os(s))
+        .chain([OsStr::from_bytes(b"caf\xe9")])
+        .collect()
 }
 
 #[test]
@@ -328,7 +321,8 @@ fn gnu_tar_xattrs() {
     xattr::set(&f, "user.bin", b"\x00\x01\n\xff").unwrap();
     fs::create_dir(t.path().join("dir")).unwrap();
     xattr::set(t.path().join("dir"), "user.d", b"on a dir").unwrap();
-    let archive = gnu_tar(t.path(), &[os("--format=pax"), os("--xattrs"), os("--xattrs-include=user.*"), os("file"), os("dir")]);
+    let archive =
+        gnu_tar(t.path(), &[os("--format=pax"), os("--xattrs"), os("--xattrs-include=user.*"), os("file"), os("dir")]);
     let entries = read_all(&archive).unwrap();
     let (e, data) = find(&entries, b"file");
     assert_eq!(data, b"with attributes");
@@ -501,11 +495,16 @@ fn huge_header(ty: u8, size: u64) -> Vec<u8> {
 
 #[test]
 fn huge_metadata_records_are_refused_at_their_header() {
-    for (ty, what) in [(b'x', "PAX extended header"), (b'g', "PAX global header"), (b'L', "GNU long name"), (b'K', "GNU long link")] {
+    for (ty, what) in
+        [(b'x', "PAX extended header"), (b'g', "PAX global header"), (b'L', "GNU long name"), (b'K', "GNU long link")]
+    {
         let err = read_all(&huge_header(ty, 8 << 30)).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, Error::TooLarge { size, offset: 0, .. } if size == 8 << 30), "{msg}");
-        assert!(msg.contains(what) && msg.contains("8 GiB") && msg.contains("1 MiB") && msg.contains("`huge!`"), "{msg}");
+        assert!(
+            msg.contains(what) && msg.contains("8 GiB") && msg.contains("1 MiB") && msg.contains("`huge!`"),
+            "{msg}"
+        );
     }
     // Just under the limit passes the guard (and then is truncated).
     let limits = Limits { max_meta: 4096, ..Limits::default() };

@@ -157,9 +157,8 @@ impl<R: Read> Guard<R> {
         match header.cksum() {
             Ok(stored) if stored == computed => {}
             Ok(stored) => {
-                let reason = format!(
-                    "checksum mismatch (stored {stored}, computed {computed}): damaged, or not a tar archive"
-                );
+                let reason =
+                    format!("checksum mismatch (stored {stored}, computed {computed}): damaged, or not a tar archive");
                 return Err(self.fail(Error::Header { offset: at, reason }));
             }
             Err(_) => {

@@ -174,7 +174,7 @@ fn at(offset: Option<u64>) -> String {
 fn size_text(n: u64) -> String {
     const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (unit, name) in UNITS {
-        if n >= unit && n % unit == 0 {
+        if n >= unit && n.is_multiple_of(unit) {
             return format!("{} {name}", n / unit);
         }
         if n >= unit {
@@ -416,10 +416,11 @@ fn build<R: Read>(
         path = v.to_vec();
     }
     let err = |path: &[u8], reason: String| Error::Entry { entry: lossy(path), reason };
-    if let Some(v) = p.get(b"size") {
-        if ty != b'S' && pax::parse_u64(v) != Some(member.size()) {
-            return Err(err(&path, "its PAX size record is malformed or placed where it cannot be followed".into()));
-        }
+    if let Some(v) = p.get(b"size")
+        && ty != b'S'
+        && pax::parse_u64(v) != Some(member.size())
+    {
+        return Err(err(&path, "its PAX size record is malformed or placed where it cannot be followed".into()));
     }
     let old = header.as_old();
     let gnu = header.as_gnu();
@@ -467,7 +468,8 @@ fn build<R: Read>(
             .map(|secs| Time { secs, nanos: 0 })
             .ok_or_else(|| err(&path, "the mtime field is not a number".into()))?,
     };
-    let gnu_time = |field: &[u8]| if field[0] == 0 { None } else { pax::header_number(field).map(|secs| Time { secs, nanos: 0 }) };
+    let gnu_time =
+        |field: &[u8]| if field[0] == 0 { None } else { pax::header_number(field).map(|secs| Time { secs, nanos: 0 }) };
     let atime = time(b"atime")?.or_else(|| gnu.and_then(|g| gnu_time(&g.atime)));
     let ctime = time(b"ctime")?.or_else(|| gnu.and_then(|g| gnu_time(&g.ctime)));
     let link = match kind {
@@ -486,7 +488,8 @@ fn build<R: Read>(
             };
             n.and_then(|n| u32::try_from(n).ok()).ok_or_else(|| err(&path, "a device without a valid number".into()))
         };
-        let fields = header.as_ustar().map(|u| (&u.dev_major, &u.dev_minor)).or(gnu.map(|g| (&g.dev_major, &g.dev_minor)));
+        let fields =
+            header.as_ustar().map(|u| (&u.dev_major, &u.dev_minor)).or(gnu.map(|g| (&g.dev_major, &g.dev_minor)));
         dev_major = dev(b"SCHILY.devmajor", fields.map(|f| f.0))?;
         dev_minor = dev(b"SCHILY.devminor", fields.map(|f| f.1))?;
     }

@@ -12,6 +12,9 @@ use super::Time;
 /// The records of one PAX header, in archive order.
 pub(super) type Records = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// An extended attribute: name and value.
+pub(super) type Xattr = (Vec<u8>, Vec<u8>);
+
 /// Parses the records `<length> <key>=<value>\n` of a PAX header.
 pub(super) fn parse_records(data: &[u8]) -> Result<Records, String> {
     let mut out = Vec::new();
@@ -77,7 +80,11 @@ pub(super) fn parse_time(v: &[u8]) -> Option<Time> {
     if !neg {
         return Some(Time { secs, nanos });
     }
-    if nanos == 0 { Some(Time { secs: -secs, nanos }) } else { Some(Time { secs: -secs - 1, nanos: 1_000_000_000 - nanos }) }
+    if nanos == 0 {
+        Some(Time { secs: -secs, nanos })
+    } else {
+        Some(Time { secs: -secs - 1, nanos: 1_000_000_000 - nanos })
+    }
 }
 
 /// A numeric header field: octal digits (space or NUL padded), or base-256 (the high bit
@@ -105,7 +112,7 @@ pub(super) fn header_number(field: &[u8]) -> Option<i64> {
 
 /// The extended attribute a record holds, if it holds one: `SCHILY.xattr.NAME` with the
 /// raw value, or `LIBARCHIVE.xattr.NAME` with the name URL-encoded and the value base64.
-pub(super) fn xattr(key: &[u8], value: &[u8]) -> Option<Result<(Vec<u8>, Vec<u8>), String>> {
+pub(super) fn xattr(key: &[u8], value: &[u8]) -> Option<Result<Xattr, String>> {
     if let Some(name) = key.strip_prefix(b"SCHILY.xattr.") {
         return Some(Ok((name.to_vec(), value.to_vec())));
     }

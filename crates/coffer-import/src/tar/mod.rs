@@ -2,7 +2,7 @@
 //! (which reads `borg export-tar`'s output). It owns turning each member of an archive
 //! into a neutral [`Entry`] holding all the metadata the archive records, with a reader of
 //! its content; what becomes of the entries is the importer's business. See
-//! [the design's Import section](../../../../docs/design.md#import).
+//! docs/design.md#import.
 //!
 //! Formats read: ustar, GNU (long names and link names `L`/`K`, base-256 numbers, old
 //! sparse files `S`, `atime`/`ctime` fields) and PAX (local `x` and global `g` headers,

@@ -11,6 +11,9 @@
 //! every length read from the source is checked against a limit before anything is
 //! allocated for it, and every damaged object yields a typed [`Error`] naming it.
 //!
+//! [`borg`] is different: it parses what the user's own `borg` prints (`list --json`,
+//! `info --json`, `debug dump-archive`), which the `coffer` binary runs.
+//!
 //! ```no_run
 //! use std::io::Read;
 //! use std::sync::Arc;
@@ -37,6 +40,7 @@
 //! # }
 //! ```
 
+pub mod borg;
 pub mod error;
 pub mod restic;
 pub mod source;

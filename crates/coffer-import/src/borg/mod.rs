@@ -46,12 +46,15 @@
 //! stream cannot be resynchronised without reading it.
 
 mod dump;
+mod fields;
+mod item;
 mod list;
 mod text;
 
 use std::fmt;
 
-pub use dump::{Chunk, ChunkerParams, ContentKey, DumpEvent, DumpMeta, HardLinks, Item, ItemKind, Reject, read_dump};
+pub use dump::{ChunkerParams, DumpEvent, DumpMeta, read_dump};
+pub use item::{Chunk, ContentKey, HardLinks, Item, ItemKind, Reject};
 pub use list::{ArchiveInfo, ArchiveSummary, RepoList, parse_info, parse_info_all, parse_list, parse_list_with};
 pub use text::{BorgTime, parse_time};
 

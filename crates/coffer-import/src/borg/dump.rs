@@ -440,7 +440,7 @@ fn lossy(b: &[u8]) -> String {
 /// means the document is truncated or not a dump at all: items already handed over must
 /// then be thrown away with the archive.
 ///
-/// Hard link slaves come without a content key: pass items through [`HardLinks`] to
+/// Hard link slaves come without a content key: pass items through [`HardLinks`](super::HardLinks) to
 /// give them their master's. Part items ([`Item::part`]) are for the caller to skip.
 pub fn read_dump<R: Read, E: From<Error>>(
     r: R,

@@ -21,10 +21,10 @@ pub enum Reject {
     /// A byte string is longer than its limit.
     #[error("its {field} is {len} bytes, more than the {limit} accepted")]
     TooLong { field: String, len: usize, limit: usize },
-    /// More chunks than [`Limits::chunks_per_item`].
+    /// More chunks than [`Limits::chunks_per_item`](super::Limits::chunks_per_item).
     #[error("it has more than the {limit} chunks accepted")]
     TooManyChunks { limit: usize },
-    /// More xattrs than [`Limits::xattrs_per_item`].
+    /// More xattrs than [`Limits::xattrs_per_item`](super::Limits::xattrs_per_item).
     #[error("it has more than the {limit} extended attributes accepted")]
     TooManyXattrs { limit: usize },
     /// An entry of the chunk list is malformed.

@@ -13,6 +13,8 @@
 //!
 //! [`tar`] reads a tar archive as a stream (GNU tar's, or `borg export-tar`'s output) into
 //! neutral entry records, for importing an archive rather than a repository.
+//! [`borg`] is different: it parses what the user's own `borg` prints (`list --json`,
+//! `info --json`, `debug dump-archive`), which the `coffer` binary runs.
 //!
 //! ```no_run
 //! use std::io::Read;
@@ -40,6 +42,7 @@
 //! # }
 //! ```
 
+pub mod borg;
 pub mod error;
 pub mod restic;
 pub mod source;

@@ -3,18 +3,18 @@
 #   - an S3 server: the Versity gateway (posix backend), with a bucket for the tests;
 #   - a TCP fault proxy: toxiproxy, with a proxy named "s3" in front of the gateway;
 #   - an SFTP server: OpenSSH's sshd on a high port, key login for the current user;
-#   - no server but a pinned binary: restic, whose repositories coffer's import reads.
+#   - no server but pinned binaries: restic and borg, whose repositories coffer's import reads.
 #
 # Usage: services.sh install | start | selftest | stop
 #   install   builds the pinned Go servers and restic into the cache directory (skipped
-#             when already there) and installs the Debian OpenSSH packages when sshd is
-#             missing.
+#             when already there), installs the Debian OpenSSH packages when sshd is
+#             missing and Debian's borgbackup of the pinned version.
 #   start     starts the servers in the run directory and writes "$COFFER_CI_RUN/env".
 #   selftest  checks that each server really works (needs a started run directory).
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
-#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic; commas or
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg; commas or
 #                    spaces between them): their servers are neither installed nor started
 #                    (the fault proxy needs S3, so skipping s3 skips it too; skipping restic
 #                    neither builds it nor exports COFFER_TEST_RESTIC).
@@ -28,6 +28,8 @@ set -euo pipefail
 VERSITYGW_VERSION=v1.8.0
 TOXIPROXY_VERSION=v2.12.0
 RESTIC_VERSION=v0.19.1
+BORG_VERSION=1.2.4
+BORG_DEBIAN_VERSION=1.2.4-1
 VERSITYGW_MODULE=github.com/versity/versitygw/cmd/versitygw
 TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2/cmd
 RESTIC_MODULE=github.com/restic/restic
@@ -38,6 +40,7 @@ VERSITYGW=$BIN/versitygw-$VERSITYGW_VERSION
 TOXIPROXY_SERVER=$BIN/toxiproxy-server-$TOXIPROXY_VERSION
 TOXIPROXY_CLI=$BIN/toxiproxy-cli-$TOXIPROXY_VERSION
 RESTIC=$BIN/restic-$RESTIC_VERSION
+BORG=/usr/bin/borg
 
 # Fixed test credentials: the servers listen on loopback only.
 S3_ACCESS_KEY=cofferci
@@ -116,25 +119,22 @@ go_build_module() {
     say "built $dest in $((SECONDS - t0))s"
 }
 
-install_sshd() {
-    if command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]]; then
-        if command -v sftp >/dev/null && command -v ssh-keygen >/dev/null; then
-            say "openssh already installed"
-            return
-        fi
-    fi
+# apt_install WHAT PACKAGE...: installs Debian packages (PACKAGE may be NAME=VERSION),
+# with sudo when not root; no service is started while installing.
+apt_install() {
+    local what=$1
+    shift
     local sudo=()
     if [[ $(id -u) != 0 ]]; then
         if ! { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
-            die "sshd is missing and this user cannot install it; install the Debian packages openssh-server and openssh-client"
+            die "$what is missing and this user cannot install it; install the Debian packages $*"
         fi
         sudo=(sudo -n)
     fi
-    command -v apt-get >/dev/null ||
-        die "sshd is missing and there is no apt-get here; install OpenSSH's server (sshd) and client (ssh, sftp, ssh-keygen)"
-    say "installing openssh-server and openssh-client (apt-get)"
-    # The package would start a system-wide sshd on port 22; forbid service starts while
-    # installing, unless the machine already has a policy of its own.
+    command -v apt-get >/dev/null || die "$what is missing and there is no apt-get here; install $*"
+    say "installing $* (apt-get)"
+    # A package may start a system-wide service (sshd on port 22); forbid service starts
+    # while installing, unless the machine already has a policy of its own.
     local policy=/usr/sbin/policy-rc.d added_policy=
     if [[ ! -e $policy ]]; then
         printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
@@ -142,8 +142,7 @@ install_sshd() {
         added_policy=1
     fi
     local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q
-        -o Dpkg::Options::=--force-confold install --no-install-recommends
-        openssh-server openssh-client)
+        -o Dpkg::Options::=--force-confold install --no-install-recommends "$@")
     local ok=1
     # Package lists are often missing or stale on a fresh machine: update once on failure.
     if ! "${apt[@]}"; then
@@ -152,7 +151,26 @@ install_sshd() {
         fi
     fi
     [[ -n $added_policy ]] && "${sudo[@]}" rm -f "$policy"
-    [[ -n $ok ]] || die "apt-get could not install openssh-server and openssh-client"
+    [[ -n $ok ]] || die "apt-get could not install $*"
+}
+
+install_sshd() {
+    if command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]]; then
+        if command -v sftp >/dev/null && command -v ssh-keygen >/dev/null; then
+            say "openssh already installed"
+            return
+        fi
+    fi
+    apt_install sshd openssh-server openssh-client
+}
+
+# The pinned borg: Debian's package of that version, whose `borg` is /usr/bin/borg.
+install_borg() {
+    if [[ -x $BORG ]] && [[ $("$BORG" --version 2>/dev/null) == "borg $BORG_VERSION" ]]; then
+        say "borg $BORG_VERSION already installed"
+        return
+    fi
+    apt_install borg "borgbackup=$BORG_DEBIAN_VERSION"
 }
 
 cmd_install() {
@@ -169,6 +187,9 @@ cmd_install() {
     fi
     if wanted restic; then
         go_build_module restic "$RESTIC_MODULE" "$RESTIC_VERSION" ./cmd/restic "$RESTIC"
+    fi
+    if wanted borg; then
+        install_borg
     fi
 }
 
@@ -419,6 +440,9 @@ write_env() {
         if wanted restic; then
         echo "export COFFER_TEST_RESTIC=$(printf %q "$RESTIC")"
         fi
+        if wanted borg; then
+        echo "export COFFER_TEST_BORG=$(printf %q "$BORG")"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -461,6 +485,10 @@ cmd_start() {
     if wanted restic; then
         [[ -x $RESTIC ]] || die "restic $RESTIC_VERSION is not installed; run: $0 install"
         started+=("restic $RESTIC_VERSION (a binary, no server)")
+    fi
+    if wanted borg; then
+        [[ -x $BORG ]] || die "borg $BORG_VERSION is not installed; run: $0 install"
+        started+=("borg $BORG_VERSION (a binary, no server)")
     fi
     write_env
     trap - EXIT
@@ -606,6 +634,9 @@ cmd_selftest() {
     if wanted restic; then
         check "restic: $COFFER_TEST_RESTIC version" \
             "$("$COFFER_TEST_RESTIC" version 2>&1 | cut -d' ' -f1-2)" "restic ${RESTIC_VERSION#v}"
+    fi
+    if wanted borg; then
+        check "borg: $COFFER_TEST_BORG --version" "$("$COFFER_TEST_BORG" --version 2>&1)" "borg $BORG_VERSION"
     fi
     rm -rf "$RUN/selftest"
     ((FAILURES == 0)) || die "selftest: $FAILURES check(s) failed; logs are in $RUN"

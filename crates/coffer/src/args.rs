@@ -128,10 +128,15 @@ pub enum Command {
     /// (--from-repo), sending only what this one lacks.
     #[command(after_help = EXIT_CODES)]
     Copy(CopyArgs),
-    /// Import every snapshot of a restic repository (restic:LOCATION), oldest
-    /// first; run again, only those not imported before.
+    /// Import every snapshot of a restic repository (restic:LOCATION) or every
+    /// archive of a borg repository (borg:REPO[::ARCHIVE]), oldest first; run
+    /// again, only those not imported before.
     #[command(after_help = EXIT_CODES)]
     Import(ImportArgs),
+    /// Store a tar archive (a file, or `-` for standard input) as a snapshot:
+    /// what any program that exports tar hands over.
+    #[command(name = "import-tar", after_help = EXIT_CODES)]
+    ImportTar(ImportTarArgs),
     /// List snapshots.
     #[command(after_help = EXIT_CODES)]
     Snapshots(SnapshotsArgs),
@@ -436,6 +441,34 @@ pub struct ImportArgs {
     #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
     pub from_password_file: Option<PathBuf>,
     /// Say which snapshots would be imported and how many bytes read; write nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ImportTarArgs {
+    /// The archive: a file, or `-` for standard input. Compressed archives are
+    /// read through their decompressor: `zstd -dc a.tar.zst | coffer import-tar -`.
+    #[arg(value_name = "FILE", default_value = "-")]
+    pub file: PathBuf,
+    /// The snapshot's time instead of now: `YYYY-MM-DD HH:MM:SS` in local time
+    /// (UTC with --utc), or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// Host name to record instead of this machine's.
+    #[arg(long, short = 'H', env = "COFFER_HOST")]
+    pub host: Option<String>,
+    /// User name to record instead of the current user's.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The snapshot's paths (repeatable; absolute); the archive's entries are
+    /// stored as it names them. Default: its top-level names, each after `/`.
+    #[arg(long = "path", value_name = "PATH")]
+    pub paths: Vec<String>,
+    /// Tag the snapshot (repeat, or separate with commas).
+    #[arg(long = "tag", value_delimiter = ',')]
+    pub tags: Vec<String>,
+    /// Read and chunk the archive, write nothing.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
 }

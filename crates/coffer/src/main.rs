@@ -9,7 +9,7 @@ mod alloc;
 mod args;
 mod cmd;
 mod foreign;
-mod import_restic;
+mod import;
 mod interrupt;
 mod key_copy;
 mod local_input;
@@ -76,6 +76,13 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<coffer_backend::LocationError>().is_some() {
             // The location given does not parse: the command line's fault.
             return exit::USAGE;
+        }
+        if let Some(e) = cause.downcast_ref::<import::borg::BorgFailed>() {
+            return match e.kind {
+                import::borg::BorgFailure::WrongPassphrase => exit::WRONG_PASSWORD,
+                import::borg::BorgFailure::NoRepository => exit::NO_REPOSITORY,
+                import::borg::BorgFailure::Other => exit::FAILURE,
+            };
         }
         if let Some(e) = cause.downcast_ref::<coffer_import::Error>() {
             // The repository being imported, by the same rules as this one.
@@ -254,6 +261,10 @@ fn main() -> ExitCode {
             // An import stores what it reads as a backup does.
             lean_allocator(4 << 20);
             cmd::import::run(&cli.global, a)
+        }
+        Command::ImportTar(a) => {
+            lean_allocator(4 << 20);
+            cmd::import_tar::run(&cli.global, a)
         }
         Command::Snapshots(a) => cmd::snapshots::run(&cli.global, a),
         Command::Ls(a) => cmd::ls::run(&cli.global, a),

@@ -142,6 +142,20 @@ pub fn read_import_source(file: Option<&Path>, tool: &str) -> Result<Passphrase>
     }
 }
 
+/// The passphrase of a repository being imported through its own program
+/// (borg), when coffer is given one: COFFER_FROM_PASSWORD, else the first line
+/// of `file`. `None` leaves the program to its own ways (BORG_PASSPHRASE,
+/// BORG_PASSCOMMAND).
+pub fn read_import_source_if_given(file: Option<&Path>) -> Result<Option<Passphrase>> {
+    if let Some(p) = env("COFFER_FROM_PASSWORD") {
+        Ok(Some(p))
+    } else if let Some(file) = file {
+        first_line(file).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 const EMPTY: &str = "an empty passphrase is not allowed: anyone could open the repository; choose a passphrase \
                      (a long one: it is all that protects the data)";
 

@@ -22,6 +22,8 @@ pub enum Server {
     /// The pinned restic binary the import tests make repositories with
     /// (`COFFER_TEST_RESTIC`): a tool, not a server, installed the same way.
     Restic,
+    /// The pinned borg (Debian's package, `COFFER_TEST_BORG`), likewise.
+    Borg,
 }
 
 impl Server {
@@ -32,6 +34,7 @@ impl Server {
             Server::Sftp => "sftp",
             Server::Toxiproxy => "toxiproxy",
             Server::Restic => "restic",
+            Server::Borg => "borg",
         }
     }
 
@@ -41,6 +44,7 @@ impl Server {
             Server::Sftp => "the SFTP test server (COFFER_TEST_SFTP_HOST and the other COFFER_TEST_SFTP_* variables)",
             Server::Toxiproxy => "the fault proxy (COFFER_TEST_TOXIPROXY) or the S3 server behind it",
             Server::Restic => "the pinned restic binary (COFFER_TEST_RESTIC)",
+            Server::Borg => "the pinned borg (COFFER_TEST_BORG)",
         }
     }
 }

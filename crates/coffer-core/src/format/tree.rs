@@ -113,6 +113,37 @@ pub struct Node {
     pub subtree: Option<Id>,
 }
 
+impl Node {
+    /// A node of `kind` named `name` with permission bits `mode` and time
+    /// `mtime` (its ctime too), owned by root, one link, and nothing else: for
+    /// entries described by something other than `lstat` (an imported archive).
+    pub fn new(name: Bytes, kind: NodeKind, mode: u32, mtime: Timestamp) -> Node {
+        Node {
+            name,
+            kind,
+            mode,
+            uid: 0,
+            gid: 0,
+            user: None,
+            group: None,
+            mtime,
+            ctime: mtime,
+            size: 0,
+            inode: 0,
+            device: 0,
+            links: 1,
+            rdev: 0,
+            target: None,
+            xattrs: Vec::new(),
+            content: Vec::new(),
+            content_parts: Vec::new(),
+            digest: None,
+            sparse: false,
+            subtree: None,
+        }
+    }
+}
+
 /// A directory listing.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tree {

@@ -9,15 +9,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use coffer_backend::Location;
+use coffer_core::crypto::sign::SigningKey;
 use coffer_core::format::snapshot::ImportedFrom;
+use coffer_core::local_state::LocalState;
+use coffer_core::ops::backup::BackupResult;
 use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource, ForeignTree, Payload, import_foreign};
-use coffer_core::repo::InitOptions;
 use coffer_core::repo::history::History;
+use coffer_core::repo::{InitOptions, Repository};
 use coffer_import::restic::{ResticRepo, Snapshot as ResticSnapshot};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
-use crate::import_restic::{BackendSource, ResticTree};
+use crate::import::restic::{BackendSource, ResticTree};
 use crate::progress::Display;
 use crate::{exit, output, password, repo_open};
 
@@ -25,10 +28,13 @@ use crate::{exit, output, password, repo_open};
 const RESTIC: &str = "restic";
 
 pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
+    if let Some(spec) = a.source.strip_prefix("borg:") {
+        return crate::cmd::import_borg::run(global, a, spec);
+    }
     let Some(location) = a.source.strip_prefix("restic:") else {
         bail!(
             "{:?} does not say what to import: give restic:LOCATION (LOCATION is any location coffer reads: a \
-             directory, s3:…, sftp:…)",
+             directory, s3:…, sftp:…) or borg:REPO[::ARCHIVE] (as borg takes them; borg must be installed)",
             a.source
         );
     };
@@ -45,17 +51,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
         repo_open::warn(global, &format!("restic snapshot {}: {}; it is not imported", d.name, d.error));
     }
 
-    let (path, is_default) = repo_open::location(global)?;
-    let repo = if is_default && !path.local_path().is_some_and(|p| p.join("config").exists()) && !a.dry_run {
-        let repo = repo_open::create(global, &path, &InitOptions::default())?;
-        if !global.json && !global.quiet {
-            println!("created the default repository at {}", path.display());
-        }
-        repo
-    } else {
-        repo_open::open_ahead(global, &path, repo_open::Ahead::Backup)?.0
-    };
-    let done = imported(&repo, source.id())?;
+    let repo = target(global, a.dry_run)?;
+    let done = imported(&repo, RESTIC, source.id())?;
     let todo: Vec<&(coffer_import::restic::SnapshotId, ResticSnapshot)> =
         listed.good.iter().filter(|(id, _)| !done.contains(&id.to_hex())).collect();
     if !global.json && !global.quiet {
@@ -71,16 +68,11 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
     if todo.is_empty() {
         return Ok(if incomplete { exit::INCOMPLETE } else { exit::OK });
     }
-    let report = source.load_index().context("cannot read the restic repository's index")?;
-    for d in &report.damaged {
+    let index = source.load_index().context("cannot read the restic repository's index")?;
+    for d in &index.damaged {
         repo_open::warn(global, &format!("restic index file {}: {}", d.name, d.error));
     }
-    let state = repo_open::local_state(&repo)?;
-    let key = if a.dry_run {
-        repo.existing_writer_key(&state)?.unwrap_or_else(coffer_core::crypto::sign::SigningKey::generate)
-    } else {
-        repo.own_writer_key(&state)?
-    };
+    let (state, key) = writer(&repo, a.dry_run)?;
     let memo = ContentMemo::default();
     let mut seen = HashSet::new();
     for (id, snap) in todo {
@@ -117,6 +109,7 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
         let foreign = ForeignSource {
             tree: &tree,
             paths: snap.paths.clone(),
+            paths_from_tree: false,
             username: snap.username.clone(),
             memo: &memo,
             imported_from: from,
@@ -131,42 +124,77 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
                 id.short()
             )
         })?;
-        let s = &result.snapshot;
-        incomplete |= s.is_incomplete();
-        if global.json {
-            output::json(&json!({"type": "imported", "restic_snapshot": id.to_hex(), "snapshot_id": result.id,
-                "incomplete": s.is_incomplete(), "skipped": s.skipped_count, "summary": s.summary}));
-        } else if !global.quiet {
-            let m = &s.summary;
-            println!(
-                "imported restic snapshot {} of {} as {}: {} files read ({}), {} known; {} added{}",
-                id.short(),
-                snap.time.rfc3339,
-                result.id.map(|i| i.short()).unwrap_or_default(),
-                m.files_new,
-                output::bytes(m.bytes_read),
-                m.files_unchanged,
-                output::bytes(m.bytes_added),
-                if s.is_incomplete() {
-                    format!("; {} left out: the snapshot is incomplete", output::plural(s.skipped_count, "entry"))
-                } else {
-                    String::new()
-                }
-            );
-        }
+        let label = format!("restic snapshot {} of {}", id.short(), snap.time.rfc3339);
+        incomplete |= report(global, &label, ("restic_snapshot", &id.to_hex()), &result);
     }
     repo_open::report_bad_copies(global, &repo);
     Ok(if incomplete { exit::INCOMPLETE } else { exit::OK })
 }
 
-/// The restic snapshots already imported from repository `restic_id`: their ids.
-fn imported(repo: &coffer_core::repo::Repository, restic_id: &str) -> Result<HashSet<String>> {
+/// The repository to import into (`--repo`): the default one is created if it
+/// is not there yet, unless `dry_run`.
+pub fn target(global: &GlobalArgs, dry_run: bool) -> Result<Repository> {
+    let (path, is_default) = repo_open::location(global)?;
+    if is_default && !path.local_path().is_some_and(|p| p.join("config").exists()) && !dry_run {
+        let repo = repo_open::create(global, &path, &InitOptions::default())?;
+        if !global.json && !global.quiet {
+            println!("created the default repository at {}", path.display());
+        }
+        Ok(repo)
+    } else {
+        Ok(repo_open::open_ahead(global, &path, repo_open::Ahead::Backup)?.0)
+    }
+}
+
+/// This client's local state for `repo` and its writer key (a throwaway one
+/// for a dry run when it has none).
+pub fn writer(repo: &Repository, dry_run: bool) -> Result<(LocalState, SigningKey)> {
+    let state = repo_open::local_state(repo)?;
+    let key = if dry_run {
+        repo.existing_writer_key(&state)?.unwrap_or_else(SigningKey::generate)
+    } else {
+        repo.own_writer_key(&state)?
+    };
+    Ok((state, key))
+}
+
+/// Says what one import stored (`label` names the source's snapshot; `source`
+/// is its id's JSON field and value); whether the snapshot is incomplete.
+pub fn report(global: &GlobalArgs, label: &str, source: (&str, &str), result: &BackupResult) -> bool {
+    let s = &result.snapshot;
+    if global.json {
+        let mut v = json!({"type": "imported", "snapshot_id": result.id, "incomplete": s.is_incomplete(),
+            "skipped": s.skipped_count, "summary": s.summary, "dry_run": result.id.is_none()});
+        v[source.0] = json!(source.1);
+        output::json(&v);
+    } else if !global.quiet {
+        let m = &s.summary;
+        println!(
+            "{} {label} as {}: {} files read ({}), {} known; {} added{}",
+            if result.id.is_some() { "imported" } else { "would import" },
+            result.id.map(|i| i.short()).unwrap_or_else(|| "nothing (dry run)".into()),
+            m.files_new,
+            output::bytes(m.bytes_read),
+            m.files_unchanged,
+            output::bytes(m.bytes_added),
+            if s.is_incomplete() {
+                format!("; {} left out: the snapshot is incomplete", output::plural(s.skipped_count, "entry"))
+            } else {
+                String::new()
+            }
+        );
+    }
+    s.is_incomplete()
+}
+
+/// The snapshots of `tool`'s repository `repository_id` imported before: their ids there.
+pub fn imported(repo: &Repository, tool: &str, repository_id: &str) -> Result<HashSet<String>> {
     let history = History::load(repo)?;
     Ok(history
         .snapshots
         .iter()
         .filter_map(|(_, s)| s.imported_from.as_ref())
-        .filter(|f| f.tool == RESTIC && f.repository == restic_id)
+        .filter(|f| f.tool == tool && f.repository == repository_id)
         .map(|f| f.snapshot.clone())
         .collect())
 }
@@ -197,7 +225,7 @@ fn to_read(tree: &ResticTree<'_>, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, 
     Ok((files, bytes))
 }
 
-fn system_time(secs: i64, nanos: u32) -> SystemTime {
+pub fn system_time(secs: i64, nanos: u32) -> SystemTime {
     if secs >= 0 {
         UNIX_EPOCH + Duration::new(secs as u64, nanos)
     } else {

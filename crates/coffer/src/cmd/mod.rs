@@ -16,6 +16,8 @@ pub mod find;
 pub mod forget;
 pub mod generate;
 pub mod import;
+pub mod import_borg;
+pub mod import_tar;
 pub mod init;
 pub mod key;
 pub mod ls;

@@ -5,6 +5,7 @@
 
 pub mod remote;
 pub mod replicas;
+pub mod trees;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

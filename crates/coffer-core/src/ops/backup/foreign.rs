@@ -83,6 +83,34 @@ pub trait ForeignTree: Sync {
     /// The content of the file `file`, read to its end. A read error ends the
     /// file: it is left out and listed.
     fn open<'a>(&'a self, file: &[u8]) -> std::result::Result<Box<dyn Read + Send + 'a>, String>;
+
+    /// For a source read in one pass, in its own order (a tar stream): called
+    /// once, before the root is listed, to hand over each file's content to
+    /// `store`, which reads it to its end, stores it and remembers it in the
+    /// import's [`ContentMemo`] under its key; a file of that key is then not
+    /// opened. `store` gives `Ok(Err(reason))` when the content could not be
+    /// read: the source keeps the reason for `open` to give. A fatal error of
+    /// `store` (the repository's) must be returned as it is. `Ok(Err(reason))`
+    /// from `feed` says the source broke off (a damaged archive): what it did
+    /// not hand over is missing, and the snapshot is marked incomplete.
+    fn feed(&self, _store: &mut Store<'_>) -> Result<std::result::Result<(), String>> {
+        Ok(Ok(()))
+    }
+}
+
+/// What [`ForeignTree::feed`] hands each file's content to.
+pub type Store<'a> = dyn FnMut(Fed<'_>) -> Result<std::result::Result<(), String>> + 'a;
+
+/// A file's content handed over by [`ForeignTree::feed`].
+pub struct Fed<'a> {
+    /// The key its entries' [`Payload::File`] hold.
+    pub key: [u8; 32],
+    /// Where it is in the snapshot (one of its paths), for progress and messages.
+    pub path: &'a Path,
+    /// The content, read to its end.
+    pub reader: &'a mut (dyn Read + Send),
+    /// Its size as the source records it.
+    pub size: u64,
 }
 
 /// File contents already imported, by content key: kept across the snapshots
@@ -90,6 +118,9 @@ pub trait ForeignTree: Sync {
 #[derive(Default)]
 pub struct ContentMemo {
     map: Mutex<HashMap<[u8; 32], Remembered>>,
+    /// Keys fed ([`ForeignTree::feed`]) for the snapshot being imported and not
+    /// yet met in its tree: the first entry met holding one counts as read.
+    fed: Mutex<std::collections::HashSet<[u8; 32]>>,
 }
 
 #[derive(Clone)]
@@ -117,6 +148,16 @@ impl ContentMemo {
     fn put(&self, key: [u8; 32], r: Remembered) {
         self.map.lock().expect("poisoned").insert(key, r);
     }
+
+    /// Whether it holds the content of key `key`.
+    pub fn knows(&self, key: &[u8; 32]) -> bool {
+        self.map.lock().expect("poisoned").contains_key(key)
+    }
+
+    /// Whether `key` was fed for this snapshot and not met yet; it is met now.
+    fn take_fed(&self, key: &[u8; 32]) -> bool {
+        self.fed.lock().expect("poisoned").remove(key)
+    }
 }
 
 /// Why a name cannot be an entry's: what a file system could not hold.
@@ -131,6 +172,32 @@ fn bad_name(name: &[u8]) -> Option<&'static str> {
 }
 
 impl Archiver<'_> {
+    /// Saves the foreign tree `tree`: what it feeds first, then its directories
+    /// from the root.
+    pub(super) fn save_foreign(&self, tree: &dyn ForeignTree, memo: &ContentMemo) -> Result<(Id, Leaves)> {
+        memo.fed.lock().expect("poisoned").clear();
+        let mut store = |f: Fed<'_>| self.store_fed(memo, f);
+        if let Err(why) = tree.feed(&mut store)? {
+            self.skip(Path::new("/"), format!("{why}: what follows it in the source is missing from the snapshot"));
+        }
+        self.save_foreign_dir(tree, memo, &tree.root(), Path::new("/"), 0)
+    }
+
+    /// Stores a fed file's content, unless the memo holds its key already.
+    fn store_fed(&self, memo: &ContentMemo, f: Fed<'_>) -> Result<std::result::Result<(), String>> {
+        if memo.knows(&f.key) {
+            return Ok(Ok(()));
+        }
+        self.progress.start_item(f.path);
+        let r = match self.read_stored(f.reader, f.size, f.path)? {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why)),
+        };
+        memo.put(f.key, r);
+        memo.fed.lock().expect("poisoned").insert(f.key);
+        Ok(Ok(()))
+    }
+
     /// Saves the foreign directory `dir` at snapshot path `path`, `depth`
     /// directories below the root.
     pub(super) fn save_foreign_dir(
@@ -256,9 +323,14 @@ impl Archiver<'_> {
     ) -> Result<Option<Remembered>> {
         if let Some(r) = memo.get(key) {
             self.bytes_total.fetch_add(r.size, Ordering::Relaxed);
-            self.count_file(FileChange::Unchanged);
-            self.progress.add_bytes(r.size);
-            self.progress.file_saved(path, FileChange::Unchanged);
+            let change = if memo.take_fed(key) {
+                FileChange::New
+            } else {
+                self.progress.add_bytes(r.size);
+                FileChange::Unchanged
+            };
+            self.count_file(change);
+            self.progress.file_saved(path, change);
             self.progress.add_item(path);
             return Ok(Some(r));
         }
@@ -270,17 +342,36 @@ impl Archiver<'_> {
                 return Ok(None);
             }
         };
-        let mut counted = Counted { inner: &mut *reader, bytes: 0 };
-        let (content, digest) = match self.read_content(&mut counted, recorded, path) {
-            Ok(c) => c,
-            Err(Error::Io { source, .. }) => {
-                self.skip(path, format!("cannot read the file from the source: {source}"));
+        let r = match self.read_stored(&mut *reader, recorded, path)? {
+            Ok(r) => r,
+            Err(why) => {
+                self.skip(path, why);
                 return Ok(None);
             }
+        };
+        self.bytes_total.fetch_add(r.size, Ordering::Relaxed);
+        self.count_file(FileChange::New);
+        self.progress.file_saved(path, FileChange::New);
+        self.progress.add_item(path);
+        memo.put(*key, r.clone());
+        Ok(Some(r))
+    }
+
+    /// Reads `reader` to its end and stores what it holds; `Ok(Err(reason))`
+    /// when it fails to read.
+    fn read_stored(
+        &self,
+        reader: &mut (dyn Read + Send),
+        recorded: u64,
+        path: &Path,
+    ) -> Result<std::result::Result<Remembered, String>> {
+        let mut counted = Counted { inner: reader, bytes: 0 };
+        let (content, digest) = match self.read_content(&mut counted, recorded, path) {
+            Ok(c) => c,
+            Err(Error::Io { source, .. }) => return Ok(Err(format!("cannot read the file from the source: {source}"))),
             Err(e) => return Err(e),
         };
         let size = counted.bytes;
-        self.bytes_total.fetch_add(size, Ordering::Relaxed);
         if size != recorded {
             self.progress.warn(
                 path,
@@ -290,12 +381,7 @@ impl Archiver<'_> {
                 ),
             );
         }
-        self.count_file(FileChange::New);
-        self.progress.file_saved(path, FileChange::New);
-        self.progress.add_item(path);
-        let r = Remembered { content, digest, size };
-        memo.put(*key, r.clone());
-        Ok(Some(r))
+        Ok(Ok(Remembered { content, digest, size }))
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod foreign;
 mod leaves;
+mod staged;
 mod stream;
 
 use std::collections::{BTreeMap, HashMap};
@@ -50,8 +51,11 @@ use crate::progress::{FileChange, Progress};
 use crate::repo::history::{HEADS_FILE, History};
 use crate::repo::tree_walk::{self, Located};
 use crate::repo::{BlobSaver, Repository, SnapshotFilter, TreeNodes};
-pub use foreign::{ContentMemo, ForeignEntry, ForeignTree, Listing, MAX_DEPTH as FOREIGN_MAX_DEPTH, Payload};
+pub use foreign::{
+    ContentMemo, Fed, ForeignEntry, ForeignTree, Listing, MAX_DEPTH as FOREIGN_MAX_DEPTH, Payload, Store,
+};
 use leaves::{Leaves, Spill};
+pub use staged::{StagedTree, archive_components};
 pub use stream::{StreamSource, stream_path};
 
 /// Bytes read from a file at a time (plus the part of a chunk left from the
@@ -308,6 +312,9 @@ pub struct ForeignSource<'a> {
     pub tree: &'a dyn ForeignTree,
     /// The snapshot's paths, as the other program recorded them (absolute).
     pub paths: Vec<String>,
+    /// Whether the snapshot's paths are the top-level names of the tree (each
+    /// after `/`) instead of `paths`: for an archive that names none.
+    pub paths_from_tree: bool,
     /// The user who made it there.
     pub username: String,
     /// What was imported before in this import: files of a known content key
@@ -339,6 +346,21 @@ enum Input<'a> {
     Stream(StreamSource<'a>),
     /// A tree of another program's repository.
     Foreign(ForeignSource<'a>),
+}
+
+/// The top-level names of a foreign tree, each after `/`, sorted; `/` for an
+/// empty tree.
+fn top_paths(t: &dyn ForeignTree) -> Vec<String> {
+    let mut top: Vec<String> = t
+        .list(&t.root())
+        .map(|l| l.entries.iter().map(|e| format!("/{}", String::from_utf8_lossy(&e.node.name.0))).collect())
+        .unwrap_or_default();
+    top.sort();
+    top.dedup();
+    if top.is_empty() {
+        top.push("/".into());
+    }
+    top
 }
 
 /// The warning for a prune notice that does not decode.
@@ -485,13 +507,15 @@ fn run(
         Input::Foreign(f) => (f.username.clone(), Some(f.imported_from.clone())),
         _ => (meta::username(), None),
     };
+    let top_of = match &input {
+        Input::Foreign(f) if f.paths_from_tree => Some(f.tree),
+        _ => None,
+    };
     let (built, early) = std::thread::scope(|s| {
         let early = s.spawn(|| guard.look_ahead());
         let built = match input {
             Input::Stream(stream) => pool.install(|| arch.save_stream(stream, &paths[0], parent_tree, time)),
-            Input::Foreign(f) => {
-                pool.install(|| arch.save_foreign_dir(f.tree, f.memo, &f.tree.root(), Path::new("/"), 0))
-            }
+            Input::Foreign(f) => pool.install(|| arch.save_foreign(f.tree, f.memo)),
             Input::Paths => std::thread::scope(|s| {
                 if progress.wants_totals() {
                     s.spawn(|| scan_totals(&paths, &arch.excludes, opts.one_file_system, progress));
@@ -510,6 +534,11 @@ fn run(
         (built, joined(early))
     });
     let (tree, leaves) = built?;
+    if let Some(t) = top_of {
+        path_strings = top_paths(t);
+        crate::format::snapshot::check_lists(&path_strings, &opts.tags, &opts.excludes, &hostname)
+            .map_err(Error::InvalidInput)?;
+    }
     guard.keep_look(early);
     // The last packs and index files are stored while this writer's key is
     // registered if it is not yet (before the snapshot its readers verify), and

@@ -432,12 +432,15 @@ pub struct CopyArgs {
 #[derive(Args, Debug)]
 pub struct ImportArgs {
     /// The repository to import: restic:LOCATION, where LOCATION is any
-    /// location coffer reads (a directory, s3:…, sftp:…).
+    /// location coffer reads (a directory, s3:…, sftp:…), or
+    /// borg:REPO[::ARCHIVE] as borg takes it (through the installed borg, or
+    /// the one COFFER_BORG names).
     #[arg(value_name = "SOURCE")]
     pub source: String,
     /// Read the source repository's passphrase from this file (first line).
-    /// COFFER_FROM_PASSWORD takes precedence; without either, RESTIC_PASSWORD
-    /// and RESTIC_PASSWORD_FILE are read, then the terminal.
+    /// COFFER_FROM_PASSWORD takes precedence; without either, restic's
+    /// RESTIC_PASSWORD and RESTIC_PASSWORD_FILE are read, then the terminal;
+    /// borg's own BORG_PASSPHRASE and BORG_PASSCOMMAND apply.
     #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
     pub from_password_file: Option<PathBuf>,
     /// Say which snapshots would be imported and how many bytes read; write nothing.

@@ -293,7 +293,9 @@ fn a_borg_history_imports_whole_and_once() {
         b.extract(name, &x);
         assert_same(&describe(&under(&c, &src)), &describe(&under(&x, &src)), &format!("archive {name}"));
     }
-    assert_success(&env.run(&["check", "--read-data"]));
+    let checked = env.run(&["check", "--read-data"]);
+    assert_success(&checked);
+    assert!(text(&checked.stdout).contains("(3 imported: 3 from borg)"), "{}", text(&checked.stdout));
 
     let again = import_borg(&env, &b, &[], BORG_PASSPHRASE);
     assert_success(&again);

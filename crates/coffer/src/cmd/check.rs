@@ -1,5 +1,7 @@
 //! `coffer check`.
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
 use coffer_core::ops::check::{AffectedFile, AffectedKind, CheckOptions, CheckReport, check};
 use serde_json::json;
@@ -53,15 +55,30 @@ fn check_data(global: &GlobalArgs, a: &CheckArgs, reads_data: bool) -> Result<u8
     {
         eprintln!("warning: could not remember the damaged copies: {e:#}");
     }
+    let imported = imported_counts(&repo);
     if global.json {
-        print_json(&r);
+        print_json(&r, &imported);
     } else {
-        print_text(global, a, &r, reads_data);
+        print_text(global, a, &r, reads_data, &imported);
     }
     Ok(if r.is_ok() { exit::OK } else { exit::DAMAGED })
 }
 
-fn print_json(r: &CheckReport) {
+/// How many of the snapshots each program's repository gave (`coffer import`),
+/// by program; empty when the history does not load (the check says why).
+fn imported_counts(repo: &coffer_core::repo::Repository) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    if let Ok(history) = coffer_core::repo::history::History::load(repo) {
+        for (_, s) in history.live_snapshots() {
+            if let Some(f) = &s.imported_from {
+                *counts.entry(f.tool.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+fn print_json(r: &CheckReport, imported: &BTreeMap<String, u64>) {
     let damaged: Vec<_> = r
         .damaged_blobs
         .iter()
@@ -79,7 +96,7 @@ fn print_json(r: &CheckReport) {
         .collect();
     output::json(&json!({
         "type": "summary", "ok": r.is_ok(), "errors": r.errors, "warnings": r.warnings,
-        "snapshots": r.snapshots, "trees": r.trees, "data_blobs": r.data_blobs,
+        "snapshots": r.snapshots, "imported": imported, "trees": r.trees, "data_blobs": r.data_blobs,
         "packs": r.packs, "packs_read": r.packs_read, "packs_read_ids": r.packs_read_ids,
         "packs_unverified": r.packs_unverified, "new_round": r.new_round,
         "damaged_blobs": damaged, "affected": affected, "damaged_copies": r.damaged_copies, "forgotten": r.forgotten, "replaced": r.replaced,
@@ -87,7 +104,7 @@ fn print_json(r: &CheckReport) {
     }));
 }
 
-fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: bool) {
+fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: bool, imported: &BTreeMap<String, u64>) {
     for w in &r.warnings {
         eprintln!("warning: {w}");
     }
@@ -121,8 +138,14 @@ fn print_text(global: &GlobalArgs, a: &CheckArgs, r: &CheckReport, reads_data: b
             (None, true) => format!(" ({} read in full)", r.packs_read),
             (None, false) => String::new(),
         };
+        let of_them = if imported.is_empty() {
+            String::new()
+        } else {
+            let by: Vec<String> = imported.iter().map(|(tool, n)| format!("{n} from {tool}")).collect();
+            format!(" ({} imported: {})", imported.values().sum::<u64>(), by.join(", "))
+        };
         println!(
-            "checked {}, {}, {}, {}{read}",
+            "checked {}{of_them}, {}, {}, {}{read}",
             output::plural(r.snapshots, "snapshot"),
             output::plural(r.trees, "tree"),
             output::plural(r.data_blobs, "data blob"),

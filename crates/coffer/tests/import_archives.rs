@@ -301,6 +301,18 @@ fn a_borg_history_imports_whole_and_once() {
     assert_success(&again);
     assert!(text(&again.stdout).contains("3 imported before, 0 to import"), "{}", text(&again.stdout));
     assert_eq!(snapshot_ids(&env).len(), 3);
+    // A new archive: only it is imported, and only its changed file read (what
+    // the archive imported last holds is known from it).
+    std::fs::write(src.join("f0"), b"changed again").unwrap();
+    b.create("thursday", &src);
+    let out = import_borg(&env, &b, &[], BORG_PASSPHRASE);
+    assert_success(&out);
+    assert!(text(&out.stdout).contains("3 imported before, 1 to import"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(": 1 files read"), "{}", text(&out.stdout));
+    let (c, x) = (env.path("coffer-3"), env.path("borg-3"));
+    restore(&env, &snapshot_ids(&env)[3], &c);
+    b.extract("thursday", &x);
+    assert_same(&describe(&under(&c, &src)), &describe(&under(&x, &src)), "archive thursday");
 }
 
 #[test]

@@ -54,7 +54,7 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
     let repo = target(global, a.dry_run)?;
     let done = imported(&repo, RESTIC, source.id())?;
     let todo: Vec<&(coffer_import::restic::SnapshotId, ResticSnapshot)> =
-        listed.good.iter().filter(|(id, _)| !done.contains(&id.to_hex())).collect();
+        listed.good.iter().filter(|(id, _)| !done.ids.contains(&id.to_hex())).collect();
     if !global.json && !global.quiet {
         println!(
             "restic repository {} (version {}): {} snapshots, {} imported before, {} to import",
@@ -74,11 +74,16 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
     }
     let (state, key) = writer(&repo, a.dry_run)?;
     let memo = ContentMemo::default();
+    // What the snapshot imported last holds is not read again.
+    let last = done.last.and_then(|(tree, id)| Some((tree, listed.good.iter().find(|(s, _)| s.to_hex() == id)?)));
+    if let Some((tree, (_, snap))) = last {
+        seed(global, &repo, &memo, tree, &ResticTree { repo: &source, root: snap.tree });
+    }
     let mut seen = HashSet::new();
     for (id, snap) in todo {
         let tree = ResticTree { repo: &source, root: snap.tree };
         if a.dry_run {
-            let (files, bytes) = to_read(&tree, &mut seen)?;
+            let (files, bytes) = to_read(&tree, &memo, &mut seen)?;
             if global.json {
                 output::json(
                     &json!({"type": "would_import", "restic_snapshot": id.to_hex(), "time": snap.time.rfc3339,
@@ -187,21 +192,59 @@ pub fn report(global: &GlobalArgs, label: &str, source: (&str, &str), result: &B
     s.is_incomplete()
 }
 
-/// The snapshots of `tool`'s repository `repository_id` imported before: their ids there.
-pub fn imported(repo: &Repository, tool: &str, repository_id: &str) -> Result<HashSet<String>> {
+/// What was imported before from one repository of another program.
+pub struct Imported {
+    /// The ids there of the snapshots imported.
+    pub ids: HashSet<String>,
+    /// The newest of them still in this repository: its tree here and its id there.
+    pub last: Option<(coffer_core::Id, String)>,
+}
+
+/// The snapshots of `tool`'s repository `repository_id` imported before.
+pub fn imported(repo: &Repository, tool: &str, repository_id: &str) -> Result<Imported> {
     let history = History::load(repo)?;
-    Ok(history
+    let ids = history
         .snapshots
         .iter()
         .filter_map(|(_, s)| s.imported_from.as_ref())
         .filter(|f| f.tool == tool && f.repository == repository_id)
         .map(|f| f.snapshot.clone())
-        .collect())
+        .collect();
+    let last = history
+        .live_snapshots()
+        .into_iter()
+        .filter_map(|(_, s)| {
+            let f = s.imported_from.as_ref()?;
+            (f.tool == tool && f.repository == repository_id).then(|| (s.time.clone(), s.tree, f.snapshot.clone()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, tree, id)| (tree, id));
+    Ok(Imported { ids, last })
+}
+
+/// Seeds `memo` with the contents of the snapshot imported last from `foreign`
+/// (`tree` here), warning when it cannot: the import then only reads more.
+pub fn seed(
+    global: &GlobalArgs,
+    repo: &Repository,
+    memo: &ContentMemo,
+    tree: coffer_core::Id,
+    foreign: &dyn ForeignTree,
+) {
+    // The index tells where the trees are; what it cannot read the backup says.
+    let r = repo.load_index().and_then(|_| memo.seed(repo, tree, foreign));
+    if let Err(e) = r {
+        repo_open::warn(
+            global,
+            &format!("cannot read the snapshot imported last ({e}): files it holds are read from the source again"),
+        );
+    }
 }
 
 /// The files, and their bytes, an import of `tree` reads: those whose content
-/// `seen` (the contents of the snapshots before it) does not hold.
-fn to_read(tree: &ResticTree<'_>, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, u64)> {
+/// neither `memo` (what was imported before) nor `seen` (the contents of the
+/// snapshots before it in this run) holds.
+fn to_read(tree: &ResticTree<'_>, memo: &ContentMemo, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, u64)> {
     let (mut files, mut bytes) = (0u64, 0u64);
     let mut stack = vec![(tree.root(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
@@ -214,7 +257,7 @@ fn to_read(tree: &ResticTree<'_>, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, 
                 Payload::Dir(sub) if depth < coffer_core::ops::backup::FOREIGN_MAX_DEPTH => {
                     stack.push((sub, depth + 1))
                 }
-                Payload::File { key, .. } if seen.insert(key) => {
+                Payload::File { key, .. } if !memo.knows(&key) && seen.insert(key) => {
                     files += 1;
                     bytes += e.node.size;
                 }

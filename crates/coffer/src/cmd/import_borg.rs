@@ -13,7 +13,7 @@ use coffer_import::borg::parse_list;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
-use crate::cmd::import::{imported, report, system_time, target, writer};
+use crate::cmd::import::{imported, report, seed, system_time, target, writer};
 use crate::import::borg::{Borg, BorgArchive, archive_arg};
 use crate::progress::Display;
 use crate::{exit, output, repo_open};
@@ -49,7 +49,11 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     let repo = target(global, a.dry_run)?;
     let done = imported(&repo, BORG, &repo_id)?;
     let total = archives.len();
-    archives.retain(|s| !done.contains(&s.id.to_string()));
+    let last = done
+        .last
+        .as_ref()
+        .and_then(|(tree, id)| Some((*tree, archives.iter().find(|s| s.id.to_string() == *id)?.name.clone())));
+    archives.retain(|s| !done.ids.contains(&s.id.to_string()));
     if !global.json && !global.quiet {
         println!(
             "borg repository {}: {} archives, {} imported before, {} to import",
@@ -61,6 +65,16 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     }
     let (state, key) = writer(&repo, a.dry_run)?;
     let memo = ContentMemo::default();
+    // What the archive imported last holds is not read again.
+    if let Some((tree, name)) = last {
+        match BorgArchive::stage(&borg, archive_arg(location, &name), &ContentMemo::default()) {
+            Ok(arch) => seed(global, &repo, &memo, tree, &arch),
+            Err(e) => repo_open::warn(
+                global,
+                &format!("cannot read the archive imported last ({e:#}): files it holds are read from borg again"),
+            ),
+        }
+    }
     let mut incomplete = false;
     for summary in archives {
         let name = String::from_utf8_lossy(&summary.name).into_owned();

@@ -154,6 +154,39 @@ impl ContentMemo {
         self.map.lock().expect("poisoned").contains_key(key)
     }
 
+    /// Remembers the contents of the files of the coffer tree `tree` that an
+    /// import stored from the foreign tree `foreign` (the snapshot it made of
+    /// it): walking both side by side, a file at the same path in both gets its
+    /// foreign key and its coffer content. So a run after an interrupted or
+    /// earlier one does not read again what the last imported snapshot holds.
+    /// How many contents it learnt; a foreign listing that fails is passed over
+    /// (only what it would have taught is lost).
+    pub fn seed(&self, repo: &crate::repo::Repository, tree: Id, foreign: &dyn ForeignTree) -> Result<u64> {
+        let mut learnt = 0;
+        let mut stack = vec![(tree, foreign.root(), 0usize)];
+        while let Some((id, handle, depth)) = stack.pop() {
+            let Ok(listing) = foreign.list(&handle) else { continue };
+            let by_name: HashMap<&[u8], &ForeignEntry> =
+                listing.entries.iter().map(|e| (e.node.name.0.as_slice(), e)).collect();
+            for node in repo.tree_nodes(&id)? {
+                let node = node?;
+                let Some(e) = by_name.get(node.name.0.as_slice()) else { continue };
+                match (&e.payload, node.kind, node.subtree, node.digest) {
+                    (Payload::Dir(h), NodeKind::Dir, Some(sub), _) if depth < MAX_DEPTH => {
+                        stack.push((sub, h.clone(), depth + 1));
+                    }
+                    (Payload::File { key, .. }, NodeKind::File, _, Some(digest)) if !self.knows(key) => {
+                        let content = repo.resolve_content(&node, &mut |_| {})?;
+                        self.put(*key, Remembered { content, digest, size: node.size });
+                        learnt += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(learnt)
+    }
+
     /// Whether `key` was fed for this snapshot and not met yet; it is met now.
     fn take_fed(&self, key: &[u8; 32]) -> bool {
         self.fed.lock().expect("poisoned").remove(key)

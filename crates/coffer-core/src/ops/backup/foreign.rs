@@ -149,6 +149,13 @@ impl ContentMemo {
         self.map.lock().expect("poisoned").insert(key, r);
     }
 
+    /// Remembers a fed content: the first entry of its key met in the tree
+    /// counts as read.
+    fn put_fed(&self, key: [u8; 32], r: Remembered) {
+        self.put(key, r);
+        self.fed.lock().expect("poisoned").insert(key);
+    }
+
     /// Whether it holds the content of key `key`.
     pub fn knows(&self, key: &[u8; 32]) -> bool {
         self.map.lock().expect("poisoned").contains_key(key)
@@ -193,6 +200,45 @@ impl ContentMemo {
     }
 }
 
+/// A fed file of at most this many bytes is read whole and stored by another
+/// worker while the source goes on.
+const FED_SMALL: u64 = 1 << 20;
+
+/// The most bytes of small fed files read and not yet stored.
+const FED_IN_FLIGHT: u64 = 32 << 20;
+
+/// The bytes of small fed files read and not yet stored.
+#[derive(Default)]
+struct InFlight {
+    bytes: Mutex<u64>,
+    freed: std::sync::Condvar,
+}
+
+impl InFlight {
+    /// Waits until `n` more bytes fit (one file always does), running waiting
+    /// stores meanwhile (on a pool of one thread no other would), and counts them.
+    fn take(&self, n: u64) {
+        loop {
+            {
+                let mut b = self.bytes.lock().expect("poisoned");
+                if *b == 0 || *b + n <= FED_IN_FLIGHT {
+                    *b += n;
+                    return;
+                }
+            }
+            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                let b = self.bytes.lock().expect("poisoned");
+                let _ = self.freed.wait_timeout(b, std::time::Duration::from_millis(5)).expect("poisoned");
+            }
+        }
+    }
+
+    fn give(&self, n: u64) {
+        *self.bytes.lock().expect("poisoned") -= n;
+        self.freed.notify_all();
+    }
+}
+
 /// Why a name cannot be an entry's: what a file system could not hold.
 fn bad_name(name: &[u8]) -> Option<&'static str> {
     match name {
@@ -209,25 +255,65 @@ impl Archiver<'_> {
     /// from the root.
     pub(super) fn save_foreign(&self, tree: &dyn ForeignTree, memo: &ContentMemo) -> Result<(Id, Leaves)> {
         memo.fed.lock().expect("poisoned").clear();
-        let mut store = |f: Fed<'_>| self.store_fed(memo, f);
-        if let Err(why) = tree.feed(&mut store)? {
+        let failed: Mutex<Option<Error>> = Mutex::new(None);
+        let in_flight = InFlight::default();
+        let fed = rayon::scope(|scope| {
+            let mut store = |f: Fed<'_>| self.store_fed(memo, f, scope, &in_flight, &failed);
+            tree.feed(&mut store)
+        });
+        if let Some(e) = failed.into_inner().expect("poisoned") {
+            return Err(e);
+        }
+        if let Err(why) = fed? {
             self.skip(Path::new("/"), format!("{why}: what follows it in the source is missing from the snapshot"));
         }
         self.save_foreign_dir(tree, memo, &tree.root(), Path::new("/"), 0)
     }
 
-    /// Stores a fed file's content, unless the memo holds its key already.
-    fn store_fed(&self, memo: &ContentMemo, f: Fed<'_>) -> Result<std::result::Result<(), String>> {
+    /// Stores a fed file's content, unless the memo holds its key already. A
+    /// small file is read whole and stored by another worker while the source
+    /// goes on (one pass over a source reads one file at a time: without this
+    /// one core would chunk and seal them all).
+    fn store_fed<'s>(
+        &'s self,
+        memo: &'s ContentMemo,
+        f: Fed<'_>,
+        scope: &rayon::Scope<'s>,
+        in_flight: &'s InFlight,
+        failed: &'s Mutex<Option<Error>>,
+    ) -> Result<std::result::Result<(), String>> {
         if memo.knows(&f.key) {
             return Ok(Ok(()));
         }
-        self.progress.start_item(f.path);
-        let r = match self.read_stored(f.reader, f.size, f.path)? {
-            Ok(r) => r,
-            Err(why) => return Ok(Err(why)),
-        };
-        memo.put(f.key, r);
-        memo.fed.lock().expect("poisoned").insert(f.key);
+        if f.size > FED_SMALL {
+            self.progress.start_item(f.path);
+            return Ok(self.read_stored(f.reader, f.size, f.path)?.map(|r| memo.put_fed(f.key, r)));
+        }
+        let mut bytes = Vec::with_capacity(f.size as usize);
+        if let Err(e) = f.reader.take(FED_SMALL + 1).read_to_end(&mut bytes) {
+            return Ok(Err(format!("cannot read the file from the source: {e}")));
+        }
+        if bytes.len() as u64 > FED_SMALL {
+            // More than the source records: stored here, as it comes.
+            self.progress.start_item(f.path);
+            let mut all = std::io::Cursor::new(bytes).chain(f.reader);
+            return Ok(self.read_stored(&mut all, f.size, f.path)?.map(|r| memo.put_fed(f.key, r)));
+        }
+        let len = bytes.len() as u64;
+        in_flight.take(len);
+        let (key, size, path) = (f.key, f.size, f.path.to_path_buf());
+        scope.spawn(move |_| {
+            self.progress.start_item(&path);
+            match self.read_stored(&mut bytes.as_slice(), size, &path) {
+                Ok(Ok(r)) => memo.put_fed(key, r),
+                // Bytes in memory read without fail.
+                Ok(Err(_)) => {}
+                Err(e) => {
+                    failed.lock().expect("poisoned").get_or_insert(e);
+                }
+            }
+            in_flight.give(len);
+        });
         Ok(Ok(()))
     }
 

@@ -31,7 +31,8 @@ pub enum Purpose {
     Create,
 }
 
-/// Set when standard input carries the data to back up (`backup --stdin`).
+/// Set when standard input carries the data to back up (`backup --stdin`,
+/// `import-tar -`).
 static STDIN_IS_DATA: AtomicBool = AtomicBool::new(false);
 
 /// Standard input is the data to back up: the passphrase is not read from it.
@@ -61,9 +62,9 @@ pub fn read(global: &GlobalArgs, purpose: Purpose) -> Result<Passphrase> {
         // Standard input is the data (`backup --stdin`): ask on the terminal, if any.
         Zeroizing::new(rpassword::prompt_password("enter passphrase for repository: ").map_err(|e| {
             anyhow::anyhow!(
-                "backup --stdin reads the data from standard input, so the passphrase cannot come from it, and \
-                 there is no terminal to ask on ({e}): set COFFER_PASSWORD, or pass --password-file or \
-                 --password-command"
+                "the data comes from standard input (backup --stdin, import-tar -), so the passphrase cannot \
+                 come from it, and there is no terminal to ask on ({e}): set COFFER_PASSWORD, or pass \
+                 --password-file or --password-command"
             )
         })?)
     } else if !std::io::stdin().is_terminal() {

@@ -29,6 +29,7 @@ pub fn run(global: &GlobalArgs, a: &ImportTarArgs) -> Result<u8> {
         }
     }
     let (input, label): (Box<dyn Read + Send>, String) = if a.file.as_os_str() == "-" {
+        crate::password::stdin_is_data();
         (Box::new(std::io::stdin()), "standard input".into())
     } else {
         let f = local_input::open(&a.file, "the archive", local_input::Kind::Stream)?;

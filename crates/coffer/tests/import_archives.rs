@@ -328,3 +328,48 @@ fn a_wrong_borg_passphrase_is_exit_12() {
     assert!(err.contains("passphrase"), "{err}");
     assert!(snapshot_ids(&env).is_empty());
 }
+
+/// Killed once something is stored and twice once a snapshot is, then run to
+/// its end: each archive once, and the last restores as `borg extract` gives it.
+#[test]
+fn a_borg_import_killed_at_any_point_resumes_to_the_same_history() {
+    let env = Env::new();
+    let Some(b) = Borg::init(&env) else { return };
+    let src = env.path("src");
+    make_source(&src);
+    for i in 0..3u64 {
+        std::fs::write(src.join(format!("bulk{i}")), random_bytes(6 << 20, 500 + i)).unwrap();
+        b.create(&format!("a{i}"), &src);
+    }
+    for dir in ["data", "snapshots", "snapshots"] {
+        let mut c = env.cmd();
+        c.env("COFFER_BORG", &b.bin)
+            .env("BORG_BASE_DIR", &b.base)
+            .env("BORG_PASSPHRASE", BORG_PASSPHRASE)
+            .args(["import", &format!("borg:{}", b.repo.display())]);
+        let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let before = files_under(&env.repo().join(dir)).len();
+        let start = std::time::Instant::now();
+        while files_under(&env.repo().join(dir)).len() == before && start.elapsed() < std::time::Duration::from_secs(60)
+        {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
+    }
+    let out = import_borg(&env, &b, &[], BORG_PASSPHRASE);
+    assert_success(&out);
+    let snaps = snapshots(&env);
+    let mut ids: Vec<&str> = snaps.iter().map(|s| s["imported_from"]["snapshot"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "each archive once: {ids:?}");
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+    assert_success(&env.run(&["check", "--read-data"]));
+    let (c, x) = (env.path("out"), env.path("borg-out"));
+    restore(&env, &snapshot_ids(&env)[2], &c);
+    b.extract("a2", &x);
+    assert_same(&describe(&under(&c, &src)), &describe(&under(&x, &src)), "archive a2");
+}

@@ -80,7 +80,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
         seed(global, &repo, &memo, tree, &ResticTree { repo: &source, root: snap.tree });
     }
     let mut seen = HashSet::new();
-    for (id, snap) in todo {
+    let count = todo.len();
+    for (i, (id, snap)) in todo.into_iter().enumerate() {
         let tree = ResticTree { repo: &source, root: snap.tree };
         if a.dry_run {
             let (files, bytes) = to_read(&tree, &memo, &mut seen)?;
@@ -119,7 +120,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
             memo: &memo,
             imported_from: from,
         };
-        let display = Display::new(global.json, global.quiet, "import");
+        // Which snapshot of how many, in the progress line.
+        let display = Display::new(global.json, global.quiet, &progress_verb(global, i, count));
         let result = import_foreign(&repo, &opts, foreign, &key, &display);
         display.finish();
         let result = result.with_context(|| {
@@ -134,6 +136,12 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
     }
     repo_open::report_bad_copies(global, &repo);
     Ok(if incomplete { exit::INCOMPLETE } else { exit::OK })
+}
+
+/// The progress line's verb for the `i`th snapshot of `count` (JSON status
+/// lines keep the command's name).
+pub fn progress_verb(global: &GlobalArgs, i: usize, count: usize) -> String {
+    if global.json { "import".into() } else { format!("import {}/{count}", i + 1) }
 }
 
 /// The repository to import into (`--repo`): the default one is created if it

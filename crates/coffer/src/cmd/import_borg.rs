@@ -13,7 +13,7 @@ use coffer_import::borg::parse_list;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
-use crate::cmd::import::{imported, report, seed, system_time, target, writer};
+use crate::cmd::import::{imported, progress_verb, report, seed, system_time, target, writer};
 use crate::import::borg::{Borg, BorgArchive, archive_arg};
 use crate::progress::Display;
 use crate::{exit, output, repo_open};
@@ -76,7 +76,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
         }
     }
     let mut incomplete = false;
-    for summary in archives {
+    let count = archives.len();
+    for (i, summary) in archives.into_iter().enumerate() {
         let name = String::from_utf8_lossy(&summary.name).into_owned();
         let arch = BorgArchive::stage(&borg, archive_arg(location, &summary.name), &memo)
             .with_context(|| format!("cannot read borg archive {name:?}"))?;
@@ -119,7 +120,7 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
             memo: &memo,
             imported_from: from,
         };
-        let display = Display::new(global.json, global.quiet, "import");
+        let display = Display::new(global.json, global.quiet, &progress_verb(global, i, count));
         let result = import_foreign(&repo, &opts, foreign, &key, &display);
         display.finish();
         let result = result.with_context(|| {

@@ -92,8 +92,8 @@ impl Borg {
             // Times borg prints without a zone are then in UTC, as they are read.
             .env("TZ", "UTC")
             .env("LC_ALL", "C.UTF-8")
-            // Never wait for an answer on a terminal nobody watches.
-            .env("BORG_RELOCATED_REPO_ACCESS_IS_OK", "no")
+            // A question borg would ask (a moved or unknown repository) is
+            // answered no: borg says why it stops.
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -264,3 +264,50 @@ fn an_import_killed_at_any_point_resumes_to_the_same_history() {
     r.restore("latest", &rr);
     assert_eq!(describe(&under(&c, &src)), describe(&under(&rr, &src)));
 }
+
+/// A restic repository on the test S3 server (restic's own `s3:` location,
+/// compression off) imports through coffer's S3 backend like one on disk.
+#[test]
+fn a_restic_repository_on_s3_imports_whole() {
+    let Some(remote) = common::remote::Remote::s3("restic-import") else { return };
+    let Some(bin) = std::env::var_os("COFFER_TEST_RESTIC") else {
+        absent(Server::Restic);
+        return;
+    };
+    let env = Env::new();
+    let src = env.path("src");
+    make_source(&src);
+    let restic = |args: &[&str]| {
+        let mut c = Command::new(&bin);
+        c.envs(remote.env.iter().map(|(k, v)| (k, v)))
+            .env("HOME", env.path("restic-home"))
+            .env("RESTIC_CACHE_DIR", env.path("restic-home/cache"))
+            .env("RESTIC_PASSWORD", RESTIC_PASSWORD)
+            .args(["-r", &remote.repo])
+            .args(args);
+        c
+    };
+    assert_success(&restic(&["init"]).output().unwrap());
+    assert_success(&restic(&["backup", "--compression", "off", "--tag", "s3"]).arg(&src).output().unwrap());
+    std::fs::write(src.join("f1"), b"changed on the way").unwrap();
+    assert_success(&restic(&["backup", "--compression", "off"]).arg(&src).output().unwrap());
+    let mut c = env.cmd();
+    c.envs(remote.env.iter().map(|(k, v)| (k, v))).env("RESTIC_PASSWORD", RESTIC_PASSWORD).args([
+        "--json",
+        "import",
+        &format!("restic:{}", remote.repo),
+    ]);
+    let out = c.output().unwrap();
+    assert_success(&out);
+    let done: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["type"] == "imported")
+        .collect();
+    assert_eq!(done.len(), 2, "{}", text(&out.stdout));
+    assert_eq!(done[1]["summary"]["files_new"], 1, "only the changed file is read again: {}", done[1]);
+    let (c, rr) = (env.path("coffer-out"), env.path("restic-out"));
+    assert_success(&env.run(&["-q", "restore", "latest", "--target", c.to_str().unwrap()]));
+    assert_success(&restic(&["restore", "latest", "--target"]).arg(&rr).output().unwrap());
+    assert_eq!(describe(&under(&c, &src)), describe(&under(&rr, &src)));
+}

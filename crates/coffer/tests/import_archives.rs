@@ -126,6 +126,8 @@ fn tar_archives_import_as_gnu_tar_extracts_them() {
         .unwrap();
     assert!(child.wait().unwrap().success());
     assert!(env.repo_size() - before < 1 << 20, "the content is stored once");
+    let listing = text(&env.run(&["snapshots"]).stdout);
+    assert_eq!(listing.matches("(imported from a tar archive)").count(), 3, "{listing}");
     assert_success(&env.run(&["check", "--read-data"]));
 }
 
@@ -296,6 +298,8 @@ fn a_borg_history_imports_whole_and_once() {
     let checked = env.run(&["check", "--read-data"]);
     assert_success(&checked);
     assert!(text(&checked.stdout).contains("(3 imported: 3 from borg)"), "{}", text(&checked.stdout));
+    let listing = text(&env.run(&["snapshots"]).stdout);
+    assert!(listing.contains(&format!("(imported from borg {})", &archives[0].1[..8])), "{listing}");
 
     let again = import_borg(&env, &b, &[], BORG_PASSPHRASE);
     assert_success(&again);

@@ -82,7 +82,16 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
         for (id, s) in members {
             let mut mark = if s.is_incomplete() { " (incomplete)".to_string() } else { String::new() };
             if let Some(f) = &s.imported_from {
-                mark.push_str(&format!(" (imported from {} {})", f.tool, f.snapshot.get(..8).unwrap_or(&f.snapshot)));
+                // A tar archive has no id of its own (its record holds the time given).
+                if f.tool == "tar" {
+                    mark.push_str(" (imported from a tar archive)");
+                } else {
+                    mark.push_str(&format!(
+                        " (imported from {} {})",
+                        f.tool,
+                        f.snapshot.get(..8).unwrap_or(&f.snapshot)
+                    ));
+                }
             }
             let (id, time, tags) = (id.short(), output::time(&s.time), s.tags.join(","));
             if a.compact {

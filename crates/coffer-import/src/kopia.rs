@@ -470,8 +470,8 @@ mod tests {
 
     #[test]
     fn status_gives_the_unique_id() {
-        let s = parse_status(br#"{"configFile":"/x","uniqueIDHex":"30166A9e","clientOptions":{"hostname":"vm"}}"#)
-            .unwrap();
+        let s =
+            parse_status(br#"{"configFile":"/x","uniqueIDHex":"30166A9e","clientOptions":{"hostname":"vm"}}"#).unwrap();
         assert_eq!(s, Status { unique_id: "30166a9e".into(), read_only: false });
         assert!(parse_status(br#"{"uniqueIDHex":"not hex"}"#).is_err());
         assert!(parse_status(br#"{"configFile":"/x"}"#).is_err());

@@ -3,10 +3,11 @@
 #   - an S3 server: the Versity gateway (posix backend), with a bucket for the tests;
 #   - a TCP fault proxy: toxiproxy, with a proxy named "s3" in front of the gateway;
 #   - an SFTP server: OpenSSH's sshd on a high port, key login for the current user;
-#   - no server but pinned binaries: restic and borg, whose repositories coffer's import reads.
+#   - no server but pinned binaries: restic, borg and kopia, whose repositories coffer's import
+#     reads (kopia's own server is started by the import itself, not here).
 #
 # Usage: services.sh install | start | selftest | stop
-#   install   builds the pinned Go servers and restic into the cache directory (skipped
+#   install   builds the pinned Go servers, restic and kopia into the cache directory (skipped
 #             when already there), installs the Debian OpenSSH packages when sshd is
 #             missing and Debian's borgbackup of the pinned version.
 #   start     starts the servers in the run directory and writes "$COFFER_CI_RUN/env".
@@ -14,7 +15,7 @@
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
-#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg; commas or
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia; commas or
 #                    spaces between them): their servers are neither installed nor started
 #                    (the fault proxy needs S3, so skipping s3 skips it too; skipping restic
 #                    neither builds it nor exports COFFER_TEST_RESTIC).
@@ -33,6 +34,8 @@ BORG_DEBIAN_VERSION=1.2.4-1
 VERSITYGW_MODULE=github.com/versity/versitygw/cmd/versitygw
 TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2/cmd
 RESTIC_MODULE=github.com/restic/restic
+KOPIA_VERSION=v0.22.3
+KOPIA_MODULE=github.com/kopia/kopia
 
 CACHE=${COFFER_CI_CACHE:-$HOME/.cache/coffer-ci}
 BIN=$CACHE/bin
@@ -40,6 +43,7 @@ VERSITYGW=$BIN/versitygw-$VERSITYGW_VERSION
 TOXIPROXY_SERVER=$BIN/toxiproxy-server-$TOXIPROXY_VERSION
 TOXIPROXY_CLI=$BIN/toxiproxy-cli-$TOXIPROXY_VERSION
 RESTIC=$BIN/restic-$RESTIC_VERSION
+KOPIA=$BIN/kopia-$KOPIA_VERSION
 BORG=/usr/bin/borg
 
 # Fixed test credentials: the servers listen on loopback only.
@@ -90,11 +94,12 @@ go_install() {
     say "built $dest in $((SECONDS - t0))s"
 }
 
-# go_build_module NAME MODULE VERSION PACKAGE DEST: downloads MODULE@VERSION and builds its
-# PACKAGE (a path inside the module, e.g. ./cmd/restic) to DEST inside the module's own
-# directory, so that the build uses exactly the module's go.mod and go.sum.
+# go_build_module NAME MODULE VERSION PACKAGE DEST [LDFLAGS]: downloads MODULE@VERSION and
+# builds its PACKAGE (a path inside the module, e.g. ./cmd/restic) to DEST inside the module's
+# own directory, so that the build uses exactly the module's go.mod and go.sum. LDFLAGS are
+# added to the linker's (e.g. -X settings that tell the binary its version).
 go_build_module() {
-    local name=$1 module=$2 version=$3 pkg=$4 dest=$5
+    local name=$1 module=$2 version=$3 pkg=$4 dest=$5 ldflags=${6:-}
     if [[ -x $dest ]]; then
         say "$name $version already in $dest"
         return
@@ -110,7 +115,7 @@ go_build_module() {
         die "go mod download $module@$version failed"
     fi
     dir=$(go env GOMODCACHE)/$module@$version
-    if ! (cd "$dir" && go build -trimpath -ldflags='-s -w' -o "$tmp/$name" "$pkg"); then
+    if ! (cd "$dir" && go build -trimpath -ldflags="-s -w $ldflags" -o "$tmp/$name" "$pkg"); then
         rm -rf "$tmp"
         die "go build $pkg in $dir failed"
     fi
@@ -187,6 +192,12 @@ cmd_install() {
     fi
     if wanted restic; then
         go_build_module restic "$RESTIC_MODULE" "$RESTIC_VERSION" ./cmd/restic "$RESTIC"
+    fi
+    if wanted kopia; then
+        # kopia's main package is the module's root; without the -X settings it says it is
+        # an "unofficial build" of version v0.
+        go_build_module kopia "$KOPIA_MODULE" "$KOPIA_VERSION" . "$KOPIA" \
+            "-X $KOPIA_MODULE/repo.BuildVersion=${KOPIA_VERSION#v} -X $KOPIA_MODULE/repo.BuildInfo=$KOPIA_VERSION"
     fi
     if wanted borg; then
         install_borg
@@ -443,6 +454,9 @@ write_env() {
         if wanted borg; then
         echo "export COFFER_TEST_BORG=$(printf %q "$BORG")"
         fi
+        if wanted kopia; then
+        echo "export COFFER_TEST_KOPIA=$(printf %q "$KOPIA")"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -489,6 +503,10 @@ cmd_start() {
     if wanted borg; then
         [[ -x $BORG ]] || die "borg $BORG_VERSION is not installed; run: $0 install"
         started+=("borg $BORG_VERSION (a binary, no server)")
+    fi
+    if wanted kopia; then
+        [[ -x $KOPIA ]] || die "kopia $KOPIA_VERSION is not installed; run: $0 install"
+        started+=("kopia $KOPIA_VERSION (a binary, no server)")
     fi
     write_env
     trap - EXIT
@@ -637,6 +655,10 @@ cmd_selftest() {
     fi
     if wanted borg; then
         check "borg: $COFFER_TEST_BORG --version" "$("$COFFER_TEST_BORG" --version 2>&1)" "borg $BORG_VERSION"
+    fi
+    if wanted kopia; then
+        check "kopia: $COFFER_TEST_KOPIA --version" \
+            "$("$COFFER_TEST_KOPIA" --version 2>&1 | cut -d' ' -f1)" "${KOPIA_VERSION#v}"
     fi
     rm -rf "$RUN/selftest"
     ((FAILURES == 0)) || die "selftest: $FAILURES check(s) failed; logs are in $RUN"

@@ -338,6 +338,13 @@ pub(crate) fn read_spool(name: &str, file: &File, offset: u64, len: u64) -> Back
     Ok(buf)
 }
 
+/// Installs ring as the process's rustls crypto provider, which every reqwest
+/// client needs before it is built (coffer links reqwest without a provider of
+/// its own). Does nothing when the process has one installed.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Requests in flight for a local disk: the number of cores, between 2 and 8
 /// (what the CPU pool gave before the backend chose, so local speed is kept).
 pub fn local_connections() -> usize {

@@ -14,7 +14,8 @@
 //! [`tar`] reads a tar archive as a stream (GNU tar's, or `borg export-tar`'s output) into
 //! neutral entry records, for importing an archive rather than a repository.
 //! [`borg`] is different: it parses what the user's own `borg` prints (`list --json`,
-//! `info --json`, `debug dump-archive`), which the `coffer` binary runs.
+//! `info --json`, `debug dump-archive`), which the `coffer` binary runs; so is [`kopia`], for
+//! what the user's own `kopia` prints and serves (its snapshot list, its directory objects).
 //!
 //! ```no_run
 //! use std::io::Read;
@@ -44,6 +45,7 @@
 
 pub mod borg;
 pub mod error;
+pub mod kopia;
 pub mod restic;
 pub mod source;
 pub mod tar;

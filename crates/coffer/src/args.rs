@@ -434,13 +434,16 @@ pub struct ImportArgs {
     /// The repository to import: restic:LOCATION, where LOCATION is any
     /// location coffer reads (a directory, s3:…, sftp:…), or
     /// borg:REPO[::ARCHIVE] as borg takes it (through the installed borg, or
-    /// the one COFFER_BORG names).
+    /// the one COFFER_BORG names), or kopia:[CONFIG_FILE], a kopia repository
+    /// by its kopia config file (kopia's default one when none is named;
+    /// through the installed kopia, or the one COFFER_KOPIA names).
     #[arg(value_name = "SOURCE")]
     pub source: String,
     /// Read the source repository's passphrase from this file (first line).
     /// COFFER_FROM_PASSWORD takes precedence; without either, restic's
     /// RESTIC_PASSWORD and RESTIC_PASSWORD_FILE are read, then the terminal;
-    /// borg's own BORG_PASSPHRASE and BORG_PASSCOMMAND apply.
+    /// borg's own BORG_PASSPHRASE and BORG_PASSCOMMAND apply, and kopia's own
+    /// KOPIA_PASSWORD or the password it saved beside its config file.
     #[arg(long, env = "COFFER_FROM_PASSWORD_FILE", value_name = "FILE")]
     pub from_password_file: Option<PathBuf>,
     /// Say which snapshots would be imported and how many bytes read; write nothing.

@@ -84,6 +84,13 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 import::borg::BorgFailure::Other => exit::FAILURE,
             };
         }
+        if let Some(e) = cause.downcast_ref::<import::kopia::KopiaFailed>() {
+            return match e.kind {
+                import::kopia::KopiaFailure::WrongPassword => exit::WRONG_PASSWORD,
+                import::kopia::KopiaFailure::NoRepository => exit::NO_REPOSITORY,
+                import::kopia::KopiaFailure::Other => exit::FAILURE,
+            };
+        }
         if let Some(e) = cause.downcast_ref::<coffer_import::Error>() {
             // The repository being imported, by the same rules as this one.
             return match e {

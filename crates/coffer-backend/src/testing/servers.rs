@@ -24,6 +24,8 @@ pub enum Server {
     Restic,
     /// The pinned borg (Debian's package, `COFFER_TEST_BORG`), likewise.
     Borg,
+    /// The pinned kopia binary (`COFFER_TEST_KOPIA`), likewise.
+    Kopia,
 }
 
 impl Server {
@@ -35,6 +37,7 @@ impl Server {
             Server::Toxiproxy => "toxiproxy",
             Server::Restic => "restic",
             Server::Borg => "borg",
+            Server::Kopia => "kopia",
         }
     }
 
@@ -45,6 +48,7 @@ impl Server {
             Server::Toxiproxy => "the fault proxy (COFFER_TEST_TOXIPROXY) or the S3 server behind it",
             Server::Restic => "the pinned restic binary (COFFER_TEST_RESTIC)",
             Server::Borg => "the pinned borg (COFFER_TEST_BORG)",
+            Server::Kopia => "the pinned kopia binary (COFFER_TEST_KOPIA)",
         }
     }
 }

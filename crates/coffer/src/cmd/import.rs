@@ -31,10 +31,15 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
     if let Some(spec) = a.source.strip_prefix("borg:") {
         return crate::cmd::import_borg::run(global, a, spec);
     }
+    if let Some(spec) = a.source.strip_prefix("kopia:") {
+        return crate::cmd::import_kopia::run(global, a, spec);
+    }
     let Some(location) = a.source.strip_prefix("restic:") else {
         bail!(
             "{:?} does not say what to import: give restic:LOCATION (LOCATION is any location coffer reads: a \
-             directory, s3:…, sftp:…) or borg:REPO[::ARCHIVE] (as borg takes them; borg must be installed)",
+             directory, s3:…, sftp:…), borg:REPO[::ARCHIVE] (as borg takes them; borg must be installed) or \
+             kopia:[CONFIG_FILE] (kopia's config file of the repository, else its default one; kopia must be \
+             installed)",
             a.source
         );
     };
@@ -252,7 +257,7 @@ pub fn seed(
 /// The files, and their bytes, an import of `tree` reads: those whose content
 /// neither `memo` (what was imported before) nor `seen` (the contents of the
 /// snapshots before it in this run) holds.
-fn to_read(tree: &ResticTree<'_>, memo: &ContentMemo, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, u64)> {
+pub fn to_read(tree: &dyn ForeignTree, memo: &ContentMemo, seen: &mut HashSet<[u8; 32]>) -> Result<(u64, u64)> {
     let (mut files, mut bytes) = (0u64, 0u64);
     let mut stack = vec![(tree.root(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {

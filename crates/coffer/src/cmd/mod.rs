@@ -17,6 +17,7 @@ pub mod forget;
 pub mod generate;
 pub mod import;
 pub mod import_borg;
+pub mod import_kopia;
 pub mod import_tar;
 pub mod init;
 pub mod key;

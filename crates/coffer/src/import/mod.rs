@@ -3,6 +3,7 @@
 //! to the [`coffer_core::ops::backup::ForeignTree`] the import stores.
 
 pub mod borg;
+pub mod kopia;
 pub mod pump;
 pub mod restic;
 pub mod tar;

@@ -4,62 +4,14 @@
 //! their end. Nothing may panic, every outcome is a typed result, and a counting allocator
 //! bounds the peak of live heap bytes during the run.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod support;
 
 use coffer_import::borg::{self, DumpEvent, Error, Limits};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        let q = unsafe { System.realloc(p, layout, new) };
-        if !q.is_null() {
-            if new >= layout.size() {
-                let now = LIVE.fetch_add(new - layout.size(), Ordering::Relaxed) + new - layout.size();
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new, Ordering::Relaxed);
-            }
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: support::Counting = support::Counting;
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
+impl support::Rng {
     /// A few random edits of `input`.
     fn mutate(&mut self, input: &[u8]) -> Vec<u8> {
         let mut v = input.to_vec();
@@ -142,9 +94,8 @@ fn mutated_borg_output_never_panics_and_stays_bounded() {
     assert_eq!(borg::parse_list(LIST.as_bytes()).unwrap().archives.len(), 2);
 
     let limits = Limits::default();
-    let baseline = LIVE.load(Ordering::Relaxed);
-    PEAK.store(baseline, Ordering::Relaxed);
-    let mut rng = Rng(0x00c0_ffee_b0e6);
+    let baseline = support::start_peak();
+    let mut rng = support::Rng(0x00c0_ffee_b0e6);
     let (mut parsed, mut failed, mut rejected) = (0u32, 0u32, 0u64);
     for round in 0..20_000u32 {
         let input = if round % 4 == 3 { rng.mutate(LIST.as_bytes()) } else { rng.mutate(dump.as_bytes()) };
@@ -170,7 +121,7 @@ fn mutated_borg_output_never_panics_and_stays_bounded() {
             }
         }
     }
-    let peak = PEAK.load(Ordering::Relaxed) - baseline;
+    let peak = support::peak_above(baseline);
     assert!(parsed > 100 && failed > 100 && rejected > 100, "every outcome is reached: {parsed} {failed} {rejected}");
     assert!(peak < 32 << 20, "peak heap {peak} bytes over 20,000 mutated documents");
 }

@@ -6,10 +6,11 @@
 //! read from the input before it was checked: a counting allocator bounds the peak of live
 //! heap bytes during the run.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
+
 use std::sync::{Arc, Mutex};
 
 use coffer_import::restic::crypto::{self, KdfParams, MasterKey};
@@ -18,62 +19,10 @@ use coffer_import::restic::{
 };
 use coffer_import::{Source, SourceError};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        let q = unsafe { System.realloc(p, layout, new) };
-        if !q.is_null() {
-            if new >= layout.size() {
-                let now = LIVE.fetch_add(new - layout.size(), Ordering::Relaxed) + new - layout.size();
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new, Ordering::Relaxed);
-            }
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: support::Counting = support::Counting;
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-    fn byte(&mut self) -> u8 {
-        const SPECIAL: &[u8] = b"\x00\xff\x7f\x80\"\\{}[]:,0123456789-.eE+ \nZTnul\x02\x03";
-        if self.below(2) == 0 { SPECIAL[self.below(SPECIAL.len())] } else { self.next() as u8 }
-    }
+impl support::Rng {
     /// A few random edits of `input`.
     fn mutate(&mut self, input: &[u8]) -> Vec<u8> {
         let mut v = input.to_vec();
@@ -177,7 +126,7 @@ fn make_pack(key: &MasterKey) -> Vec<u8> {
 
 #[test]
 fn decoders_survive_random_input() {
-    let mut rng = Rng(0xc0ffee);
+    let mut rng = support::Rng(0xc0ffee);
     let password = b"fuzz";
     let master = MasterKey::new([7; 32], [8; 16], [9; 16]);
     let salt = [5u8; 64];
@@ -229,11 +178,10 @@ fn decoders_survive_random_input() {
     drop(zeros);
     let mut bomb = vec![2u8];
     bomb.extend(enc.finish().unwrap());
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = support::start_peak();
     let err = restic::decode_unpacked(bomb.clone(), 2, 1 << 20).unwrap_err();
     assert!(err.contains("more than"), "{err}");
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let peak = support::peak_above(base);
     assert!(peak < 8 << 20, "the bomb took {peak} bytes of heap");
 
     let header_plain = {
@@ -248,8 +196,7 @@ fn decoders_survive_random_input() {
     };
 
     // From here on the peak of live heap bytes is what the run may take.
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = support::start_peak();
     let iterations = 20_000;
     for i in 0..iterations {
         let _ = KeyFile::parse("keys/f", &rng.mutate(key_json.as_bytes())).map(|k| {
@@ -320,7 +267,7 @@ fn decoders_survive_random_input() {
             let _ = repo.read_blob_at(&Id([0; 32]), &fake);
         }
     }
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    let peak = support::peak_above(base);
     eprintln!("{iterations} rounds; peak of live heap above the start: {peak} bytes");
     assert!(peak < 32 << 20, "peak heap {peak} bytes: an allocation followed an unchecked length");
 }

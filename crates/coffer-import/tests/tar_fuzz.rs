@@ -4,63 +4,17 @@
 //! their end. Nothing may panic, every content reader must yield exactly its entry's size
 //! or an error, and a counting allocator bounds the peak of live heap bytes during the run.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod support;
+
 use std::io::Read;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use coffer_import::tar::{self, Entry, Error, Limits};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        let q = unsafe { System.realloc(p, layout, new) };
-        if !q.is_null() {
-            if new >= layout.size() {
-                let now = LIVE.fetch_add(new - layout.size(), Ordering::Relaxed) + new - layout.size();
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new, Ordering::Relaxed);
-            }
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: support::Counting = support::Counting;
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
+impl support::Rng {
     /// A few random edits of `input`, most of them inside headers.
     fn mutate(&mut self, input: &[u8]) -> Vec<u8> {
         let mut v = input.to_vec();
@@ -221,9 +175,8 @@ fn tar_reader_survives_mutated_archives() {
     for s in &samples {
         assert!(read_through(s, &limits).unwrap() >= 1);
     }
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let mut rng = Rng(0x7a2_c0ffee);
+    let base = support::start_peak();
+    let mut rng = support::Rng(0x7a2_c0ffee);
     let iterations = 30_000;
     let mut kinds = [0usize; 8];
     for i in 0..iterations {
@@ -245,7 +198,7 @@ fn tar_reader_survives_mutated_archives() {
             assert!(!e.to_string().is_empty());
         }
     }
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    let peak = support::peak_above(base);
     eprintln!(
         "{iterations} rounds; outcomes (ok, io, header, too large, entry, sparse, truncated): {kinds:?}; peak heap above the start: {peak} bytes"
     );

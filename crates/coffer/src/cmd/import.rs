@@ -126,18 +126,14 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
             imported_from: from,
         };
         // Which snapshot of how many, in the progress line.
-        let display = Display::new(global.json, global.quiet, &progress_verb(global, i, count));
-        let result = import_foreign(&repo, &opts, foreign, &key, &display);
-        display.finish();
-        let result = result.with_context(|| {
-            format!(
-                "restic snapshot {} was not imported; fix the cause and run the import again (what was imported \
-                 is kept)",
-                id.short()
-            )
-        })?;
         let label = format!("restic snapshot {} of {}", id.short(), snap.time.rfc3339);
-        incomplete |= report(global, &label, ("restic_snapshot", &id.to_hex()), &result);
+        let shown = Shown {
+            label: &label,
+            name: &format!("restic snapshot {}", id.short()),
+            field: "restic_snapshot",
+            id: &id.to_hex(),
+        };
+        incomplete |= store(global, &repo, &opts, foreign, &key, (i, count), shown)?;
     }
     repo_open::report_bad_copies(global, &repo);
     Ok(if incomplete { exit::INCOMPLETE } else { exit::OK })
@@ -145,7 +141,7 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
 
 /// The progress line's verb for the `i`th snapshot of `count` (JSON status
 /// lines keep the command's name).
-pub fn progress_verb(global: &GlobalArgs, i: usize, count: usize) -> String {
+fn progress_verb(global: &GlobalArgs, i: usize, count: usize) -> String {
     if global.json { "import".into() } else { format!("import {}/{count}", i + 1) }
 }
 
@@ -174,6 +170,37 @@ pub fn writer(repo: &Repository, dry_run: bool) -> Result<(LocalState, SigningKe
         repo.own_writer_key(&state)?
     };
     Ok((state, key))
+}
+
+/// How one source snapshot is named in what an import says.
+pub struct Shown<'a> {
+    /// In the line that reports it ("restic snapshot 1a2b3c4d of TIME").
+    pub label: &'a str,
+    /// In the error when it fails ("restic snapshot 1a2b3c4d").
+    pub name: &'a str,
+    /// Its id's JSON field, and the id.
+    pub field: &'a str,
+    pub id: &'a str,
+}
+
+/// Stores one source snapshot, the `i`th of `count`, with its progress line,
+/// and says what it stored; whether the snapshot is incomplete.
+pub fn store(
+    global: &GlobalArgs,
+    repo: &Repository,
+    opts: &BackupOptions,
+    foreign: ForeignSource<'_>,
+    key: &SigningKey,
+    (i, count): (usize, usize),
+    shown: Shown<'_>,
+) -> Result<bool> {
+    let display = Display::new(global.json, global.quiet, &progress_verb(global, i, count));
+    let result = import_foreign(repo, opts, foreign, key, &display);
+    display.finish();
+    let result = result.with_context(|| {
+        format!("{} was not imported; fix the cause and run the import again (what was imported is kept)", shown.name)
+    })?;
+    Ok(report(global, shown.label, (shown.field, shown.id), &result))
 }
 
 /// Says what one import stored (`label` names the source's snapshot; `source`

@@ -8,14 +8,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use coffer_core::format::snapshot::ImportedFrom;
-use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource, import_foreign};
+use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource};
 use coffer_import::borg::parse_list;
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
-use crate::cmd::import::{imported, progress_verb, report, seed, system_time, target, writer};
+use crate::cmd::import::{Shown, imported, seed, store, system_time, target, writer};
 use crate::import::borg::{Borg, BorgArchive, archive_arg};
-use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 /// The program name recorded in snapshots imported from borg.
@@ -120,17 +119,9 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
             memo: &memo,
             imported_from: from,
         };
-        let display = Display::new(global.json, global.quiet, &progress_verb(global, i, count));
-        let result = import_foreign(&repo, &opts, foreign, &key, &display);
-        display.finish();
-        let result = result.with_context(|| {
-            format!(
-                "borg archive {name:?} was not imported; fix the cause and run the import again (what was imported is \
-                 kept)"
-            )
-        })?;
-        incomplete |=
-            report(global, &format!("borg archive {name}"), ("borg_archive", &summary.id.to_string()), &result);
+        let (label, id) = (format!("borg archive {name}"), summary.id.to_string());
+        let shown = Shown { label: &label, name: &format!("borg archive {name:?}"), field: "borg_archive", id: &id };
+        incomplete |= store(global, &repo, &opts, foreign, &key, (i, count), shown)?;
     }
     repo_open::report_bad_copies(global, &repo);
     Ok(if incomplete { exit::INCOMPLETE } else { exit::OK })

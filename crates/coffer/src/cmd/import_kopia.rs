@@ -7,14 +7,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use coffer_core::format::snapshot::ImportedFrom;
-use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource, import_foreign};
+use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource};
 use coffer_import::kopia::{Snapshot, parse_snapshots, parse_status};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
-use crate::cmd::import::{imported, progress_verb, report, seed, system_time, target, to_read, writer};
+use crate::cmd::import::{Shown, imported, seed, store, system_time, target, to_read, writer};
 use crate::import::kopia::{Kopia, KopiaTree};
-use crate::progress::Display;
 use crate::{exit, output, repo_open};
 
 /// The program name recorded in snapshots imported from kopia.
@@ -140,17 +139,13 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
             memo: &memo,
             imported_from: from,
         };
-        let display = Display::new(global.json, global.quiet, &progress_verb(global, i, count));
-        let result = import_foreign(&repo, &opts, foreign, &key, &display);
-        display.finish();
-        let result = result.with_context(|| {
-            format!(
-                "kopia snapshot {} was not imported; fix the cause and run the import again (what was imported is \
-                 kept)",
-                snap.id
-            )
-        })?;
-        incomplete |= report(global, &label, ("kopia_snapshot", &snap.id), &result);
+        let shown = Shown {
+            label: &label,
+            name: &format!("kopia snapshot {}", snap.id),
+            field: "kopia_snapshot",
+            id: &snap.id,
+        };
+        incomplete |= store(global, &repo, &opts, foreign, &key, (i, count), shown)?;
     }
     drop(server);
     repo_open::report_bad_copies(global, &repo);

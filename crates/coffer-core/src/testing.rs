@@ -140,29 +140,7 @@ impl TestTree {
 /// A tree entry named `name` of `kind` with plain metadata (mode 0644, owner 0,
 /// a fixed time) and no content; tests override the fields they need.
 pub fn test_node(name: &str, kind: NodeKind) -> Node {
-    Node {
-        name: Bytes(name.as_bytes().to_vec()),
-        kind,
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        user: None,
-        group: None,
-        mtime: Timestamp(1_700_000_000, 0),
-        ctime: Timestamp(1_700_000_000, 0),
-        size: 0,
-        inode: 0,
-        device: 0,
-        links: 1,
-        rdev: 0,
-        target: None,
-        xattrs: vec![],
-        content: vec![],
-        content_parts: vec![],
-        digest: None,
-        sparse: false,
-        subtree: None,
-    }
+    Node::new(Bytes(name.as_bytes().to_vec()), kind, 0o644, Timestamp(1_700_000_000, 0))
 }
 
 /// A snapshot of the tree `root` by `key`'s writer, taken now, with an empty

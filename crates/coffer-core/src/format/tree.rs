@@ -502,29 +502,11 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn node(name: &[u8], kind: NodeKind) -> Node {
-        Node {
-            name: Bytes(name.to_vec()),
-            kind,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            user: None,
-            group: None,
-            mtime: Timestamp(1, 2),
-            ctime: Timestamp(3, 4),
-            size: 0,
-            inode: 0,
-            device: 0,
-            links: 1,
-            rdev: 0,
-            target: None,
-            xattrs: vec![],
-            content: vec![],
-            content_parts: vec![],
-            digest: (kind == NodeKind::File).then_some(Id([2; 32])),
-            sparse: false,
-            subtree: (kind == NodeKind::Dir).then_some(Id([1; 32])),
-        }
+        let mut n = Node::new(Bytes(name.to_vec()), kind, 0o644, Timestamp(1, 2));
+        n.ctime = Timestamp(3, 4);
+        n.digest = (kind == NodeKind::File).then_some(Id([2; 32]));
+        n.subtree = (kind == NodeKind::Dir).then_some(Id([1; 32]));
+        n
     }
 
     #[test]

@@ -119,27 +119,11 @@ fn stream_node(name: &[u8], size: u64, time: SystemTime) -> Node {
     let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
     let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let stamp = Timestamp(i64::try_from(since.as_secs()).unwrap_or(i64::MAX), since.subsec_nanos());
-    Node {
-        name: Bytes(name.to_vec()),
-        kind: NodeKind::File,
-        mode: STREAM_MODE,
-        uid,
-        gid,
-        user: uzers::get_user_by_uid(uid).map(|u| u.name().to_string_lossy().into_owned()),
-        group: uzers::get_group_by_gid(gid).map(|g| g.name().to_string_lossy().into_owned()),
-        mtime: stamp,
-        ctime: stamp,
-        size,
-        inode: 0,
-        device: 0,
-        links: 1,
-        rdev: 0,
-        target: None,
-        xattrs: Vec::new(),
-        content: Vec::new(),
-        content_parts: Vec::new(),
-        digest: None,
-        sparse: false,
-        subtree: None,
-    }
+    let mut node = Node::new(Bytes(name.to_vec()), NodeKind::File, STREAM_MODE, stamp);
+    node.uid = uid;
+    node.gid = gid;
+    node.user = uzers::get_user_by_uid(uid).map(|u| u.name().to_string_lossy().into_owned());
+    node.group = uzers::get_group_by_gid(gid).map(|g| g.name().to_string_lossy().into_owned());
+    node.size = size;
+    node
 }

@@ -237,18 +237,7 @@ fn an_import_killed_at_any_point_resumes_to_the_same_history() {
     for dir in ["data", "snapshots", "snapshots"] {
         let mut c = env.cmd();
         c.env("RESTIC_PASSWORD", RESTIC_PASSWORD).args(["import", &format!("restic:{}", r.repo.display())]);
-        let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-        let before = files_under(&env.repo().join(dir)).len();
-        let start = std::time::Instant::now();
-        while files_under(&env.repo().join(dir)).len() == before && start.elapsed() < std::time::Duration::from_secs(60)
-        {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let _ = child.kill();
-        child.wait().unwrap();
+        kill_once_more_stored(&env, c, dir);
     }
     let out = import(&env, &r, &[]);
     assert_success(&out);

@@ -351,18 +351,7 @@ fn a_borg_import_killed_at_any_point_resumes_to_the_same_history() {
             .env("BORG_BASE_DIR", &b.base)
             .env("BORG_PASSPHRASE", BORG_PASSPHRASE)
             .args(["import", &format!("borg:{}", b.repo.display())]);
-        let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        let before = files_under(&env.repo().join(dir)).len();
-        let start = std::time::Instant::now();
-        while files_under(&env.repo().join(dir)).len() == before && start.elapsed() < std::time::Duration::from_secs(60)
-        {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let _ = child.kill();
-        child.wait().unwrap();
+        kill_once_more_stored(&env, c, dir);
     }
     let out = import_borg(&env, &b, &[], BORG_PASSPHRASE);
     assert_success(&out);

@@ -170,6 +170,23 @@ pub fn interrupt_once_stored(env: &Env, dir: &str, child: &std::process::Child) 
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
 }
 
+/// Starts `c` and kills it (SIGKILL) as soon as the repository of `env` holds
+/// one more object under `dir` than before (or after a minute, or when it ends
+/// by itself): an interruption at a point the test chooses.
+pub fn kill_once_more_stored(env: &Env, mut c: Command, dir: &str) {
+    let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let before = files_under(&env.repo().join(dir)).len();
+    let start = std::time::Instant::now();
+    while files_under(&env.repo().join(dir)).len() == before && start.elapsed() < std::time::Duration::from_secs(60) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    child.wait().unwrap();
+}
+
 /// The data extents of `f` (SEEK_DATA/SEEK_HOLE), or the whole file if the file
 /// system cannot tell.
 pub fn data_extents(f: &std::fs::File, size: u64) -> Vec<(u64, u64)> {

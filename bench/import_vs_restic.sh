@@ -10,8 +10,11 @@
 #   - coffer import of the whole repository into a fresh coffer repository, each
 #     snapshot's own time read from its summary (`--json`).
 # Peak memory is /usr/bin/time's maximum resident set size of the whole command.
+# With --s3-latency MS the restic repository is served by the test S3 server of
+# .ci/services.sh (started here, stopped at the end) through a toxiproxy proxy adding
+# MS of round trip, and both tools read it from there.
 #
-# Usage: bench/import_vs_restic.sh [--size MIB] [--rounds N] [--work DIR]
+# Usage: bench/import_vs_restic.sh [--size MIB] [--rounds N] [--work DIR] [--s3-latency MS]
 # Needs: COFFER_BIN (default target/release/coffer), RESTIC_BIN (default the pinned
 # test binary ~/.cache/coffer-ci/bin/restic-v0.19.1), python3, /usr/bin/time.
 set -euo pipefail
@@ -20,6 +23,7 @@ BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
 SIZE_MB=1024
 ROUNDS=2
+S3_LATENCY=
 WORK=${COFFER_BENCH_WORK:-$BENCH_DIR/work/import}
 COFFER_BIN=${COFFER_BIN:-$ROOT/target/release/coffer}
 RESTIC_BIN=${RESTIC_BIN:-$HOME/.cache/coffer-ci/bin/restic-v0.19.1}
@@ -28,6 +32,7 @@ while [[ $# -gt 0 ]]; do
         --size) SIZE_MB=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
+        --s3-latency) S3_LATENCY=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -59,6 +64,26 @@ fi
 mapfile -t SNAPS < <("$RESTIC_BIN" -r "$RESTIC_REPO" snapshots --json |
     python3 -c 'import json,sys; [print(s["id"]) for s in sorted(json.load(sys.stdin), key=lambda s: s["time"])]')
 BYTES=$(du -sb "$SRC" | cut -f1)
+
+if [[ -n $S3_LATENCY ]]; then
+    export COFFER_CI_RUN=$WORK/services
+    bash "$ROOT/.ci/services.sh" install >&2
+    bash "$ROOT/.ci/services.sh" start >&2
+    trap 'bash "$ROOT/.ci/services.sh" stop >&2 || true' EXIT
+    # shellcheck disable=SC1091
+    . "$COFFER_CI_RUN/env"
+    # shellcheck source=lib/latency.sh
+    . "$BENCH_DIR/lib/latency.sh"
+    export AWS_ACCESS_KEY_ID=$COFFER_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$COFFER_TEST_S3_SECRET_KEY
+    export AWS_DEFAULT_REGION=$COFFER_TEST_S3_REGION AWS_REGION=$COFFER_TEST_S3_REGION
+    # The gateway keeps each object as a file under its bucket's directory: the same
+    # repository, copied in place, is served by it.
+    mkdir -p "$COFFER_CI_RUN/s3-data/$COFFER_TEST_S3_BUCKET/import-bench"
+    cp -a "$RESTIC_REPO/." "$COFFER_CI_RUN/s3-data/$COFFER_TEST_S3_BUCKET/import-bench/"
+    RESTIC_REPO=s3:$(proxy_for "$S3_LATENCY")/$COFFER_TEST_S3_BUCKET/import-bench
+    export RESTIC_CACHE_DIR=$WORK/restic-cache-s3
+    log "restic repository at $RESTIC_REPO ($S3_LATENCY ms round trip)"
+fi
 log "restic repository: ${#SNAPS[@]} snapshots of $BYTES bytes (last)"
 
 restic_round() {

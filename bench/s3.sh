@@ -72,22 +72,8 @@ export AWS_DEFAULT_REGION=$COFFER_TEST_S3_REGION AWS_REGION=$COFFER_TEST_S3_REGI
 export COFFER_PASSWORD=bench-password RESTIC_PASSWORD=bench-password RUSTIC_PASSWORD=bench-password
 
 # ---- the latency proxy -------------------------------------------------------------------
-api() { curl -sSf --max-time 10 -X "$1" "$COFFER_TEST_TOXIPROXY$2" ${3:+-d "$3"}; }
-
-# proxy_for MS: a proxy with MS of added round trip (half each way); prints its endpoint.
-proxy_for() {
-    local ms=$1 name=bench-$1 listen
-    api DELETE "/proxies/$name" >/dev/null 2>&1 || true
-    listen=$(api POST /proxies "{\"name\":\"$name\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"${COFFER_TEST_S3_ENDPOINT#http://}\",\"enabled\":true}" |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["listen"])')
-    if [[ $ms -gt 0 ]]; then
-        for stream in upstream downstream; do
-            api POST "/proxies/$name/toxics" \
-                "{\"name\":\"lat-$stream\",\"type\":\"latency\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$((ms / 2))}}" >/dev/null
-        done
-    fi
-    echo "http://$listen"
-}
+# shellcheck source=lib/latency.sh
+. "$BENCH_DIR/lib/latency.sh"
 
 # ---- steps -------------------------------------------------------------------------------
 CSV=$RUN_DIR/raw.csv

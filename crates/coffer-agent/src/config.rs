@@ -20,7 +20,8 @@ use reader::{Item, Source, Table};
 /// The whole configuration: the `[agent]` table, every job and every notifier.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The files it was read from (the jobs file first, then profiles), for messages.
+    /// The files it was read from (the jobs file first, then the profiles its jobs
+    /// name and those holding a job), for messages.
     pub files: Vec<PathBuf>,
     pub agent: AgentSettings,
     pub jobs: BTreeMap<String, Job>,
@@ -555,7 +556,9 @@ impl Loader {
             .map_err(|m| item.error(format!("the job takes the profile's name, and {m}: rename the profile's file")))?;
         let policy = has_policy(&mut root)?;
         let job = self.read_job(table, stem, &Origin::Profile { path: path.to_path_buf(), policy })?;
-        self.config.files.push(path.to_path_buf());
+        if !self.config.files.iter().any(|f| f == path) {
+            self.config.files.push(path.to_path_buf());
+        }
         self.add_job(job)
     }
 
@@ -636,6 +639,9 @@ impl Loader {
                 if let Some(item) = t.get("profile") {
                     let path = self.profile_path(&item)?;
                     policy = profile_has_policy(&path)?;
+                    if !self.config.files.contains(&path) {
+                        self.config.files.push(path.clone());
+                    }
                     global.push("-P".to_string());
                     global.push(utf8(&t, &path)?);
                 }

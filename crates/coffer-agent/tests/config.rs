@@ -143,7 +143,7 @@ fn a_full_file_is_read_into_jobs_and_arguments() {
     write(d, ".hidden.toml", "not toml [");
     std::fs::create_dir(d.join("dir.toml")).unwrap();
     let config = load(None, d, TimeZone::UTC).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.files, [jobs.clone(), laptop.clone()]);
+    assert_eq!(config.files, [jobs.clone(), home_profile.clone(), laptop.clone()]);
     assert_eq!(config.jobs.keys().collect::<Vec<_>>(), ["home", "inline", "laptop", "plain"]);
 
     let agent = &config.agent;
@@ -322,7 +322,7 @@ fn an_explicit_jobs_file_and_the_profiles_beside_it() {
     // Not read: the jobs file given takes its place.
     write(dir.path(), "jobs.toml", "not toml [");
     let config = load(Some(&jobs), dir.path(), TimeZone::UTC).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.files, [jobs.clone(), laptop]);
+    assert_eq!(config.files, [jobs.clone(), p.clone(), laptop]);
     let x = &config.jobs["x"];
     // Relative paths are from the jobs file's directory.
     assert_eq!(x.global_args, ["-P", &s(&p)]);

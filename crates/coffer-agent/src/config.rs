@@ -114,8 +114,7 @@ pub struct Job {
     /// The line of each storage variable in the job's file, for
     /// [`Config::check_storage_names`].
     pub storage_lines: BTreeMap<String, usize>,
-    /// The paths to back up (absolute; after the options, so that the caller puts
-    /// `--` before them).
+    /// The paths to back up, absolute (so that none reads as an option).
     pub paths: Vec<String>,
     /// Options of `coffer backup` (excludes, tags, host…), before the paths.
     pub backup_args: Vec<String>,

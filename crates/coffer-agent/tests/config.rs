@@ -464,6 +464,21 @@ fn values_of_the_wrong_type_or_range() {
 }
 
 #[test]
+fn values_at_their_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[job.j]\npaths = [\"/j\"]\nnice = -20\nretries = 30\nexclude-larger-than = 1_048_576\n\
+                randomized-delay = \"0s\"\nhost = \"-h\"\nforget = { keep-last = 0x10, group-by = \"\" }\n";
+    write(dir.path(), "jobs.toml", text);
+    let c = load(None, dir.path(), TimeZone::UTC).unwrap_or_else(|e| panic!("{e}"));
+    let j = &c.jobs["j"];
+    assert_eq!(j.nice, Some(-20));
+    assert_eq!(j.retries, 30);
+    assert_eq!(j.randomized_delay, Duration::ZERO);
+    assert_eq!(j.backup_args, ["--exclude-larger-than", "1048576", "--host=-h"]);
+    assert_eq!(j.forget_args, Some(vec!["--keep-last".to_string(), "16".to_string(), "--group-by=".to_string()]));
+}
+
+#[test]
 fn paths_are_required_and_absolute() {
     let text = "\n[job.home]\nschedule = \"daily\"\n";
     let e = refused(text, "[job.home]", "job.home");

@@ -72,8 +72,7 @@ impl HookEnv {
     /// The environment the hook gets, in order.
     pub fn vars(&self) -> Vec<(OsString, OsString)> {
         let dropped = |k: &OsStr| k == PASSWORD_VAR || self.remove.iter().any(|r| r == k);
-        let mut vars: Vec<(OsString, OsString)> =
-            self.base.iter().filter(|(k, _)| !dropped(k)).cloned().collect();
+        let mut vars: Vec<(OsString, OsString)> = self.base.iter().filter(|(k, _)| !dropped(k)).cloned().collect();
         let status = self.status.map_or("", |s| s.as_str());
         for (k, v) in [
             ("COFFER_JOB", self.job.as_str()),
@@ -137,7 +136,9 @@ pub struct HookOutput {
 /// A hook that could not run, failed or ran too long. Each names the hook.
 #[derive(Debug, thiserror::Error)]
 pub enum HookError {
-    #[error("the {hook} hook of job {job} could not be started (sh -c {command:?}): {source}; check that sh is on the PATH")]
+    #[error(
+        "the {hook} hook of job {job} could not be started (sh -c {command:?}): {source}; check that sh is on the PATH"
+    )]
     Spawn { hook: String, job: String, command: String, source: std::io::Error },
     #[error("the {hook} hook of job {job} ({command:?}) failed: {status}{}", tail(output))]
     Failed { hook: String, job: String, command: String, status: String, output: String },

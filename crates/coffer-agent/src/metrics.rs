@@ -164,11 +164,7 @@ fn repository(db: &Db, job: &JobInput) -> Result<RepositoryMetrics, StateError> 
     let stats = summary.and_then(|s| s.get("stats"));
     let mut repo = RepositoryMetrics {
         job: job.name.clone(),
-        repository: summary
-            .and_then(|s| s.get("repository"))
-            .and_then(|r| r.as_str())
-            .unwrap_or_default()
-            .to_string(),
+        repository: summary.and_then(|s| s.get("repository")).and_then(|r| r.as_str()).unwrap_or_default().to_string(),
         snapshots: stats.and_then(|s| u64_at(s, &["snapshots_count"])),
         size_bytes: stats.and_then(|s| u64_at(s, &["total_size"])),
         ..Default::default()
@@ -294,9 +290,11 @@ const REPO_FAMILIES: [(&str, &str, RepoSample); 4] = [
     ("coffer_repository_last_check_timestamp_seconds", "End of the last successful check.", |r| {
         r.last_check.map(seconds)
     }),
-    ("coffer_repository_verified_ratio", "Share of the packs read by the checks of the last read-all-every rounds.", |r| {
-        r.verified_ratio
-    }),
+    (
+        "coffer_repository_verified_ratio",
+        "Share of the packs read by the checks of the last read-all-every rounds.",
+        |r| r.verified_ratio,
+    ),
 ];
 
 /// The snapshot in Prometheus's text exposition format 0.0.4: for each metric

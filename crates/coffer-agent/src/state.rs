@@ -235,12 +235,11 @@ impl Db {
             .mode(0o600)
             .open(path)
             .map_err(|source| StateError::CreateFile { path: path.to_path_buf(), source })?;
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
+        let conn =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
         let mut db = Db { conn, path: path.to_path_buf() };
-        db.conn
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| db.sql("cannot set the busy timeout", e))?;
+        db.conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| db.sql("cannot set the busy timeout", e))?;
         let mode: String = db
             .conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
@@ -257,12 +256,11 @@ impl Db {
     /// Opens an existing database for reading only (status, the web UI). A
     /// missing file is an error; a database of a later schema is refused.
     pub fn open_read_only(path: &Path) -> Result<Db, StateError> {
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
+        let conn =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
         let db = Db { conn, path: path.to_path_buf() };
-        db.conn
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| db.sql("cannot set the busy timeout", e))?;
+        db.conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| db.sql("cannot set the busy timeout", e))?;
         let version = db.user_version()?;
         if version > SCHEMA_VERSION {
             return Err(StateError::TooNew { path: db.path.clone(), found: version });
@@ -360,10 +358,7 @@ impl Db {
             })
             .map_err(|e| self.sql(&format!("cannot record the end of run {id}"), e))?;
         if n == 0 {
-            return Err(self.sql(
-                &format!("cannot record the end of run {id}"),
-                rusqlite::Error::QueryReturnedNoRows,
-            ));
+            return Err(self.sql(&format!("cannot record the end of run {id}"), rusqlite::Error::QueryReturnedNoRows));
         }
         Ok(())
     }
@@ -405,9 +400,9 @@ impl Db {
             .map_err(|e| self.sql(&format!("cannot read the slot of job {job}"), e))?;
         match secs.flatten() {
             None => Ok(None),
-            Some(s) => Timestamp::from_second(s)
-                .map(Some)
-                .map_err(|e| self.invalid(format!("the {} slot of job {job}, {s}, is out of range: {e}", kind.as_str()))),
+            Some(s) => Timestamp::from_second(s).map(Some).map_err(|e| {
+                self.invalid(format!("the {} slot of job {job}, {s}, is out of range: {e}", kind.as_str()))
+            }),
         }
     }
 
@@ -463,9 +458,7 @@ impl Db {
             "SELECT {RUN_COLUMNS} FROM runs WHERE job = ?1 AND kind = ?2 AND outcome <> 'running' \
              ORDER BY started DESC, id DESC LIMIT 1"
         );
-        Ok(self
-            .query_runs(&sql, params![job, kind.as_str()], &format!("cannot read the last run of job {job}"))?
-            .pop())
+        Ok(self.query_runs(&sql, params![job, kind.as_str()], &format!("cannot read the last run of job {job}"))?.pop())
     }
 
     /// The newest run of `job`'s `kind` that succeeded (success or warning).
@@ -558,8 +551,10 @@ impl Db {
             .prepare_cached("SELECT sent FROM notices WHERE job = ?1 AND event = ?2 AND notifier = ?3")
             .and_then(|mut st| st.query_row(params![job, event.as_str(), notifier], |r| r.get(0)).optional())
             .map_err(|e| self.sql(&what, e))?;
-        ms.map(|ms| Timestamp::from_millisecond(ms).map_err(|e| self.invalid(format!("{what}: {ms} is out of range: {e}"))))
-            .transpose()
+        ms.map(|ms| {
+            Timestamp::from_millisecond(ms).map_err(|e| self.invalid(format!("{what}: {ms} is out of range: {e}")))
+        })
+        .transpose()
     }
 
     /// Records that `notifier` sent `event` of `job` at `sent`.

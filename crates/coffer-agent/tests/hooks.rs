@@ -22,7 +22,11 @@ fn env(base: &[(&str, &str)]) -> HookEnv {
 }
 
 fn parse_env(dump: &str) -> Vec<(String, String)> {
-    dump.split('\0').filter(|l| !l.is_empty()).filter_map(|l| l.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect()
+    dump.split('\0')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
 }
 
 #[test]
@@ -80,8 +84,14 @@ fn standard_input_is_the_record() {
     rec.snapshot = Some("5f3a9c");
     rec.summary = Some(&summary);
     let input = rec.to_json();
-    run_hook("finally", &format!("cat > '{}'", out.display()), &input, &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_secs(20))
-        .unwrap();
+    run_hook(
+        "finally",
+        &format!("cat > '{}'", out.display()),
+        &input,
+        &env(&[("PATH", "/usr/bin:/bin")]),
+        Duration::from_secs(20),
+    )
+    .unwrap();
     let got: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(
         got,
@@ -94,7 +104,8 @@ fn standard_input_is_the_record() {
 fn a_hook_that_does_not_read_a_large_input_is_not_blocked() {
     let input = vec![b'x'; 4 << 20];
     let t0 = Instant::now();
-    let out = run_hook("before", "echo done", &input, &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_secs(20)).unwrap();
+    let out =
+        run_hook("before", "echo done", &input, &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_secs(20)).unwrap();
     assert_eq!(out.output.trim(), "done");
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
@@ -130,7 +141,8 @@ fn a_hook_past_its_timeout_is_killed_with_its_child() {
     // might exec in its place).
     let cmd = format!("echo starting; sleep 300 & echo $! > '{}'; wait", pidfile.display());
     let t0 = Instant::now();
-    let err = run_hook("before", &cmd, b"", &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_millis(700)).unwrap_err();
+    let err =
+        run_hook("before", &cmd, b"", &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_millis(700)).unwrap_err();
     let took = t0.elapsed();
     assert!(matches!(err, HookError::Timeout { .. }), "{err:?}");
     assert!(took >= Duration::from_millis(700) && took < Duration::from_secs(5), "took {took:?}");
@@ -145,9 +157,13 @@ fn a_hook_past_its_timeout_is_killed_with_its_child() {
 fn a_hook_that_ignores_sigterm_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("child");
-    let cmd = format!("trap '' TERM; sh -c \"trap '' TERM; sleep 300\" & echo $! > '{}'; while :; do sleep 1; done", pidfile.display());
+    let cmd = format!(
+        "trap '' TERM; sh -c \"trap '' TERM; sleep 300\" & echo $! > '{}'; while :; do sleep 1; done",
+        pidfile.display()
+    );
     let t0 = Instant::now();
-    let err = run_hook("after-failure", &cmd, b"", &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_millis(300)).unwrap_err();
+    let err = run_hook("after-failure", &cmd, b"", &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_millis(300))
+        .unwrap_err();
     let took = t0.elapsed();
     assert!(matches!(err, HookError::Timeout { .. }), "{err:?}");
     assert!(took >= Duration::from_secs(5) && took < Duration::from_secs(12), "SIGKILL after 5 s, took {took:?}");
@@ -164,7 +180,8 @@ fn a_failing_hook_names_itself_its_status_and_its_output() {
     assert!(msg.contains("exit code 7"), "{msg}");
     assert!(msg.contains("dumping databases") && msg.contains("pg_dump: connection refused"), "{msg}");
 
-    let err = run_hook("finally", "kill -9 $$", b"", &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_secs(20)).unwrap_err();
+    let err = run_hook("finally", "kill -9 $$", b"", &env(&[("PATH", "/usr/bin:/bin")]), Duration::from_secs(20))
+        .unwrap_err();
     assert!(err.to_string().contains("killed by signal 9"), "{err}");
 }
 

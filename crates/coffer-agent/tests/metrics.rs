@@ -37,7 +37,9 @@ fn parse(text: &str) -> Vec<Sample> {
     let mut samples = Vec::new();
     let name_ok = |n: &str| {
         !n.is_empty()
-            && n.chars().enumerate().all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()))
+            && n.chars()
+                .enumerate()
+                .all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()))
     };
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# ") {
@@ -116,7 +118,9 @@ fn parse(text: &str) -> Vec<Sample> {
 }
 
 fn find<'a>(samples: &'a [Sample], name: &str, labels: &[(&str, &str)]) -> Option<&'a Sample> {
-    samples.iter().find(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+    samples
+        .iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
 }
 
 fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -126,11 +130,11 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 #[test]
 fn the_checker_refuses_bad_text() {
     for bad in [
-        "coffer_x 1\n",                                     // no TYPE
+        "coffer_x 1\n",                                      // no TYPE
         "# TYPE coffer_x gauge\ncoffer_x{job=\"a} 1\n",      // unterminated
         "# TYPE coffer_x gauge\ncoffer_x{job=\"a\\q\"} 1\n", // bad escape
-        "# TYPE coffer_x gauge\ncoffer_x one\n",            // bad value
-        "# TYPE coffer_x gauge\ncoffer_x 1\ncoffer_x 2\n",  // series twice
+        "# TYPE coffer_x gauge\ncoffer_x one\n",             // bad value
+        "# TYPE coffer_x gauge\ncoffer_x 1\ncoffer_x 2\n",   // series twice
     ] {
         assert!(std::panic::catch_unwind(|| parse(bad)).is_err(), "accepted {bad:?}");
     }
@@ -327,7 +331,9 @@ fn start() -> (coffer_agent::metrics::MetricsServer, Arc<AtomicUsize>) {
         false,
         Arc::new(move || {
             let n = c.fetch_add(1, Ordering::SeqCst) + 1;
-            format!("# HELP coffer_test_scrapes Scrapes.\n# TYPE coffer_test_scrapes counter\ncoffer_test_scrapes {n}\n")
+            format!(
+                "# HELP coffer_test_scrapes Scrapes.\n# TYPE coffer_test_scrapes counter\ncoffer_test_scrapes {n}\n"
+            )
         }),
     )
     .unwrap();
@@ -372,13 +378,18 @@ fn get_metrics_serves_the_text() {
 fn other_paths_are_404_and_other_methods_405() {
     let (server, calls) = start();
     let a = server.addr();
-    for path in ["/", "/metrics/", "/../etc/passwd", "/metrics/../../etc/passwd", "/%2e%2e/etc/passwd", "/favicon.ico"] {
+    for path in ["/", "/metrics/", "/../etc/passwd", "/metrics/../../etc/passwd", "/%2e%2e/etc/passwd", "/favicon.ico"]
+    {
         let answer = get(a, path);
         assert_eq!(status(&answer), 404, "{path}: {answer}");
         assert!(!answer.contains("root:"), "{path}");
     }
     for method in ["POST", "PUT", "DELETE", "HEAD", "OPTIONS"] {
-        let answer = raw(a, format!("{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes());
+        let answer = raw(
+            a,
+            format!("{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
         assert_eq!(status(&answer), 405, "{method}: {answer}");
         assert!(answer.to_lowercase().contains("allow: get"), "{answer}");
     }
@@ -420,7 +431,8 @@ fn a_silent_connection_blocks_no_one_and_is_closed() {
 #[test]
 fn too_many_connections_are_closed_at_once_and_the_rest_served() {
     let (server, _) = start();
-    let held: Vec<TcpStream> = (0..coffer_agent::metrics::MAX_CONNECTIONS).map(|_| TcpStream::connect(server.addr()).unwrap()).collect();
+    let held: Vec<TcpStream> =
+        (0..coffer_agent::metrics::MAX_CONNECTIONS).map(|_| TcpStream::connect(server.addr()).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
     let answer = get(server.addr(), "/metrics");

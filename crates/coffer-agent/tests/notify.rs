@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coffer_agent::config::{Event, Kind, MailConfig, NotifierConfig, Preset, Target};
-use coffer_agent::notify::{Dispatcher, DispatcherOptions, MemoryNotices, Message, Notifier, NotifyError};
+use coffer_agent::notify::{Dispatcher, DispatcherOptions, LogFn, MemoryNotices, Message, Notifier, NotifyError};
 use coffer_agent::state::{Db, Outcome};
 
 // ---------------------------------------------------------------- a test HTTP server
@@ -98,10 +98,8 @@ fn serve_one(conn: TcpStream, status: u16, body: &str, tx: &Sender<Request>) {
         let (k, v) = h.split_once(':').unwrap();
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .map_or(0, |(_, v)| v.parse().unwrap());
+    let len: usize =
+        headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")).map_or(0, |(_, v)| v.parse().unwrap());
     let mut data = vec![0; len];
     r.read_exact(&mut data).unwrap();
     tx.send(Request { method, path, headers, body: data }).unwrap();
@@ -229,6 +227,7 @@ fn healthchecks_preset_pings_start_success_and_fail() {
     quick().start(&hc, &message("home", Event::Success)).unwrap();
     let r = s.next();
     assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/ping/0f3c1a2b/start"));
+    assert_eq!(r.text(), "The backup of job home on nas starts.\n");
     quick().send(&hc, &message("home", Event::Success)).unwrap();
     assert_eq!(s.next().path, "/ping/0f3c1a2b");
     quick().send(&hc, &message("home", Event::Failure)).unwrap();
@@ -253,7 +252,10 @@ fn healthchecks_preset_pings_start_success_and_fail() {
 fn an_error_answer_names_the_notifier_but_not_the_token() {
     let s = Server::start(&[(403, "forbidden: token sEcReTtOkEn42 is not valid for /message?token=sEcReTtOkEn42")]);
     let err = quick()
-        .send(&webhook("gotify", s.url("/message?token=sEcReTtOkEn42"), Preset::Gotify), &message("home", Event::Failure))
+        .send(
+            &webhook("gotify", s.url("/message?token=sEcReTtOkEn42"), Preset::Gotify),
+            &message("home", Event::Failure),
+        )
         .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, NotifyError::Status { status: 403, .. }), "{err:?}");
@@ -303,13 +305,17 @@ fn a_bad_cacert_or_url_is_named() {
     assert!(matches!(err, NotifyError::Cacert { .. }), "{err:?}");
     assert!(err.to_string().contains(&pem.display().to_string()), "{err}");
 
-    let err = quick().send(&webhook("ops", "ftp://example.net/x".into(), Preset::Json), &message("h", Event::Failure)).unwrap_err();
+    let err = quick()
+        .send(&webhook("ops", "ftp://example.net/x".into(), Preset::Json), &message("h", Event::Failure))
+        .unwrap_err();
     assert!(err.to_string().contains("not an http:// or https:// URL"), "{err}");
 }
 
 // ---------------------------------------------------------------- the dispatcher
 
-fn logger() -> (Box<dyn Fn(String) + Send>, Arc<Mutex<Vec<String>>>) {
+type Lines = Arc<Mutex<Vec<String>>>;
+
+fn logger() -> (LogFn, Lines) {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let l = Arc::clone(&lines);
     (Box::new(move |line| l.lock().unwrap().push(line)), lines)
@@ -339,18 +345,26 @@ fn the_dispatcher_retries_failed_sends_with_backoff() {
     let t0 = Instant::now();
     d.dispatch(&webhook("ops", s.url("/hook"), Preset::Json), &message("home", Event::Failure));
     assert!(t0.elapsed() < Duration::from_millis(50), "dispatch does not wait for the send");
-    let times: Vec<Duration> = (0..3).map(|_| {
-        s.next();
-        t0.elapsed()
-    }).collect();
+    let times: Vec<Duration> = (0..3)
+        .map(|_| {
+            s.next();
+            t0.elapsed()
+        })
+        .collect();
     assert!(times[1] - times[0] >= Duration::from_millis(100), "{times:?}");
     assert!(times[2] - times[1] >= Duration::from_millis(300), "{times:?}");
     d.shutdown(Duration::from_secs(5));
     assert_eq!(s.count.load(Ordering::SeqCst), 3, "no try after a success");
     let lines = lines.lock().unwrap().clone();
     assert_eq!(lines.len(), 2, "{lines:#?}");
-    assert!(lines[0].contains("notifier ops") && lines[0].contains("HTTP 500") && lines[0].contains("try 1 of 4"), "{lines:#?}");
-    assert!(lines[1].contains("HTTP 503") && lines[1].contains("try 2 of 4") && lines[1].contains("in 0.3s"), "{lines:#?}");
+    assert!(
+        lines[0].contains("notifier ops") && lines[0].contains("HTTP 500") && lines[0].contains("try 1 of 4"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[1].contains("HTTP 503") && lines[1].contains("try 2 of 4") && lines[1].contains("in 0.3s"),
+        "{lines:#?}"
+    );
 }
 
 #[test]
@@ -423,7 +437,13 @@ fn the_rate_limit_holds_per_job_event_and_notifier() {
     let mut got = Vec::new();
     while let Ok(r) = s.requests.try_recv() {
         let v = r.json();
-        got.push(format!("{} {} {} {}", r.path, v["job"].as_str().unwrap(), v["event"].as_str().unwrap(), v["time"].as_str().unwrap()));
+        got.push(format!(
+            "{} {} {} {}",
+            r.path,
+            v["job"].as_str().unwrap(),
+            v["event"].as_str().unwrap(),
+            v["time"].as_str().unwrap()
+        ));
     }
     assert_eq!(
         got,
@@ -437,7 +457,9 @@ fn the_rate_limit_holds_per_job_event_and_notifier() {
     );
     let lines = lines.lock().unwrap().clone();
     assert_eq!(lines.len(), 1, "{lines:#?}");
-    assert!(lines[0].contains("notifier ops: failure of job home: not sent") && lines[0].contains("rate-limit of 600s"));
+    assert!(
+        lines[0].contains("notifier ops: failure of job home: not sent") && lines[0].contains("rate-limit of 600s")
+    );
     // The database keeps it for the next agent.
     let db = Db::open_read_only(&path).unwrap();
     assert_eq!(db.notice_sent("home", Event::Failure, "ops").unwrap(), Some("2026-12-01T03:11:00Z".parse().unwrap()));

@@ -219,17 +219,22 @@ fn history_queries() {
         ]
     );
     assert_eq!(db.running(Some("home")).unwrap()[0].trigger, Trigger::Retry);
-    assert!(db.finish_run(RunId(9999), Finish {
-        ended: ts(1),
-        outcome: Outcome::Success,
-        exit_code: None,
-        snapshot: None,
-        summary: None,
-        error: None
-    })
-    .unwrap_err()
-    .to_string()
-    .contains("run 9999"));
+    assert!(
+        db.finish_run(
+            RunId(9999),
+            Finish {
+                ended: ts(1),
+                outcome: Outcome::Success,
+                exit_code: None,
+                snapshot: None,
+                summary: None,
+                error: None
+            }
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("run 9999")
+    );
 }
 
 #[test]
@@ -266,7 +271,9 @@ fn concurrent_writer_child() {
     let n: usize = std::env::var("COFFER_STATE_TEST_N").unwrap().parse().unwrap();
     let db = Db::open(std::path::Path::new(&path)).unwrap();
     for i in 0..n {
-        let id = db.start_run(&job, Kind::Backup, Trigger::Schedule, None, ts(i as i64), i64::from(std::process::id())).unwrap();
+        let id = db
+            .start_run(&job, Kind::Backup, Trigger::Schedule, None, ts(i as i64), i64::from(std::process::id()))
+            .unwrap();
         finish(&db, id, ts(i as i64 + 1), Outcome::Success);
         db.bump_check_round("shared").unwrap();
         db.set_notice_sent(&job, Event::Success, "n", ts(i as i64)).unwrap();

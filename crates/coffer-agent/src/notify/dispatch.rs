@@ -65,7 +65,10 @@ impl Default for DispatcherOptions {
     }
 }
 
-type Log = Arc<Mutex<Box<dyn Fn(String) + Send>>>;
+/// Where the dispatcher says what happened, one line at a time.
+pub type LogFn = Box<dyn Fn(String) + Send>;
+
+type Log = Arc<Mutex<LogFn>>;
 
 fn say(log: &Log, line: String) {
     (log.lock().unwrap_or_else(|p| p.into_inner()))(line);
@@ -84,7 +87,12 @@ struct Item {
 impl Item {
     fn what(&self) -> String {
         if self.start {
-            format!("notifier {}: the start of the {} run of job {}", self.notifier.name, self.msg.kind.as_str(), self.msg.job)
+            format!(
+                "notifier {}: the start of the {} run of job {}",
+                self.notifier.name,
+                self.msg.kind.as_str(),
+                self.msg.job
+            )
         } else {
             format!("notifier {}: {} of job {}", self.notifier.name, self.msg.event.as_str(), self.msg.job)
         }
@@ -105,11 +113,18 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Starts the thread.
-    pub fn new(options: DispatcherOptions, notices: Box<dyn NoticeLog>, log: Box<dyn Fn(String) + Send>) -> Dispatcher {
+    pub fn new(options: DispatcherOptions, notices: Box<dyn NoticeLog>, log: LogFn) -> Dispatcher {
         let (tx, rx) = std::sync::mpsc::sync_channel(options.queue.max(1));
         let log: Log = Arc::new(Mutex::new(log));
         let deadline = Arc::new(Mutex::new(None));
-        let worker = Worker { rx, options, notices, log: Arc::clone(&log), deadline: Arc::clone(&deadline), pending: Vec::new() };
+        let worker = Worker {
+            rx,
+            options,
+            notices,
+            log: Arc::clone(&log),
+            deadline: Arc::clone(&deadline),
+            pending: Vec::new(),
+        };
         let thread = std::thread::Builder::new()
             .name("coffer-notify".into())
             .spawn(move || worker.run())
@@ -137,9 +152,10 @@ impl Dispatcher {
         };
         match tx.try_send(item) {
             Ok(()) => {}
-            Err(TrySendError::Full(item)) => {
-                say(&self.log, format!("{}: dropped: too many notifications are waiting (a notifier is slow or down)", item.what()))
-            }
+            Err(TrySendError::Full(item)) => say(
+                &self.log,
+                format!("{}: dropped: too many notifications are waiting (a notifier is slow or down)", item.what()),
+            ),
             Err(TrySendError::Disconnected(item)) => {
                 say(&self.log, format!("{}: not sent: the notification thread has stopped", item.what()))
             }
@@ -240,8 +256,11 @@ impl Worker {
             }
         }
         let notifier = &self.options.notifier;
-        let result =
-            if item.start { notifier.start(&item.notifier, &item.msg) } else { notifier.send(&item.notifier, &item.msg) };
+        let result = if item.start {
+            notifier.start(&item.notifier, &item.msg)
+        } else {
+            notifier.send(&item.notifier, &item.msg)
+        };
         item.tries += 1;
         match result {
             Ok(()) => {

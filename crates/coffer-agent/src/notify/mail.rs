@@ -61,7 +61,9 @@ fn is_loopback(host: &str) -> bool {
 /// is refused here, before any connection.
 pub fn parse_server(smtp: &str) -> Result<Server, String> {
     let Some((scheme, rest)) = smtp.split_once("://") else {
-        return Err(format!("smtp {smtp:?} is not smtp://HOST[:PORT], smtps://HOST[:PORT] or smtp+insecure://HOST[:PORT]"));
+        return Err(format!(
+            "smtp {smtp:?} is not smtp://HOST[:PORT], smtps://HOST[:PORT] or smtp+insecure://HOST[:PORT]"
+        ));
     };
     let (security, default_port) = match scheme.to_ascii_lowercase().as_str() {
         "smtp" => (Security::StartTls, 587),
@@ -133,7 +135,9 @@ fn mailbox(cfg: &NotifierConfig, key: &str, addr: &str) -> Result<Mailbox, Notif
 fn hello_name(host: &str) -> ClientId {
     let ok = !host.is_empty()
         && host.len() <= 253
-        && host.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     if ok { ClientId::Domain(host.to_string()) } else { ClientId::Domain("localhost".to_string()) }
 }
 
@@ -146,13 +150,17 @@ pub fn email(cfg: &NotifierConfig, mail: &MailConfig, msg: &Message) -> Result<l
     for to in &mail.to {
         b = b.to(mailbox(cfg, "to", to)?);
     }
-    b.header(ContentType::TEXT_PLAIN).body(msg.text()).map_err(|e| NotifyError::Config {
-        notifier: cfg.name.clone(),
-        what: format!("cannot make the message: {e}"),
-    })
+    b.header(ContentType::TEXT_PLAIN)
+        .body(msg.text())
+        .map_err(|e| NotifyError::Config { notifier: cfg.name.clone(), what: format!("cannot make the message: {e}") })
 }
 
-pub(crate) fn send(notifier: &Notifier, cfg: &NotifierConfig, mail: &MailConfig, msg: &Message) -> Result<(), NotifyError> {
+pub(crate) fn send(
+    notifier: &Notifier,
+    cfg: &NotifierConfig,
+    mail: &MailConfig,
+    msg: &Message,
+) -> Result<(), NotifyError> {
     let server = parse_server(&mail.smtp).map_err(|what| NotifyError::Config { notifier: cfg.name.clone(), what })?;
     let shown = server.to_string();
     let fail = |what: String| NotifyError::Mail { notifier: cfg.name.clone(), server: shown.clone(), what };

@@ -18,7 +18,7 @@ use jiff::Timestamp;
 use crate::config::{Event, Kind, NotifierConfig, Target};
 use crate::state::Outcome;
 
-pub use dispatch::{Dispatcher, DispatcherOptions, MemoryNotices, NoticeLog};
+pub use dispatch::{Dispatcher, DispatcherOptions, LogFn, MemoryNotices, NoticeLog};
 
 /// How long one send may take, connection included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

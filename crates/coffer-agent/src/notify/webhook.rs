@@ -78,7 +78,10 @@ fn client(notifier: &Notifier, cfg: &NotifierConfig) -> Result<Client, NotifyErr
 fn with_segment(cfg: &NotifierConfig, mut url: reqwest::Url, segment: &str) -> Result<reqwest::Url, NotifyError> {
     let shown = redact(url.as_str());
     url.path_segments_mut()
-        .map_err(|_| NotifyError::Config { notifier: cfg.name.clone(), what: format!("its url {shown} cannot take a path") })?
+        .map_err(|_| NotifyError::Config {
+            notifier: cfg.name.clone(),
+            what: format!("its url {shown} cannot take a path"),
+        })?
         .pop_if_empty()
         .push(segment);
     Ok(url)
@@ -159,16 +162,23 @@ pub(crate) fn send(
     execute(notifier, cfg, &u, rb)
 }
 
-/// The `healthchecks` preset's start ping: `URL/start`.
+/// The `healthchecks` preset's start ping: `URL/start`, saying which run of
+/// `msg`'s job starts (its event and outcome are not used).
 pub(crate) fn start(notifier: &Notifier, cfg: &NotifierConfig, url: &str, msg: &Message) -> Result<(), NotifyError> {
     let u = parse_url(cfg, url)?;
     let client = client(notifier, cfg)?;
     let ping = with_segment(cfg, u.clone(), "start")?;
-    let rb = client.post(ping).header(CONTENT_TYPE, "text/plain; charset=utf-8").body(msg.text());
+    let body = format!("The {} of job {} on {} starts.\n", msg.kind.as_str(), msg.job, msg.host);
+    let rb = client.post(ping).header(CONTENT_TYPE, "text/plain; charset=utf-8").body(body);
     execute(notifier, cfg, &u, rb)
 }
 
-fn execute(notifier: &Notifier, cfg: &NotifierConfig, url: &reqwest::Url, rb: RequestBuilder) -> Result<(), NotifyError> {
+fn execute(
+    notifier: &Notifier,
+    cfg: &NotifierConfig,
+    url: &reqwest::Url,
+    rb: RequestBuilder,
+) -> Result<(), NotifyError> {
     let shown = redact(url.as_str());
     let resp = rb.send().map_err(|e| {
         let what = if e.is_timeout() {

@@ -4,10 +4,12 @@
 #   - a TCP fault proxy: toxiproxy, with a proxy named "s3" in front of the gateway;
 #   - an SFTP server: OpenSSH's sshd on a high port, key login for the current user;
 #   - no server but pinned binaries: restic, borg and kopia, whose repositories coffer's import
-#     reads (kopia's own server is started by the import itself, not here).
+#     reads (kopia's own server is started by the import itself, not here);
+#   - an SMTP server: mailpit, STARTTLS required with a certificate made at start, and its
+#     HTTP API to read back what the agent's notifications sent.
 #
 # Usage: services.sh install | start | selftest | stop
-#   install   builds the pinned Go servers, restic and kopia into the cache directory (skipped
+#   install   builds the pinned Go servers, restic, kopia and mailpit into the cache directory (skipped
 #             when already there), installs the Debian OpenSSH packages when sshd is
 #             missing and Debian's borgbackup of the pinned version.
 #   start     starts the servers in the run directory and writes "$COFFER_CI_RUN/env".
@@ -15,7 +17,7 @@
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
-#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia; commas or
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp; commas or
 #                    spaces between them): their servers are neither installed nor started
 #                    (the fault proxy needs S3, so skipping s3 skips it too; skipping restic
 #                    neither builds it nor exports COFFER_TEST_RESTIC).
@@ -36,6 +38,8 @@ TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2/cmd
 RESTIC_MODULE=github.com/restic/restic
 KOPIA_VERSION=v0.22.3
 KOPIA_MODULE=github.com/kopia/kopia
+MAILPIT_VERSION=v1.33.1
+MAILPIT_MODULE=github.com/axllent/mailpit
 
 CACHE=${COFFER_CI_CACHE:-$HOME/.cache/coffer-ci}
 BIN=$CACHE/bin
@@ -44,6 +48,7 @@ TOXIPROXY_SERVER=$BIN/toxiproxy-server-$TOXIPROXY_VERSION
 TOXIPROXY_CLI=$BIN/toxiproxy-cli-$TOXIPROXY_VERSION
 RESTIC=$BIN/restic-$RESTIC_VERSION
 KOPIA=$BIN/kopia-$KOPIA_VERSION
+MAILPIT=$BIN/mailpit-$MAILPIT_VERSION
 BORG=/usr/bin/borg
 
 # Fixed test credentials: the servers listen on loopback only.
@@ -52,6 +57,8 @@ S3_SECRET_KEY=coffer-ci-secret-key
 S3_REGION=us-east-1
 S3_BUCKET=coffer-test
 PROXY_NAME=s3
+SMTP_USER=coffer
+SMTP_PASSWORD=coffer-ci-smtp-password
 
 # How long (seconds) to wait for a server to answer.
 READY_TIMEOUT=${COFFER_CI_READY_TIMEOUT:-30}
@@ -201,6 +208,11 @@ cmd_install() {
     fi
     if wanted borg; then
         install_borg
+    fi
+    if wanted smtp; then
+        # mailpit's main package is the module's root; the -X setting tells it its version.
+        go_build_module mailpit "$MAILPIT_MODULE" "$MAILPIT_VERSION" . "$MAILPIT" \
+            "-X $MAILPIT_MODULE/config.Version=$MAILPIT_VERSION"
     fi
 }
 
@@ -421,6 +433,39 @@ EOF
     wait_ready sshd "$(pid_of sshd)" "$RUN/sshd.log" ssh_banner "$SFTP_PORT"
 }
 
+# mailpit: SMTP with STARTTLS required, under a certificate for 127.0.0.1 and localhost made
+# here and signed by a CA made here too (COFFER_TEST_SMTP_CACERT, which the tests trust; a
+# self-signed server certificate would be a CA used as an end entity, which rustls refuses);
+# login required as SMTP_USER with SMTP_PASSWORD, and every message tagged with the user who
+# sent it; its HTTP API (GET /api/v1/messages) shows what arrived, kept in memory only.
+start_mailpit() {
+    [[ -x $MAILPIT ]] || die "mailpit $MAILPIT_VERSION is not installed; run: $0 install"
+    command -v openssl >/dev/null || die "openssl is needed to make mailpit's certificate (apt-get install openssl)"
+    free_port SMTP_PORT
+    free_port SMTP_API_PORT
+    local d=$RUN/smtp
+    mkdir -p "$d"
+    chmod 700 "$d"
+    {
+        openssl req -x509 -newkey ed25519 -nodes -days 30 -subj "/CN=coffer test CA" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+            -keyout "$d/ca-key.pem" -out "$d/ca.pem" &&
+            openssl req -new -newkey ed25519 -nodes -subj /CN=localhost \
+                -keyout "$d/key.pem" -out "$d/cert.csr" &&
+            printf '%s\n' basicConstraints=critical,CA:FALSE extendedKeyUsage=serverAuth \
+                subjectAltName=IP:127.0.0.1,DNS:localhost >"$d/cert.ext" &&
+            openssl x509 -req -in "$d/cert.csr" -CA "$d/ca.pem" -CAkey "$d/ca-key.pem" \
+                -CAcreateserial -days 30 -extfile "$d/cert.ext" -out "$d/cert.pem"
+        printf '%s:%s\n' "$SMTP_USER" "$(openssl passwd -6 "$SMTP_PASSWORD")" >"$d/passwords"
+    } >"$RUN/mailpit.log" 2>&1 || die "openssl could not make mailpit's certificate; see $RUN/mailpit.log"
+    spawn mailpit "$RUN/mailpit.log" "$MAILPIT" \
+        --smtp "127.0.0.1:$SMTP_PORT" --listen "127.0.0.1:$SMTP_API_PORT" \
+        --smtp-tls-cert "$d/cert.pem" --smtp-tls-key "$d/key.pem" --smtp-require-starttls \
+        --smtp-auth-file "$d/passwords" --tags-username --disable-version-check
+    wait_ready mailpit "$(pid_of mailpit)" "$RUN/mailpit.log" \
+        curl -sf --max-time 2 "http://127.0.0.1:$SMTP_API_PORT/api/v1/info"
+}
+
 write_env() {
     local f=$RUN/env
     {
@@ -457,6 +502,13 @@ write_env() {
         if wanted kopia; then
         echo "export COFFER_TEST_KOPIA=$(printf %q "$KOPIA")"
         fi
+        if wanted smtp; then
+        echo "export COFFER_TEST_SMTP=127.0.0.1:$SMTP_PORT"
+        echo "export COFFER_TEST_SMTP_API=http://127.0.0.1:$SMTP_API_PORT"
+        echo "export COFFER_TEST_SMTP_CACERT=$(printf %q "$RUN/smtp/ca.pem")"
+        echo "export COFFER_TEST_SMTP_USER=$SMTP_USER"
+        echo "export COFFER_TEST_SMTP_PASSWORD=$SMTP_PASSWORD"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -471,12 +523,12 @@ cmd_start() {
     fi
     RUN=$(cd "$RUN" && pwd)
     local name
-    for name in versitygw toxiproxy sshd; do
+    for name in versitygw toxiproxy sshd mailpit; do
         if pid_of "$name" >/dev/null; then
             die "$name is already running from $RUN; run: $0 stop"
         fi
     done
-    rm -rf "$RUN/env" "$RUN/s3-data" "$RUN/sshd" "$RUN/sftp"
+    rm -rf "$RUN/env" "$RUN/s3-data" "$RUN/sshd" "$RUN/sftp" "$RUN/smtp"
     if [[ -z ${COFFER_CI_RUN:-} ]]; then
         mkdir -p "$CACHE"
         printf '%s\n' "$RUN" >"$CACHE/last-run"
@@ -507,6 +559,10 @@ cmd_start() {
     if wanted kopia; then
         [[ -x $KOPIA ]] || die "kopia $KOPIA_VERSION is not installed; run: $0 install"
         started+=("kopia $KOPIA_VERSION (a binary, no server)")
+    fi
+    if wanted smtp; then
+        start_mailpit
+        started+=("mailpit SMTP 127.0.0.1:$SMTP_PORT (STARTTLS), API 127.0.0.1:$SMTP_API_PORT")
     fi
     write_env
     trap - EXIT
@@ -545,6 +601,7 @@ stop_pid() {
 cmd_stop() {
     RUN=$(run_dir) || { say "nothing to stop (no run directory)"; return 0; }
     [[ -d $RUN ]] || { say "nothing to stop ($RUN is gone)"; return 0; }
+    stop_pid mailpit || true
     stop_pid sshd || true
     stop_pid toxiproxy || true
     stop_pid versitygw || true
@@ -632,6 +689,33 @@ EOF
     check "sftp: rm removed the file" "$([[ -e $COFFER_TEST_SFTP_ROOT/$name ]] && echo present)" ""
 }
 
+# selftest_smtp: one message sent over STARTTLS (the certificate verified against the one made
+# at start), then found through mailpit's API; a plain-text attempt is refused.
+selftest_smtp() {
+    local dir=$RUN/selftest subject status
+    subject="coffer selftest $$-$RANDOM"
+    printf 'From: ci@coffer.test\r\nTo: admin@coffer.test\r\nSubject: %s\r\n\r\nselftest\r\n' \
+        "$subject" >"$dir/mail"
+    if curl -s --max-time 10 --ssl-reqd --cacert "$COFFER_TEST_SMTP_CACERT" \
+        --user "$COFFER_TEST_SMTP_USER:$COFFER_TEST_SMTP_PASSWORD" --mail-from ci@coffer.test --mail-rcpt admin@coffer.test -T "$dir/mail" \
+        "smtp://$COFFER_TEST_SMTP" >/dev/null 2>"$dir/smtp-err"; then
+        check "smtp: a message sent with STARTTLS and a login" ok ok
+    else
+        cat "$dir/smtp-err" >&2
+        check "smtp: a message sent with STARTTLS and a login (see $RUN/mailpit.log)" failed ok
+    fi
+    status=$(curl -s --max-time 5 -o "$dir/messages" -w '%{http_code}' \
+        "$COFFER_TEST_SMTP_API/api/v1/messages" || true)
+    check "smtp: GET /api/v1/messages" "$status" 200
+    check "smtp: the API lists the message" "$(grep -c "$subject" "$dir/messages" 2>/dev/null || true)" 1
+    if curl -s --max-time 10 --mail-from ci@coffer.test --mail-rcpt admin@coffer.test \
+        -T "$dir/mail" "smtp://$COFFER_TEST_SMTP" >/dev/null 2>&1; then
+        check "smtp: plain text without STARTTLS is refused" accepted refused
+    else
+        check "smtp: plain text without STARTTLS is refused" refused refused
+    fi
+}
+
 cmd_selftest() {
     RUN=$(run_dir) || die "no run directory; run: $0 start"
     [[ -f $RUN/env ]] || die "no $RUN/env; run: $0 start"
@@ -655,6 +739,9 @@ cmd_selftest() {
     fi
     if wanted borg; then
         check "borg: $COFFER_TEST_BORG --version" "$("$COFFER_TEST_BORG" --version 2>&1)" "borg $BORG_VERSION"
+    fi
+    if wanted smtp; then
+        selftest_smtp
     fi
     if wanted kopia; then
         check "kopia: $COFFER_TEST_KOPIA --version" \

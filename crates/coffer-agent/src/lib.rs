@@ -10,7 +10,11 @@
 
 pub mod calendar;
 pub mod config;
+pub mod hooks;
+pub mod metrics;
+pub mod notify;
 pub mod schedule;
+pub mod state;
 
 /// Where the current time comes from: the system's, or a test's.
 pub trait Clock: Send + Sync {

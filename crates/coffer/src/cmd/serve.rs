@@ -188,6 +188,20 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> Result<u8> {
 }
 
 fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
+    // The limits are a client's, on its own link to the storage: the server
+    // would slow every client at once.
+    let limits = [
+        (global.limit_upload, "--limit-upload", "COFFER_LIMIT_UPLOAD"),
+        (global.limit_download, "--limit-download", "COFFER_LIMIT_DOWNLOAD"),
+    ];
+    if let Some((_, flag, var)) = limits.iter().find(|(limit, _, _)| limit.is_some()) {
+        let e = anyhow::anyhow!(
+            "coffer serve does not take {flag} ({var}): a bandwidth limit is a client's, on its own link to the \
+             storage; give it to the clients (`coffer {flag} KIB backup …`), or unset {var} for the server"
+        );
+        output::error(global.json, &e, exit::USAGE);
+        return Ok(exit::USAGE);
+    }
     let (loc, _) = repo_open::location(global)?;
     let backend = repo_open::backend(&loc)?;
     coffer_server::state::ensure_dir(&dir)?;

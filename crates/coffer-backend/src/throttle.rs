@@ -10,8 +10,8 @@
 //! a larger one slice after slice, one such request at a time (in the order
 //! they came), so that small requests (a session marker, a snapshot) take
 //! their turn between the slices of a large one instead of waiting behind
-//! whole packs. A 16 MiB pack at 2 MiB/s thus waits about 7 s beyond the
-//! burst, and goes. A whole-object read (`read_max`), whose size is known only
+//! whole packs. A 16 MiB pack at 2 MiB/s thus waits about 8 s (7 s when
+//! the bucket was full), and goes. A whole-object read (`read_max`), whose size is known only
 //! once it came, waits until the bucket is out of debt, then pays for what it
 //! read: the bucket goes into debt by as much, and the next request waits it
 //! off. Waits are sleeps until a time computed when the request came

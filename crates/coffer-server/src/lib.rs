@@ -244,13 +244,11 @@ impl Server {
                 let _ = tokio::task::spawn_blocking(move || u.flush()).await;
             }
         });
+        let records =
+            service::Records { log: log.clone(), usage: usage.clone(), notices, owners, activity: activity.clone() };
         let s3 = service::CofferS3::new(
             backend.clone(),
-            log.clone(),
-            usage.clone(),
-            notices,
-            owners,
-            activity.clone(),
+            records,
             &opts.state_dir,
             service::ServiceOptions {
                 bucket: opts.bucket.clone(),

@@ -277,8 +277,11 @@ mod tests {
         t.sample("x_total", &[], 0.5);
         assert_eq!(
             t.0,
-            "# HELP x_total a \\\\ b\\nc\n# TYPE x_total counter\nx_total{note=\"say \\\"hi\\\"\\\\\\nbye\",k=\"v\"} 3\n\
-             x_total 0.5\n"
+            concat!(
+                "# HELP x_total a \\\\ b\\nc\n# TYPE x_total counter\n",
+                "x_total{note=\"say \\\"hi\\\"\\\\\\nbye\",k=\"v\"} 3\n",
+                "x_total 0.5\n"
+            )
         );
     }
 

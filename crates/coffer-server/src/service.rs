@@ -167,18 +167,25 @@ fn spool_err(e: std::io::Error) -> S3Error {
     s3_error!(InternalError, "the server cannot spool the upload: {e}")
 }
 
+/// What the server keeps of the objects it stores, beside the storage: the
+/// service records into them, the server loads them at start.
+pub struct Records {
+    /// The transparency log of snapshots and tombstones.
+    pub log: Arc<TransparencyLog>,
+    /// Bytes stored per key.
+    pub usage: Arc<Usage>,
+    /// When each prune notice was stored.
+    pub notices: Arc<Notices>,
+    /// Which key wrote each session marker.
+    pub owners: Arc<Owners>,
+    /// Each writer's snapshots.
+    pub activity: Arc<Activity>,
+}
+
 impl CofferS3 {
     /// A service over `backend`, with the state directory's key and writer files.
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        log: Arc<TransparencyLog>,
-        usage: Arc<Usage>,
-        notices: Arc<Notices>,
-        owners: Arc<Owners>,
-        activity: Arc<Activity>,
-        state_dir: &std::path::Path,
-        opts: ServiceOptions,
-    ) -> Self {
+    pub fn new(backend: Arc<dyn Backend>, records: Records, state_dir: &std::path::Path, opts: ServiceOptions) -> Self {
+        let Records { log, usage, notices, owners, activity } = records;
         let uploads = Arc::new(Uploads::new(&opts.spool, opts.upload_expiry));
         CofferS3 {
             backend,

@@ -206,8 +206,7 @@ fn the_metrics_endpoint_refuses_what_is_not_a_scrape_and_keeps_serving() {
     let addr = metrics_addr(&mut srv);
     // A connection that sends nothing holds no one up.
     let _idle = std::net::TcpStream::connect(&addr).unwrap();
-    let (status, resp) =
-        send(&addr, format!("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc").as_bytes());
+    let (status, resp) = send(&addr, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
     assert_eq!(status, 405, "{resp}");
     assert!(resp.to_ascii_lowercase().contains("allow: get"), "{resp}");
     for path in ["/", "/metrics/../keys.json", "/../metrics", "/keys.json", "/metricsx", "/metrics/"] {

@@ -19,7 +19,7 @@
 //! ([`Backend::connections`]); [`fan_out`] runs a batch of object reads on that
 //! many threads, so fetching many objects does not borrow the CPU pool. The
 //! wrappers ([`RetryBackend`], [`CountingBackend`], [`FaultyBackend`],
-//! [`CachingBackend`], the local cache) are composed by the binary in one
+//! [`ThrottledBackend`], [`CachingBackend`], the local cache) are composed by the binary in one
 //! place; [`Location`] parses where a repository is. [`placement`] decides
 //! which backends hold each pack when a repository spans several. The feature
 //! `testing` adds [`testing::run_suite`], the conformance suite
@@ -39,6 +39,7 @@ mod replicated;
 mod retry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod throttle;
 
 pub use self::opendal::{
     CREDENTIAL_VARIABLES, DEFAULT_REMOTE_CONNECTIONS, DEFAULT_SFTP_CONNECTIONS, OpendalBackend, RemoteOptions,
@@ -58,6 +59,7 @@ pub use mem::MemBackend;
 pub use memory_ranges::{DEFAULT_MEMORY_RANGES, MemoryRanges};
 pub use replicated::{MemberHealth, ReplicatedBackend, ShortCopy, pack_id_of};
 pub use retry::{RetryBackend, RetryEvent, RetryPolicy};
+pub use throttle::{Throttle, ThrottledBackend};
 
 use std::fmt;
 use std::fs::File;

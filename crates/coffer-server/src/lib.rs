@@ -21,15 +21,19 @@
 //!   server that hides, forks or rolls back history is caught;
 //! - **reconciliation sketches** ([`sync`]) of each directory, so that a copy
 //!   to or from the server learns what one side lacks from a few kilobytes;
-//! - **TLS** with a generated self-signed certificate ([`tls`]).
+//! - **TLS** with a generated self-signed certificate ([`tls`]);
+//! - **metrics** for Prometheus ([`metrics`]): each writer's last snapshot
+//!   ([`activity`]), each key's bytes and quota, the requests answered.
 //!
 //! The crate never prints and never reads the environment: the binary passes
 //! every option. Specification: docs/design.md#server.
 
 #![deny(missing_docs)]
 
+pub mod activity;
 pub mod keys;
 pub mod log;
+pub mod metrics;
 pub mod multipart;
 pub mod names;
 pub mod notices;
@@ -136,6 +140,10 @@ pub struct ServeOptions {
     pub prune_grace: Duration,
     /// Connections served at once; more wait in the kernel's backlog.
     pub max_connections: usize,
+    /// Where to serve the metrics ([`metrics`]), if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// Whether the metrics may listen on an address other hosts can reach.
+    pub metrics_remote: bool,
 }
 
 /// A bound server, ready to run.
@@ -146,6 +154,8 @@ pub struct Server {
     log: Arc<log::TransparencyLog>,
     notices: Arc<notices::Notices>,
     owners: Arc<owners::Owners>,
+    activity: Arc<activity::Activity>,
+    metrics: Option<std::net::TcpListener>,
 }
 
 impl Server {
@@ -163,6 +173,16 @@ impl Server {
         let listener = std::net::TcpListener::bind(opts.listen)
             .map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
         listener.set_nonblocking(true).map_err(|source| ServerError::Listen { addr: opts.listen, source })?;
+        let metrics = match opts.metrics {
+            Some(addr) => {
+                metrics::check_address(addr, opts.metrics_remote)?;
+                let l = std::net::TcpListener::bind(addr).map_err(|source| ServerError::Listen { addr, source })?;
+                l.set_nonblocking(true).map_err(|source| ServerError::Listen { addr, source })?;
+                Some(l)
+            }
+            None => None,
+        };
+        let activity = Arc::new(activity::Activity::load(&opts.state_dir)?);
         let log = Arc::new(log::TransparencyLog::open(&opts.state_dir, backend.as_ref())?);
         // Before the runtime starts: the backend's calls block.
         let stored_notices: Vec<String> = match backend.list(ObjectKind::PruneNotice.prefix()) {
@@ -178,7 +198,7 @@ impl Server {
         };
         markers.sort();
         let owners = Arc::new(owners::Owners::load(&opts.state_dir, &markers)?);
-        Ok(Server { listener, opts, backend, log, notices, owners })
+        Ok(Server { listener, opts, backend, log, notices, owners, activity, metrics })
     }
 
     /// The public key the transparency log's heads are signed with (hex), and
@@ -190,6 +210,12 @@ impl Server {
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().unwrap_or(self.opts.listen)
+    }
+
+    /// The address the metrics are served at, if they are.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        let bound = self.metrics.as_ref()?;
+        bound.local_addr().ok().or(self.opts.metrics)
     }
 
     /// Serves until the process ends. Runs its own Tokio runtime; the backend's
@@ -204,7 +230,7 @@ impl Server {
     }
 
     async fn serve(self) -> Result<(), ServerError> {
-        let Server { listener, opts, backend, log, notices, owners } = self;
+        let Server { listener, opts, backend, log, notices, owners, activity, metrics } = self;
         let addr = opts.listen;
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen { addr, source })?;
@@ -218,12 +244,11 @@ impl Server {
                 let _ = tokio::task::spawn_blocking(move || u.flush()).await;
             }
         });
+        let records =
+            service::Records { log: log.clone(), usage: usage.clone(), notices, owners, activity: activity.clone() };
         let s3 = service::CofferS3::new(
             backend.clone(),
-            log,
-            usage,
-            notices,
-            owners,
+            records,
             &opts.state_dir,
             service::ServiceOptions {
                 bucket: opts.bucket.clone(),
@@ -235,6 +260,14 @@ impl Server {
             },
         );
         let keys = s3.keys();
+        let answered = Arc::new(metrics::Requests::default());
+        if let Some(l) = metrics {
+            let addr = l.local_addr().unwrap_or(addr);
+            let l = tokio::net::TcpListener::from_std(l).map_err(|source| ServerError::Listen { addr, source })?;
+            let figures =
+                metrics::Metrics::new(&opts.state_dir, answered.clone(), keys.clone(), usage, activity, log.clone());
+            tokio::spawn(metrics::serve(l, Arc::new(figures)));
+        }
         // Drop multipart uploads left untouched, with their spool files.
         let uploads = s3.uploads();
         let every = (opts.upload_expiry / 4).clamp(Duration::from_millis(200), Duration::from_secs(60));
@@ -280,7 +313,7 @@ impl Server {
             let svc = svc.clone();
             let acceptor = acceptor.clone();
             let header_timeout = opts.header_timeout;
-            let (requests, bucket) = (requests.clone(), opts.bucket.clone());
+            let (requests, bucket, answered) = (requests.clone(), opts.bucket.clone(), answered.clone());
             tokio::spawn(async move {
                 let _permit = permit;
                 let http = {
@@ -289,8 +322,10 @@ impl Server {
                     b
                 };
                 let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let (svc, slot, requests) = (svc.clone(), slot.clone(), requests.clone());
+                    let (svc, slot, requests, answered) =
+                        (svc.clone(), slot.clone(), requests.clone(), answered.clone());
                     let asked = requests::Request::of(&req, peer.ip(), &bucket);
+                    let method = req.method().clone();
                     async move {
                         let r = hyper::service::Service::call(&svc, req).await;
                         if r.as_ref().is_ok_and(|resp| resp.status() != http::StatusCode::FORBIDDEN) {
@@ -309,6 +344,7 @@ impl Server {
                         };
                         // A request answered is logged; a failure to log stops no client.
                         let _ = requests.record(&asked.answered(status, bytes));
+                        answered.record(&method, status);
                         r
                     }
                 });

@@ -17,6 +17,7 @@ use coffer_core::format::ObjectKind;
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
+use crate::activity::Activity;
 use crate::keys::{KeyFile, Level, Op};
 use crate::log::{LogRead, TransparencyLog};
 use crate::multipart::{CompleteError, UploadError, Uploads, WriteAt};
@@ -83,12 +84,23 @@ pub struct CofferS3 {
     usage: Arc<Usage>,
     /// When each prune notice was stored.
     notices: Arc<Notices>,
+    /// When each writer last stored a snapshot, for the metrics.
+    activity: Arc<Activity>,
     /// Permits for writes to the storage ([`STORAGE_WRITES`]).
     writes: Arc<tokio::sync::Semaphore>,
     /// Permits for memory held by upload checks ([`MEMORY_BUDGET`]).
     memory: tokio::sync::Semaphore,
     /// Signatures of state-changing requests received ([`crate::replay`]).
     seen: Arc<Seen>,
+}
+
+/// A spooled upload that passed its checks.
+struct Checked {
+    file: std::fs::File,
+    /// A `config`'s bytes.
+    config: Option<Vec<u8>>,
+    /// The public key (hex) that signed a snapshot.
+    writer: Option<String>,
 }
 
 /// A complete upload in a spool file.
@@ -155,17 +167,25 @@ fn spool_err(e: std::io::Error) -> S3Error {
     s3_error!(InternalError, "the server cannot spool the upload: {e}")
 }
 
+/// What the server keeps of the objects it stores, beside the storage: the
+/// service records into them, the server loads them at start.
+pub struct Records {
+    /// The transparency log of snapshots and tombstones.
+    pub log: Arc<TransparencyLog>,
+    /// Bytes stored per key.
+    pub usage: Arc<Usage>,
+    /// When each prune notice was stored.
+    pub notices: Arc<Notices>,
+    /// Which key wrote each session marker.
+    pub owners: Arc<Owners>,
+    /// Each writer's snapshots.
+    pub activity: Arc<Activity>,
+}
+
 impl CofferS3 {
     /// A service over `backend`, with the state directory's key and writer files.
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        log: Arc<TransparencyLog>,
-        usage: Arc<Usage>,
-        notices: Arc<Notices>,
-        owners: Arc<Owners>,
-        state_dir: &std::path::Path,
-        opts: ServiceOptions,
-    ) -> Self {
+    pub fn new(backend: Arc<dyn Backend>, records: Records, state_dir: &std::path::Path, opts: ServiceOptions) -> Self {
+        let Records { log, usage, notices, owners, activity } = records;
         let uploads = Arc::new(Uploads::new(&opts.spool, opts.upload_expiry));
         CofferS3 {
             backend,
@@ -177,6 +197,7 @@ impl CofferS3 {
             uploads,
             usage,
             notices,
+            activity,
             writes: Arc::new(tokio::sync::Semaphore::new(STORAGE_WRITES)),
             memory: tokio::sync::Semaphore::new((MEMORY_BUDGET / BUDGET_UNIT) as usize),
             seen: Arc::new(Seen::default()),
@@ -269,15 +290,10 @@ impl CofferS3 {
     /// Checks the structure of a complete upload ([`verify`]): the kinds whose
     /// check needs every byte are read whole, within the memory budget
     /// ([`MEMORY_BUDGET`]); the others from their first bytes. Returns the
-    /// file, and the bytes of a `config` (at most 64 KiB), which are stored
-    /// with [`Backend::write_new`].
-    async fn check_spooled(
-        &self,
-        name: &str,
-        kind: ObjectKind,
-        file: std::fs::File,
-        len: u64,
-    ) -> S3Result<(std::fs::File, Option<Vec<u8>>)> {
+    /// file, the bytes of a `config` (at most 64 KiB), which are stored
+    /// with [`Backend::write_new`], and the public key (hex) that signed a
+    /// snapshot.
+    async fn check_spooled(&self, name: &str, kind: ObjectKind, file: std::fs::File, len: u64) -> S3Result<Checked> {
         let allow = self.writers.get().map_err(|e| s3_error!(InternalError, "{e}"))?;
         let whole = verify::needs_whole(kind) || kind == ObjectKind::Config;
         // A signature check holds the object and the signed message (a copy).
@@ -293,7 +309,14 @@ impl CofferS3 {
             f.take(want).read_to_end(&mut b).map_err(spool_err)?;
             let body = if whole { verify::Body::Whole(&b) } else { verify::Body::Head { head: &b, len } };
             verify::check_structure(&name, kind, body, &allow).map_err(refused)?;
-            Ok((file, (kind == ObjectKind::Config).then_some(b)))
+            let writer = match kind {
+                ObjectKind::Snapshot => coffer_core::format::signed::split(&b)
+                    .ok()
+                    .and_then(|(_, block)| block)
+                    .map(|block| block.public_key.to_hex()),
+                _ => None,
+            };
+            Ok(Checked { file, config: (kind == ObjectKind::Config).then_some(b), writer })
         })
         .await
     }
@@ -368,7 +391,7 @@ impl CofferS3 {
     ) -> S3Result<()> {
         let Spooled { file, len, hash, holds, replayed } = up;
         verify::check_hash(&name, names::content_id(kind, &name), &hash).map_err(refused)?;
-        let (file, config) = self.check_spooled(&name, kind, file, len).await?;
+        let Checked { file, config, writer } = self.check_spooled(&name, kind, file, len).await?;
         let be = self.backend.clone();
         let stat_name = name.clone();
         let existing = blocking(move || match be.stat(&stat_name) {
@@ -430,7 +453,17 @@ impl CofferS3 {
             })
             .await;
         }
-        self.record(&c.id, kind, name).await
+        self.record(&c.id, kind, name).await?;
+        if let Some(w) = writer {
+            // For the metrics only: a file that cannot be written fails no upload
+            // (the count in memory stands, and the next snapshot writes it).
+            let activity = self.activity.clone();
+            let _ = blocking(move || {
+                activity.snapshot_stored(&w, crate::activity::now_ms()).map_err(|e| s3_error!(InternalError, "{e}"))
+            })
+            .await;
+        }
+        Ok(())
     }
 
     /// Keeps what the server must know of an object it stored, before the

@@ -74,6 +74,14 @@ pub struct GlobalArgs {
     #[arg(long, env = "COFFER_CACHE_SIZE", global = true, value_name = "SIZE", default_value = "1G",
           value_parser = parse_size)]
     pub cache_size: u64,
+    /// Send at most this many KiB per second to the storage (e.g. 2048 for 2 MiB/s), over all
+    /// of the command's connections and backends together.
+    #[arg(long, env = "COFFER_LIMIT_UPLOAD", global = true, value_name = "KIB", value_parser = parse_limit)]
+    pub limit_upload: Option<u32>,
+    /// Read at most this many KiB per second from the storage, over all of the command's
+    /// connections and backends together.
+    #[arg(long, env = "COFFER_LIMIT_DOWNLOAD", global = true, value_name = "KIB", value_parser = parse_limit)]
+    pub limit_download: Option<u32>,
     /// Storage credentials and settings from a profile's `[storage]` table, by
     /// environment variable name; the environment wins.
     #[arg(skip)]
@@ -1011,6 +1019,16 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     if (0.0..=100.0).contains(&v) { Ok(v) } else { Err(format!("{s:?} is not between 0 and 100")) }
 }
 
+/// Parses a bandwidth limit: a whole number of KiB per second, at least 1.
+pub fn parse_limit(s: &str) -> Result<u32, String> {
+    const HOW: &str = "give a whole number of KiB per second from 1 to 4294967295 (e.g. 2048 for 2 MiB/s)";
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err(format!("0 KiB/s would stop every transfer: {HOW}, or leave the option out for no limit")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of KiB per second: {HOW}")),
+    }
+}
+
 /// Parses sizes such as `4096`, `512K`, `1M`, `2G`, `4T` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -1043,6 +1061,16 @@ mod tests {
         assert_eq!(parse_size("8m"), Ok(8 << 20));
         assert!(parse_size("3X").is_err());
         assert!(parse_size("M").is_err());
+    }
+
+    #[test]
+    fn limits() {
+        assert_eq!(parse_limit("2048"), Ok(2048));
+        assert_eq!(parse_limit(" 1 "), Ok(1));
+        assert!(parse_limit("0").unwrap_err().contains("stop every transfer"));
+        for bad in ["", "-5", "2M", "1.5", "4294967296"] {
+            assert!(parse_limit(bad).unwrap_err().contains("KiB per second"), "{bad}");
+        }
     }
 
     #[test]

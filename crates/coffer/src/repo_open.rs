@@ -1,8 +1,9 @@
 //! Finding and opening the repository named on the command line: the location
 //! (docs/design.md#locations), and the one place where the storage stack is
 //! composed: the backend for the location (local directory or an OpenDAL
-//! service), fault injection for tests, request counting, retries that are
-//! reported as they happen (docs/design.md#storage-contract), and the local
+//! service), the bandwidth limits (docs/design.md#limits), fault injection for
+//! tests, request counting, retries that are reported as they happen
+//! (docs/design.md#storage-contract), and the local
 //! cache on top, attached once the repository id is known
 //! (docs/design.md#local-cache).
 
@@ -15,7 +16,7 @@ use coffer_backend::location::Location;
 use coffer_backend::{
     Backend, CREDENTIAL_VARIABLES, Cache, CacheSlot, CachingBackend, CountingBackend, Counts, CountsHandle,
     DEFAULT_MEMORY_RANGES, Faults, FaultyBackend, LocalBackend, MemoryRanges, Modes, OpendalBackend, RemoteOptions,
-    RetryBackend, RetryPolicy,
+    RetryBackend, RetryPolicy, Throttle, ThrottledBackend,
 };
 use coffer_core::Id;
 use coffer_core::format::ObjectKind;
@@ -49,6 +50,9 @@ struct StorageSettings {
     cache_size: u64,
     /// A profile's `[storage]` variables.
     profile_vars: std::collections::BTreeMap<String, String>,
+    /// `--limit-upload` and `--limit-download`, KiB per second.
+    limit_upload: Option<u32>,
+    limit_download: Option<u32>,
 }
 
 static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
@@ -73,6 +77,17 @@ static COUNTS: std::sync::Mutex<Vec<CountsHandle>> = std::sync::Mutex::new(Vec::
 
 /// The local cache attached to the repository this command opened.
 static CACHE: OnceLock<Arc<Cache>> = OnceLock::new();
+
+/// The bandwidth limits of this command: one bucket per direction, which every
+/// storage stack it builds shares (the members of a repository over several
+/// backends, and both repositories of `copy`), over all of its threads.
+static THROTTLE: OnceLock<Throttle> = OnceLock::new();
+
+/// The command's [`THROTTLE`], made from the settings on first use.
+fn throttle(settings: &StorageSettings) -> Throttle {
+    let bytes = |kib: Option<u32>| kib.and_then(|k| std::num::NonZeroU64::new(u64::from(k) * 1024));
+    THROTTLE.get_or_init(|| Throttle::new(bytes(settings.limit_upload), bytes(settings.limit_download))).clone()
+}
 
 /// The cache slots of the members of a repository over several backends
 /// ([`backend_stack_for`]), each with whether its location is remote: the local
@@ -99,6 +114,8 @@ pub fn location(global: &GlobalArgs) -> Result<(Location, bool)> {
         no_cache: global.no_cache || global.reads_storage_only,
         cache_size: global.cache_size,
         profile_vars: global.storage_vars.clone(),
+        limit_upload: global.limit_upload,
+        limit_download: global.limit_download,
     });
     match &global.repo {
         Some(r) => Ok((Location::parse(r)?, false)),
@@ -207,8 +224,9 @@ fn remote_options(settings: &StorageSettings) -> Result<RemoteOptions> {
 
 /// [`backend`], creating files with `modes` until the repository's `config`
 /// exists (from then on, they take the mode of `config`). The stack, from the
-/// storage up: the backend, the fault injector (tests), the request counter
-/// (below the retries, so that it counts every attempt), the retries, and the
+/// storage up: the backend, the bandwidth limits (right on the storage, below
+/// the retries: every attempt pays for its bytes), the fault injector (tests),
+/// the request counter (below the retries, so that it counts every attempt), the retries, and the
 /// local cache (above the counter, so that a hit is no request), which is
 /// attached to the slot returned once the repository id is known.
 fn backend_with_modes(loc: &Location, modes: Modes) -> Result<(Arc<dyn Backend>, CacheSlot)> {
@@ -258,6 +276,9 @@ fn storage_stack(
                 .with_context(|| format!("cannot open repository storage at {remote}"))?,
         ),
     };
+    let limits = throttle(&settings);
+    let base: Arc<dyn Backend> =
+        if limits.is_unlimited() { base } else { Arc::new(ThrottledBackend::new(base, limits)) };
     let mut policy = RetryPolicy::default();
     if let Some(ms) = crate::test_knobs::get("COFFER_RETRY_BASE_MS").and_then(|v| v.parse().ok()) {
         policy.base_delay = std::time::Duration::from_millis(ms);

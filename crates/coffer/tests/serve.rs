@@ -6,11 +6,14 @@
 //! a malicious client (forged and unsigned snapshots, overwrites, deletes
 //! without the prune level, oversized and malformed requests, names outside the
 //! layout, a slowloris connection) that changes nothing stored; a copy to and
-//! from the server that reads its reconciliation sketches instead of listing it.
+//! from the server that reads its reconciliation sketches instead of listing it;
+//! the Prometheus metrics of `--metrics` (`serve/metrics.rs`).
 
 mod common;
 #[path = "serve/hostile.rs"]
 mod hostile;
+#[path = "serve/metrics.rs"]
+mod metrics;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

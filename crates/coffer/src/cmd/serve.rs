@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// Seconds a multipart upload may stay untouched before it is dropped with its spooled parts.
     #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
     pub upload_expiry: u64,
+    /// Serve Prometheus metrics (plain HTTP, GET /metrics) at this address, e.g. 127.0.0.1:9899;
+    /// port 0 picks a free port (printed on start).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Allow --metrics on an address other hosts can reach (by default loopback only).
+    #[arg(long, requires = "metrics")]
+    pub metrics_remote: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -188,6 +195,26 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> Result<u8> {
 }
 
 fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
+    // The limits are a client's, on its own link to the storage: the server
+    // would slow every client at once.
+    let limits = [
+        (global.limit_upload, "--limit-upload", "COFFER_LIMIT_UPLOAD"),
+        (global.limit_download, "--limit-download", "COFFER_LIMIT_DOWNLOAD"),
+    ];
+    if let Some((_, flag, var)) = limits.iter().find(|(limit, _, _)| limit.is_some()) {
+        let e = anyhow::anyhow!(
+            "coffer serve does not take {flag} ({var}): a bandwidth limit is a client's, on its own link to the \
+             storage; give it to the clients (`coffer {flag} KIB backup …`), or unset {var} for the server"
+        );
+        output::error(global.json, &e, exit::USAGE);
+        return Ok(exit::USAGE);
+    }
+    if let Some(addr) = args.metrics
+        && let Err(e) = coffer_server::metrics::check_address(addr, args.metrics_remote)
+    {
+        output::error(global.json, &anyhow::Error::new(e), exit::USAGE);
+        return Ok(exit::USAGE);
+    }
     let (loc, _) = repo_open::location(global)?;
     let backend = repo_open::backend(&loc)?;
     coffer_server::state::ensure_dir(&dir)?;
@@ -211,11 +238,14 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
         trash_days: args.trash_days,
         prune_grace: Duration::from_secs(args.prune_grace),
         max_connections: args.max_connections,
+        metrics: args.metrics,
+        metrics_remote: args.metrics_remote,
     };
     let server = Server::bind(opts, backend)?;
     let addr = server.local_addr();
     let scheme = if identity.is_some() { "https" } else { "http" };
     let (log_key, log_size) = server.log_key();
+    let metrics = server.metrics_addr().map(|a| format!("http://{a}{}", coffer_server::metrics::PATH));
     if keys::list(&dir)?.is_empty() {
         eprintln!(
             "warning: no access keys yet: add one with `coffer serve --state-dir {} key add NAME --level append`",
@@ -228,7 +258,7 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
             "location": format!("coffer:{scheme}://{addr}/{}", args.name), "storage": loc.to_string(),
             "certificate": identity.as_ref().map(|i| i.cert_path.display().to_string()),
             "sha256": identity.as_ref().map(|i| i.fingerprint.clone()),
-            "log_key": log_key, "log_entries": log_size,
+            "log_key": log_key, "log_entries": log_size, "metrics": metrics,
         }));
     } else {
         println!(
@@ -243,6 +273,9 @@ fn serve(global: &GlobalArgs, args: &ServeArgs, dir: PathBuf) -> Result<u8> {
             println!("plain HTTP: only behind a reverse proxy that terminates TLS");
         }
         println!("transparency log: {log_size} entries, heads signed by key {log_key}");
+        if let Some(m) = &metrics {
+            println!("metrics: {m}");
+        }
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();

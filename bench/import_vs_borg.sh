@@ -68,23 +68,9 @@ borg_round() {
     done
 }
 
-coffer_round() {
-    local repo=$WORK/coffer-repo out
-    rm -rf "$repo" "$WORK/coffer-home"
-    HOME=$WORK/coffer-home "$COFFER_BIN" --repo "$repo" -q init >/dev/null
-    out=$( { HOME=$WORK/coffer-home /usr/bin/time -f 'TIME %e %M' "$COFFER_BIN" --repo "$repo" --json import "borg:$BORG_REPO" >"$WORK/import.json"; } 2>&1 | grep '^TIME' | tail -1)
-    python3 - "$WORK/import.json" <<'EOF'
-import json, sys
-n = 0
-for line in open(sys.argv[1]):
-    v = json.loads(line)
-    if v.get("type") == "imported":
-        n += 1
-        m = v["summary"]
-        print(f"coffer import v{n} {m['duration_ms'] / 1000:.2f} read={m['bytes_read']} files_read={m['files_new']} known={m['files_unchanged']}")
-EOF
-    echo "coffer import-all ${out#TIME }"
-}
+# shellcheck source=lib/import.sh
+. "$BENCH_DIR/lib/import.sh"
+coffer_round() { coffer_import_round "borg:$BORG_REPO"; }
 
 for r in $(seq 1 "$ROUNDS"); do
     if (( r % 2 )); then borg_round; coffer_round; else coffer_round; borg_round; fi | sed "s/^/round $r: /"

@@ -52,12 +52,12 @@ if [[ ! -f $WORK/ready-$SIZE_MB ]]; then
     mkdir -p "$SRC" "$WORK/kopia-base"
     python3 "$BENCH_DIR/dataset.py" select "$SIZE_MB" /usr/share /usr/lib |
         (cd / && xargs -0 cp --parents -a -t "$SRC" 2>/dev/null || true)
-    kopia repository create filesystem --path "$KOPIA_REPO" >/dev/null
-    kopia snapshot create --tags version:v1 "$SRC" >/dev/null
+    kopia repository create filesystem --path "$KOPIA_REPO" >/dev/null 2>&1
+    kopia snapshot create --tags version:v1 "$SRC" >/dev/null 2>&1
     python3 "$BENCH_DIR/dataset.py" mutate "$SRC" 42 >/dev/null
-    kopia snapshot create --tags version:v2 "$SRC" >/dev/null
+    kopia snapshot create --tags version:v2 "$SRC" >/dev/null 2>&1
     python3 "$BENCH_DIR/dataset.py" mutate "$SRC" 43 >/dev/null
-    kopia snapshot create --tags version:v3 "$SRC" >/dev/null
+    kopia snapshot create --tags version:v3 "$SRC" >/dev/null 2>&1
     touch "$WORK/ready-$SIZE_MB"
 fi
 mapfile -t SNAPS < <(kopia snapshot list --all --json |
@@ -66,32 +66,18 @@ BYTES=$(du -sb "$SRC" | cut -f1)
 log "kopia repository: ${#SNAPS[@]} snapshots of $BYTES bytes (last)"
 
 kopia_round() {
-    local i out
+    local i
     for i in 0 1 2; do
         rm -rf "$SHM"; mkdir -p "$SHM"
-        out=$( { /usr/bin/time -f '%e %M' "$KOPIA_BIN" --config-file "$CONFIG" snapshot restore "${SNAPS[$i]}" "$SHM" >/dev/null 2>&1; } 2>&1 | tail -1)
-        echo "kopia restore v$((i + 1)) $out"
+        /usr/bin/time -f '%e %M' -o "$WORK/time.out" "$KOPIA_BIN" --config-file "$CONFIG" snapshot restore "${SNAPS[$i]}" "$SHM" >/dev/null 2>&1
+        echo "kopia restore v$((i + 1)) $(tail -1 "$WORK/time.out")"
     done
     rm -rf "$SHM"
 }
 
-coffer_round() {
-    local repo=$WORK/coffer-repo out
-    rm -rf "$repo" "$WORK/coffer-home"
-    HOME=$WORK/coffer-home "$COFFER_BIN" --repo "$repo" -q init >/dev/null
-    out=$( { HOME=$WORK/coffer-home /usr/bin/time -f 'TIME %e %M' "$COFFER_BIN" --repo "$repo" --json import "kopia:$CONFIG" >"$WORK/import.json"; } 2>&1 | grep '^TIME' | tail -1)
-    python3 - "$WORK/import.json" <<'PY'
-import json, sys
-n = 0
-for line in open(sys.argv[1]):
-    v = json.loads(line)
-    if v.get("type") == "imported":
-        n += 1
-        m = v["summary"]
-        print(f"coffer import v{n} {m['duration_ms'] / 1000:.2f} read={m['bytes_read']} files_read={m['files_new']} known={m['files_unchanged']}")
-PY
-    echo "coffer import-all ${out#TIME }"
-}
+# shellcheck source=lib/import.sh
+. "$BENCH_DIR/lib/import.sh"
+coffer_round() { coffer_import_round "kopia:$CONFIG"; }
 
 for r in $(seq 1 "$ROUNDS"); do
     if (( r % 2 )); then kopia_round; coffer_round; else coffer_round; kopia_round; fi | sed "s/^/round $r: /"

@@ -96,23 +96,9 @@ restic_round() {
     rm -rf "$SHM"
 }
 
-coffer_round() {
-    local repo=$WORK/coffer-repo out
-    rm -rf "$repo" "$WORK/coffer-home"
-    HOME=$WORK/coffer-home "$COFFER_BIN" --repo "$repo" -q init >/dev/null
-    out=$( { HOME=$WORK/coffer-home /usr/bin/time -f 'TIME %e %M' "$COFFER_BIN" --repo "$repo" --json import "restic:$RESTIC_REPO" >"$WORK/import.json"; } 2>&1 | grep '^TIME' | tail -1)
-    python3 - "$WORK/import.json" <<'EOF'
-import json, sys
-n = 0
-for line in open(sys.argv[1]):
-    v = json.loads(line)
-    if v.get("type") == "imported":
-        n += 1
-        m = v["summary"]
-        print(f"coffer import v{n} {m['duration_ms'] / 1000:.2f} read={m['bytes_read']} files_read={m['files_new']} known={m['files_unchanged']}")
-EOF
-    echo "coffer import-all ${out#TIME }"
-}
+# shellcheck source=lib/import.sh
+. "$BENCH_DIR/lib/import.sh"
+coffer_round() { coffer_import_round "restic:$RESTIC_REPO"; }
 
 for r in $(seq 1 "$ROUNDS"); do
     if (( r % 2 )); then restic_round; coffer_round; else coffer_round; restic_round; fi | sed "s/^/round $r: /"

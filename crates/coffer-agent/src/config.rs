@@ -890,19 +890,13 @@ fn read_backup_args(t: &mut Table) -> Result<Vec<String>, ConfigError> {
 fn read_forget(mut t: Table) -> Result<Vec<String>, ConfigError> {
     t.known(FORGET_KEYS)?;
     let mut args = Vec::new();
-    for key in ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly"] {
+    // FORGET_KEYS lists the six counts first, then the six spans.
+    for &key in &FORGET_KEYS[..6] {
         if let Some(item) = t.get(key) {
             push_opt(&mut args, &format!("--{key}"), &item.int(0..=i64::from(u32::MAX))?.to_string());
         }
     }
-    for key in [
-        "keep-within",
-        "keep-within-hourly",
-        "keep-within-daily",
-        "keep-within-weekly",
-        "keep-within-monthly",
-        "keep-within-yearly",
-    ] {
+    for &key in &FORGET_KEYS[6..12] {
         if let Some(item) = t.get(key) {
             let span = item.text()?;
             values::span(&span).map_err(|m| item.error(m))?;

@@ -138,6 +138,24 @@ pub struct Job {
     pub notify_on: Vec<Event>,
 }
 
+impl Job {
+    /// The job's repository as the job gives it, for hooks, logs and metrics: its
+    /// location (`--repo`), its repository file, or the profile that names it.
+    pub fn repository_label(&self) -> String {
+        let mut label = String::new();
+        let mut args = self.global_args.iter();
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--repo" => return args.next().cloned().unwrap_or_default(),
+                "--repository-file" => label = format!("file {}", args.next().map_or("", String::as_str)),
+                "-P" if label.is_empty() => label = format!("profile {}", args.next().map_or("", String::as_str)),
+                _ => {}
+            }
+        }
+        label
+    }
+}
+
 impl fmt::Debug for Job {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let storage: Vec<&String> = self.storage.keys().collect();

@@ -10,11 +10,16 @@
 
 pub mod calendar;
 pub mod config;
+pub mod daemon;
 pub mod hooks;
 pub mod metrics;
 pub mod notify;
+pub mod run;
 pub mod schedule;
 pub mod state;
+pub mod status;
+pub mod steps;
+pub mod units;
 
 /// Where the current time comes from: the system's, or a test's.
 pub trait Clock: Send + Sync {

@@ -472,6 +472,18 @@ impl Db {
             .pop())
     }
 
+    /// When the oldest recorded run of `job`'s `kind` started.
+    pub fn first_started(&self, job: &str, kind: Kind) -> Result<Option<Timestamp>, StateError> {
+        let what = format!("cannot read the first run of job {job}");
+        let ms: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT MIN(started) FROM runs WHERE job = ?1 AND kind = ?2")
+            .and_then(|mut st| st.query_row(params![job, kind.as_str()], |r| r.get(0)))
+            .map_err(|e| self.sql(&what, e))?;
+        ms.map(|ms| Timestamp::from_millisecond(ms).map_err(|e| self.invalid(format!("{what}: {ms}: {e}"))))
+            .transpose()
+    }
+
     /// The last `limit` runs, of `job` or of every job, newest first.
     pub fn runs(&self, job: Option<&str>, limit: usize) -> Result<Vec<Run>, StateError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -129,6 +129,13 @@ pub enum Command {
     /// Create a repository.
     #[command(after_help = EXIT_CODES)]
     Init(InitArgs),
+    /// Run a job of the jobs file (or of a profile's [job] table) now, exactly as the
+    /// agent would: hooks, the steps, the run recorded, notifications sent.
+    #[command(after_help = EXIT_CODES)]
+    Run(crate::cmd::agent::RunArgs),
+    /// The agent: run jobs when they are due (no subcommand), or see and install it.
+    #[command(after_help = EXIT_CODES)]
+    Agent(crate::cmd::agent::AgentArgs),
     /// Back up files and directories.
     #[command(after_help = EXIT_CODES)]
     Backup(BackupArgs),

@@ -1,5 +1,6 @@
 //! Ctrl-C (SIGINT): a long command ends at once with exit code 130, as restic's
-//! does, after saying that the repository is intact (docs/design.md#exit-codes).
+//! does, after saying that the repository is intact (docs/design.md#exit-codes);
+//! SIGTERM (the agent stopping a run, a service manager) likewise with 143.
 //!
 //! Ending at once is safe because every write to a repository is crash-safe: an
 //! object becomes visible only by an atomic rename once complete, a snapshot is
@@ -21,6 +22,8 @@ pub fn install() {
             sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+            sa.sa_sigaction = on_sigterm as extern "C" fn(libc::c_int) as usize;
+            libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
         }
     });
 }
@@ -29,12 +32,23 @@ pub fn install() {
 pub fn install() {}
 
 #[cfg(unix)]
+const MSG: &[u8] = b"\ninterrupted: nothing was left half-written; the repository is usable (run the command \
+                     again to finish: a backup reuses what was uploaded)\n";
+
+#[cfg(unix)]
 extern "C" fn on_sigint(_: libc::c_int) {
-    const MSG: &[u8] = b"\ninterrupted: nothing was left half-written; the repository is usable (run the command \
-                         again to finish: a backup reuses what was uploaded)\n";
     // SAFETY: write(2) and _exit(2) are async-signal-safe.
     unsafe {
         libc::write(2, MSG.as_ptr().cast(), MSG.len());
         libc::_exit(i32::from(crate::exit::INTERRUPTED));
+    }
+}
+
+#[cfg(unix)]
+extern "C" fn on_sigterm(_: libc::c_int) {
+    // SAFETY: as on_sigint.
+    unsafe {
+        libc::write(2, MSG.as_ptr().cast(), MSG.len());
+        libc::_exit(i32::from(crate::exit::TERMINATED));
     }
 }

@@ -62,8 +62,12 @@ pub mod exit {
     pub const CONFIG_LOST: u8 = 25;
     /// The location holds something else than a coffer repository (restic's, say).
     pub const NOT_COFFER: u8 = 26;
+    /// `coffer run --no-wait`: the job is running already (the agent, or another `coffer run`).
+    pub const BUSY: u8 = 27;
     /// Interrupted by Ctrl-C or SIGINT (restic: 130).
     pub const INTERRUPTED: u8 = 130;
+    /// Ended by SIGTERM (the agent stopping, a service manager); nothing left half-written.
+    pub const TERMINATED: u8 = 143;
     /// Standard output or error was closed by its reader (`coffer ls | head`).
     pub const BROKEN_PIPE: u8 = 141;
 }
@@ -72,6 +76,13 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if cause.downcast_ref::<foreign::NotCoffer>().is_some() {
             return exit::NOT_COFFER;
+        }
+        if cause.downcast_ref::<coffer_agent::config::ConfigError>().is_some() {
+            // The jobs file or a profile's job is refused: the configuration's fault.
+            return exit::USAGE;
+        }
+        if let Some(coffer_agent::run::RunError::Busy { .. }) = cause.downcast_ref::<coffer_agent::run::RunError>() {
+            return exit::BUSY;
         }
         if cause.downcast_ref::<coffer_backend::LocationError>().is_some() {
             // The location given does not parse: the command line's fault.
@@ -279,6 +290,8 @@ fn main() -> ExitCode {
     }
     let result = match &cli.command {
         Command::Init(a) => cmd::init::run(&cli.global, a),
+        Command::Run(a) => cmd::agent::run_job(&cli.global, a),
+        Command::Agent(a) => cmd::agent::run(&cli.global, a),
         Command::Backup(a) => {
             lean_allocator(1 << 20);
             cmd::backup::run(&cli.global, a)

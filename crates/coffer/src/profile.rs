@@ -32,6 +32,10 @@ pub struct Profile {
     backup: BackupSection,
     #[serde(default)]
     forget: ForgetSection,
+    /// `[job]`: the agent's (docs/design.md#jobs), which reads and checks it; the
+    /// command line leaves it alone.
+    #[serde(default, rename = "job")]
+    _job: Option<toml::Table>,
 }
 
 /// `[backup]`: used when the command line gives none of the same kind.

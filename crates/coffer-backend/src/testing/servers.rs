@@ -26,6 +26,8 @@ pub enum Server {
     Borg,
     /// The pinned kopia binary (`COFFER_TEST_KOPIA`), likewise.
     Kopia,
+    /// The SMTP test server (mailpit, `COFFER_TEST_SMTP*`).
+    Smtp,
 }
 
 impl Server {
@@ -38,6 +40,7 @@ impl Server {
             Server::Restic => "restic",
             Server::Borg => "borg",
             Server::Kopia => "kopia",
+            Server::Smtp => "smtp",
         }
     }
 
@@ -49,6 +52,7 @@ impl Server {
             Server::Restic => "the pinned restic binary (COFFER_TEST_RESTIC)",
             Server::Borg => "the pinned borg (COFFER_TEST_BORG)",
             Server::Kopia => "the pinned kopia binary (COFFER_TEST_KOPIA)",
+            Server::Smtp => "the SMTP test server (COFFER_TEST_SMTP and the other COFFER_TEST_SMTP_* variables)",
         }
     }
 }

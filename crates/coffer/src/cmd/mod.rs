@@ -1,5 +1,6 @@
 //! One module per command. Each `run` returns the exit code on success.
 
+pub mod agent;
 pub mod backend;
 pub mod backend_copies;
 pub mod backend_trim;

@@ -34,7 +34,7 @@ pub enum Control {
     /// SIGHUP: read the configuration again.
     Reload,
     /// A run ended (sent by the run's thread).
-    Ended(Ended),
+    Ended(Box<Ended>),
 }
 
 /// A run's end, as its thread reports it.
@@ -122,11 +122,7 @@ pub fn run(mut o: DaemonOptions, tx: Sender<Control>, rx: Receiver<Control>) -> 
             log("agent stopped".into());
             return Ok(());
         }
-        let wake = if stopping {
-            MAX_SLEEP
-        } else {
-            next_wake(&config, &plans, &running, now).min(MAX_SLEEP)
-        };
+        let wake = if stopping { MAX_SLEEP } else { next_wake(&config, &plans, &running, now).min(MAX_SLEEP) };
         match rx.recv_timeout(wake) {
             Ok(Control::Stop) => {
                 if !stopping {
@@ -152,7 +148,7 @@ pub fn run(mut o: DaemonOptions, tx: Sender<Control>, rx: Receiver<Control>) -> 
             Ok(Control::Ended(e)) => {
                 running.remove(&e.job);
                 (o.after_run)();
-                ended(&config, e, &mut plans, &log, ctx.clock.now(), stopping);
+                ended(&config, *e, &mut plans, &log, ctx.clock.now(), stopping);
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
@@ -238,7 +234,7 @@ fn start(ctx: &Arc<RunContext>, config: &Arc<Config>, job: &str, kind: Kind, p: 
             Err(RunError::Busy { .. }) => (Err("another process is running the job".into()), true, None),
             Err(e) => (Err(e.to_string()), false, None),
         };
-        let _ = thread_tx.send(Control::Ended(Ended {
+        let _ = thread_tx.send(Control::Ended(Box::new(Ended {
             job,
             kind,
             slot: p.slot,
@@ -247,11 +243,11 @@ fn start(ctx: &Arc<RunContext>, config: &Arc<Config>, job: &str, kind: Kind, p: 
             result,
             busy,
             retry_at,
-        }));
+        })));
     });
     if let Err(e) = spawned {
         // Nothing ran: said as a run that could not start.
-        let _ = tx.send(Control::Ended(Ended {
+        let _ = tx.send(Control::Ended(Box::new(Ended {
             job: job_name,
             kind,
             slot: None,
@@ -260,7 +256,7 @@ fn start(ctx: &Arc<RunContext>, config: &Arc<Config>, job: &str, kind: Kind, p: 
             result: Err(format!("cannot start a thread for the run: {e}")),
             busy: false,
             retry_at: None,
-        }));
+        })));
     }
 }
 
@@ -458,7 +454,7 @@ mod tests {
         // retried 10 minutes after it failed
         assert_eq!(e.retry_at, Some(week.checked_add(Duration::from_secs(600)).unwrap()));
         let log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|_| {});
-        ended(&config, e, &mut plans, &log, week, false);
+        ended(&config, *e, &mut plans, &log, week, false);
         assert_eq!(plans.values().next().unwrap().trigger, Trigger::Retry);
         // Nothing else is due before the next hour.
         plan(&ctx, &config, week, week, &mut plans, &BTreeMap::new(), &mut random).unwrap();

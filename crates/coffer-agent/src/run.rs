@@ -224,10 +224,9 @@ impl Done {
             _ => Outcome::Failure,
         };
         let error = match outcome {
-            Outcome::Interrupted => Some(format!(
-                "interrupted: {}",
-                step.error.unwrap_or_else(|| "the step was stopped".into())
-            )),
+            Outcome::Interrupted => {
+                Some(format!("interrupted: {}", step.error.unwrap_or_else(|| "the step was stopped".into())))
+            }
             _ => step.error,
         };
         Done { outcome, exit_code: step.exit_code, snapshot: None, summary: step.document, error }
@@ -284,17 +283,16 @@ fn backup(ctx: &RunContext, job: &Job) -> Done {
         if let Some(Value::Object(map)) = &mut done.summary
             && let Some(doc) = &step.document
         {
-            let counts: serde_json::Map<String, Value> = ["kept", "forgotten"]
-                .into_iter()
-                .filter_map(|k| Some((k.to_string(), doc.get(k)?.clone())))
-                .collect();
+            let counts: serde_json::Map<String, Value> =
+                ["kept", "forgotten"].into_iter().filter_map(|k| Some((k.to_string(), doc.get(k)?.clone()))).collect();
             map.insert("forget".into(), Value::Object(counts));
         }
         let forgot = Done::of(step, false);
         if !forgot.outcome.is_success() {
             done.outcome = forgot.outcome;
             done.exit_code = forgot.exit_code;
-            done.error = Some(format!("the backup succeeded, then forget failed: {}", forgot.error.unwrap_or_default()));
+            done.error =
+                Some(format!("the backup succeeded, then forget failed: {}", forgot.error.unwrap_or_default()));
             return done;
         }
     }
@@ -343,10 +341,7 @@ fn previous_outcome(id: RunId, trigger: Trigger, earlier: &[Run]) -> Option<Outc
 /// `notify-on` lists the event).
 pub fn notify_end(ctx: &RunContext, req: &Request<'_>, report: &Report, will_retry: bool) {
     let job = req.job;
-    let earlier = match Db::open(&ctx.db_path).and_then(|db| db.runs_of(&job.name, req.kind, HISTORY)) {
-        Ok(runs) => runs,
-        Err(_) => Vec::new(),
-    };
+    let earlier = Db::open(&ctx.db_path).and_then(|db| db.runs_of(&job.name, req.kind, HISTORY)).unwrap_or_default();
     for event in events(report, req.trigger, &earlier, will_retry) {
         if !job.notify_on.contains(&event) {
             continue;
@@ -394,7 +389,17 @@ fn message(
     snapshot: Option<String>,
     error: Option<String>,
 ) -> Message {
-    Message { job: job.name.clone(), kind, event, outcome, host: ctx.host.clone(), time, snapshot, error, summary: None }
+    Message {
+        job: job.name.clone(),
+        kind,
+        event,
+        outcome,
+        host: ctx.host.clone(),
+        time,
+        snapshot,
+        error,
+        summary: None,
+    }
 }
 
 #[cfg(test)]
@@ -448,9 +453,10 @@ mod tests {
             run(2, Outcome::Interrupted, Trigger::Schedule),
             run(1, Outcome::Failure, Trigger::Schedule),
         ];
-        assert_eq!(events(&report(3, Outcome::Success), Trigger::Schedule, &newest_first, false), vec![
-            Event::Recovery
-        ]);
+        assert_eq!(
+            events(&report(3, Outcome::Success), Trigger::Schedule, &newest_first, false),
+            vec![Event::Recovery]
+        );
         let ok = [run(2, Outcome::Warning, Trigger::Schedule), run(1, Outcome::Failure, Trigger::Schedule)];
         assert_eq!(events(&report(3, Outcome::Success), Trigger::Schedule, &ok, false), vec![Event::Success]);
     }

@@ -480,8 +480,7 @@ impl Db {
             .prepare_cached("SELECT MIN(started) FROM runs WHERE job = ?1 AND kind = ?2")
             .and_then(|mut st| st.query_row(params![job, kind.as_str()], |r| r.get(0)))
             .map_err(|e| self.sql(&what, e))?;
-        ms.map(|ms| Timestamp::from_millisecond(ms).map_err(|e| self.invalid(format!("{what}: {ms}: {e}"))))
-            .transpose()
+        ms.map(|ms| Timestamp::from_millisecond(ms).map_err(|e| self.invalid(format!("{what}: {ms}: {e}")))).transpose()
     }
 
     /// The last `limit` runs, of `job` or of every job, newest first.

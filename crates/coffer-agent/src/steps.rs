@@ -145,11 +145,7 @@ impl Steps for ProcessSteps {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                return StepResult::not_started(format!(
-                    "cannot start {} ({}): {e}",
-                    what(),
-                    self.exe.display()
-                ));
+                return StepResult::not_started(format!("cannot start {} ({}): {e}", what(), self.exe.display()));
             }
         };
         let pid = child.id();

@@ -192,7 +192,8 @@ pub fn installed(dir: &Path) -> Result<Vec<PathBuf>, UnitError> {
     };
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| UnitError::Io { path: dir.to_path_buf(), what: "cannot list it", source })?;
+        let entry =
+            entry.map_err(|source| UnitError::Io { path: dir.to_path_buf(), what: "cannot list it", source })?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let candidate = name == AGENT_UNIT
             || (["coffer-job-", "coffer-prune-", "coffer-check-"].iter().any(|p| name.starts_with(p))
@@ -209,7 +210,11 @@ pub fn installed(dir: &Path) -> Result<Vec<PathBuf>, UnitError> {
 /// Removes the files [`installed`] finds.
 pub fn remove(paths: &[PathBuf]) -> Result<(), UnitError> {
     for p in paths {
-        std::fs::remove_file(p).map_err(|source| UnitError::Io { path: p.clone(), what: "cannot remove it", source })?;
+        std::fs::remove_file(p).map_err(|source| UnitError::Io {
+            path: p.clone(),
+            what: "cannot remove it",
+            source,
+        })?;
     }
     Ok(())
 }
@@ -243,7 +248,9 @@ mod tests {
         assert_eq!(left_out.len(), 1, "{left_out:?}");
         assert!(units[0].text.contains("OnCalendar=") && units[0].text.contains("Persistent=true"));
         assert!(units[0].text.contains("RandomizedDelaySec=900"));
-        assert!(units[1].text.contains(&format!("ExecStart=\"/usr/bin/coffer\" \"run\" \"--jobs\" \"{}\"", jobs.display())));
+        assert!(
+            units[1].text.contains(&format!("ExecStart=\"/usr/bin/coffer\" \"run\" \"--jobs\" \"{}\"", jobs.display()))
+        );
 
         let unit_dir = dir.path().join("units");
         let agent = agent_unit(exe, &args, Scope::User);

@@ -330,9 +330,9 @@ fn a_failing_job_fires_its_hook_its_webhook_and_its_mail() {
     if smtp.is_some() {
         let subject = format!("coffer: {job} failure");
         let api = var("COFFER_TEST_SMTP_API").unwrap();
-        let client = reqwest::blocking::Client::new();
+        let api = api.trim_start_matches("http://").to_string();
         wait_for("the mail", 30, || {
-            let text = client.get(format!("{api}/api/v1/messages?limit=500")).send().unwrap().text().unwrap();
+            let (_, text) = http("GET", &api, "/api/v1/messages?limit=500");
             let list: serde_json::Value = serde_json::from_str(&text).unwrap();
             list["messages"].as_array().unwrap().iter().any(|m| m["Subject"] == subject.as_str())
         });
@@ -355,9 +355,38 @@ fn unique_name(tag: &str) -> String {
     format!("{tag}-{}-{t}", std::process::id())
 }
 
+/// A plain HTTP/1.1 request to `addr` (host:port): the status and the body.
+fn http(method: &str, addr: &str, path: &str) -> (u16, String) {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(conn, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { unchunk(body) } else { body.to_string() };
+    (status, body)
+}
+
+/// The body of a chunked answer.
+fn unchunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}
+
 /// Prometheus text parsed into `name{labels} value` pairs.
 fn scrape(addr: &str) -> Vec<(String, f64)> {
-    let text = reqwest::blocking::get(format!("http://{addr}/metrics")).unwrap().text().unwrap();
+    let (status, text) = http("GET", addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
     let mut out = Vec::new();
     for line in text.lines() {
         if line.starts_with('#') || line.is_empty() {
@@ -398,7 +427,13 @@ fn the_agent_runs_two_jobs_on_schedule_against_local_and_s3() {
         "[agent]\nmetrics = \"127.0.0.1:0\"\ntextfile = {:?}\n\n{}{}\n{storage}",
         a.path("metrics.prom").display().to_string(),
         job_toml("local", &a.env.repo().display().to_string(), &a.path("pass"), &[&src], "schedule = \"*:*:0/2\""),
-        job_toml("remote", &s3.repo, &a.path("pass"), &[&src], "schedule = \"*:*:0/3\"\nretries = 1\nretry-delay = \"1s\""),
+        job_toml(
+            "remote",
+            &s3.repo,
+            &a.path("pass"),
+            &[&src],
+            "schedule = \"*:*:0/3\"\nretries = 1\nretry-delay = \"1s\""
+        ),
     );
     a.write_jobs(&jobs);
     let d = Daemon::start(&a);
@@ -410,7 +445,9 @@ fn the_agent_runs_two_jobs_on_schedule_against_local_and_s3() {
     let samples = scrape(&addr);
     assert_eq!(sample(&samples, "coffer_job_last_run_success{job=\"local\",kind=\"backup\"}"), Some(1.0));
     assert_eq!(sample(&samples, "coffer_job_last_run_success{job=\"remote\",kind=\"backup\"}"), Some(1.0));
-    assert!(sample(&samples, "coffer_job_runs_total{job=\"local\",kind=\"backup\",outcome=\"success\"}").unwrap() >= 1.0);
+    assert!(
+        sample(&samples, "coffer_job_runs_total{job=\"local\",kind=\"backup\",outcome=\"success\"}").unwrap() >= 1.0
+    );
     assert_eq!(sample(&samples, "coffer_job_overdue{job=\"local\",kind=\"backup\"}"), Some(0.0));
     assert!(sample(&samples, "coffer_job_next_run_timestamp_seconds{job=\"local\",kind=\"backup\"}").is_some());
     let files = samples.iter().find(|(n, _)| n.starts_with("coffer_job_last_files{job=\"local\"")).unwrap().1;
@@ -420,8 +457,8 @@ fn the_agent_runs_two_jobs_on_schedule_against_local_and_s3() {
         "{samples:?}"
     );
     // Other paths and methods are refused.
-    assert_eq!(reqwest::blocking::get(format!("http://{addr}/other")).unwrap().status(), 404);
-    assert_eq!(reqwest::blocking::Client::new().post(format!("http://{addr}/metrics")).send().unwrap().status(), 405);
+    assert_eq!(http("GET", &addr, "/other").0, 404);
+    assert_eq!(http("POST", &addr, "/metrics").0, 405);
 
     // SIGHUP with a broken file keeps the jobs running.
     std::fs::write(a.path("jobs.toml"), format!("{jobs}\n[job.bad]\nschedule = \"dialy\"\n")).unwrap();
@@ -464,7 +501,13 @@ fn sigterm_during_a_backup_leaves_the_repository_clean() {
 fn a_restart_catches_up_a_missed_week_once() {
     let a = Agent::new();
     let src = make_source(&a, "src", 1, 1000);
-    a.write_jobs(&job_toml("local", &a.env.repo().display().to_string(), &a.path("pass"), &[&src], "schedule = \"hourly\""));
+    a.write_jobs(&job_toml(
+        "local",
+        &a.env.repo().display().to_string(),
+        &a.path("pass"),
+        &[&src],
+        "schedule = \"hourly\"",
+    ));
     // First start: the job is seen, nothing is due yet.
     let d = Daemon::start(&a);
     d.wait_line("agent started", 30);
@@ -488,7 +531,9 @@ fn a_restart_catches_up_a_missed_week_once() {
 #[test]
 fn bad_configuration_is_refused_with_file_line_and_key() {
     let a = Agent::new();
-    a.write_jobs("[job.home]\nrepository = \"/r\"\npassword-file = \"/p\"\npaths = [\"/home\"]\nschedule = \"dialy\"\n");
+    a.write_jobs(
+        "[job.home]\nrepository = \"/r\"\npassword-file = \"/p\"\npaths = [\"/home\"]\nschedule = \"dialy\"\n",
+    );
     for args in [&["run", "home"][..], &["agent"], &["agent", "status"]] {
         let err = assert_code(&a.run(args), 2);
         assert!(err.contains("jobs.toml:5: job.home.schedule: \"dialy\""), "{args:?}: {err}");
@@ -504,7 +549,13 @@ fn bad_configuration_is_refused_with_file_line_and_key() {
 #[test]
 fn install_writes_units_that_uninstall_removes() {
     let a = Agent::new();
-    let jobs = job_toml("home", "/srv/repo", &a.path("pass"), &[Path::new("/home")], "schedule = \"daily\"\ncheck = { schedule = \"Sun 04:00\", read-all-every = 4 }");
+    let jobs = job_toml(
+        "home",
+        "/srv/repo",
+        &a.path("pass"),
+        &[Path::new("/home")],
+        "schedule = \"daily\"\ncheck = { schedule = \"Sun 04:00\", read-all-every = 4 }",
+    );
     a.write_jobs(&jobs);
     let units = a.path("config/systemd/user");
     let out = a.run(&["agent", "install", "--user", "--no-enable"]);

@@ -144,13 +144,16 @@ fn context(state: &Path, log: Arc<dyn Fn(String) + Send + Sync>) -> Result<RunCo
 
 /// Lines for the log: standard error, each with its time.
 fn logger() -> Arc<dyn Fn(String) + Send + Sync> {
-    Arc::new(|line| eprintln!("{} coffer agent: {line}", jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_default()))
+    Arc::new(|line| {
+        eprintln!("{} coffer agent: {line}", jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_default())
+    })
 }
 
 /// SIGTERM, SIGINT and SIGHUP, turned into calls of `on` on a thread of their own.
 fn on_signals(on: impl Fn(i32) + Send + 'static) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).context("cannot set up signals")?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).context("cannot set up signals")?;
     std::thread::Builder::new()
         .name("coffer-signals".into())
         .spawn(move || {
@@ -194,7 +197,14 @@ pub fn run_job(global: &GlobalArgs, a: &RunArgs) -> Result<u8> {
     let ctx = context(&state, Arc::clone(&log))?;
     let stop = ctx.stop.clone();
     on_signals(move |_| stop.stop())?;
-    let req = Request { job, notifiers: &config.notifiers, kind: a.kind, trigger: Trigger::Manual, slot: None, wait: !a.no_wait };
+    let req = Request {
+        job,
+        notifiers: &config.notifiers,
+        kind: a.kind,
+        trigger: Trigger::Manual,
+        slot: None,
+        wait: !a.no_wait,
+    };
     let report = run::run(&ctx, &req)?;
     run::notify_end(&ctx, &req, &report, false);
     write_textfile(&config, &state, &*log);
@@ -411,8 +421,9 @@ fn unit_dir(s: &ScopeArgs) -> Result<(units::Scope, PathBuf)> {
     if s.system {
         return Ok((units::Scope::System, PathBuf::from("/etc/systemd/system")));
     }
-    let base = crate::profile::config_home()
-        .ok_or_else(|| anyhow!("cannot find the user's configuration directory: neither XDG_CONFIG_HOME nor HOME is set"))?;
+    let base = crate::profile::config_home().ok_or_else(|| {
+        anyhow!("cannot find the user's configuration directory: neither XDG_CONFIG_HOME nor HOME is set")
+    })?;
     Ok((units::Scope::User, base.join("systemd/user")))
 }
 
@@ -425,12 +436,7 @@ fn systemctl(scope: units::Scope, args: &[&str]) -> Result<()> {
         format!("cannot run systemctl {}: is systemd installed? (--no-enable writes the files only)", args.join(" "))
     })?;
     if !out.status.success() {
-        bail!(
-            "systemctl {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("systemctl {} failed ({}): {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(())
 }
@@ -457,11 +463,8 @@ fn install(global: &GlobalArgs, a: &JobsArgs, i: &InstallArgs) -> Result<u8> {
         eprintln!("left out: {l}");
     }
     let written = units::write(&dir, &list)?;
-    let enable: Vec<&str> = list
-        .iter()
-        .map(|u| u.name.as_str())
-        .filter(|n| n.ends_with(".timer") || *n == units::AGENT_UNIT)
-        .collect();
+    let enable: Vec<&str> =
+        list.iter().map(|u| u.name.as_str()).filter(|n| n.ends_with(".timer") || *n == units::AGENT_UNIT).collect();
     if !i.no_enable {
         systemctl(scope, &["daemon-reload"])?;
         let mut args = vec!["enable", "--now"];

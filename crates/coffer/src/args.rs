@@ -21,7 +21,9 @@ Exit codes (restic's numbers where restic gives one a meaning):
   24   a concurrent prune removed data this backup stored (run it again)
   25   the repository lost its config (see `coffer repair config`)
   26   not a coffer repository (e.g. a restic repository)
+  27   coffer run --no-wait: the job is running already
   130  interrupted (Ctrl-C); the repository stays usable
+  143  ended by SIGTERM; the repository stays usable
   141  the reader of the output went away (e.g. `coffer ls latest | head`)";
 
 /// coffer: encrypted, deduplicated, compressed backups.

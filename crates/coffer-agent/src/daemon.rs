@@ -463,6 +463,46 @@ mod tests {
     }
 
     #[test]
+    fn an_overdue_job_is_told_once_per_overdue_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "[job.a]\nrepository = \"/r\"\npassword-file = \"/p\"\npaths = [\"/data\"]\nschedule = \"hourly\"\noverdue = \"1h\"\n",
+        );
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let clock = Arc::new(TestClock(AtomicI64::new(t0.as_millisecond())));
+        let steps = Arc::new(FakeSteps { calls: Mutex::new(Vec::new()), code: Mutex::new(0) });
+        let ctx = context(dir.path(), steps, clock);
+        first_seen(&ctx, &cfg, t0).unwrap();
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let l2 = Arc::clone(&lines);
+        let log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(move |l| l2.lock().unwrap().push(l));
+        let mut told = BTreeMap::new();
+        let at = |secs: i64| t0.checked_add(jiff::SignedDuration::from_secs(secs)).unwrap();
+        for (secs, expected) in [(1800, 0), (3601, 1), (3700, 1), (7300, 2)] {
+            overdue(&ctx, &cfg, at(secs), &mut told, &log).unwrap();
+            let n = lines.lock().unwrap().iter().filter(|l| l.contains("is overdue")).count();
+            assert_eq!(n, expected, "at t0 + {secs} s: {:?}", lines.lock().unwrap());
+        }
+        // A success ends it; the next overdue period counts from the success.
+        let db = Db::open(&ctx.db_path).unwrap();
+        let id = db.start_run("a", Kind::Backup, Trigger::Manual, None, at(7400), 1).unwrap();
+        let finish = crate::state::Finish {
+            ended: at(7410),
+            outcome: Outcome::Success,
+            exit_code: Some(0),
+            snapshot: None,
+            summary: None,
+            error: None,
+        };
+        db.finish_run(id, finish).unwrap();
+        overdue(&ctx, &cfg, at(7500), &mut told, &log).unwrap();
+        assert!(told.is_empty());
+        overdue(&ctx, &cfg, at(7410 + 3601), &mut told, &log).unwrap();
+        assert_eq!(lines.lock().unwrap().iter().filter(|l| l.contains("is overdue")).count(), 3);
+    }
+
+    #[test]
     fn the_loop_runs_a_due_job_and_stops() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = config(

@@ -113,7 +113,7 @@ fn terminate(pid: u32) {
 }
 
 /// Starts the coffer binary `exe` for each step, with the environment `env`
-/// (the agent's) plus the job's storage variables.
+/// (the agent's) without `COFFER_PASSWORD`, plus the job's storage variables.
 #[derive(Debug, Clone)]
 pub struct ProcessSteps {
     pub exe: PathBuf,
@@ -136,6 +136,9 @@ impl Steps for ProcessSteps {
             .args(args)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            // The job's passphrase comes from its own source, never from the agent's
+            // environment (which would win over it).
+            .env_remove(crate::hooks::PASSWORD_VAR)
             .envs(&job.storage)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -20,6 +20,9 @@ use coffer_backend::testing::servers::{Server, absent};
 use common::remote::{Remote, var};
 use common::*;
 
+/// The passphrase the agent's environment holds, which no job uses.
+const WRONG: &str = "not the passphrase of any repository";
+
 /// A scratch directory with a jobs file, a passphrase file and a state database.
 struct Agent {
     env: Env,
@@ -41,9 +44,10 @@ impl Agent {
         std::fs::write(self.path("jobs.toml"), text).unwrap();
     }
 
-    /// `coffer` with the jobs file and the state here, and no repository or
-    /// passphrase of its own: what a job gives is all it has, but the agent's
-    /// environment holds COFFER_PASSWORD, which hooks must not see.
+    /// `coffer` with the jobs file and the state here, and no repository of its
+    /// own: what a job gives is all it has. The agent's environment holds a wrong
+    /// COFFER_PASSWORD, which neither the job's steps (their passphrase is the
+    /// job's password file) nor its hooks may see.
     fn cmd(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_coffer"));
         c.env_clear()
@@ -52,7 +56,7 @@ impl Agent {
             .env("XDG_CONFIG_HOME", self.path("config"))
             .env("COFFER_JOBS", self.path("jobs.toml"))
             .env("COFFER_AGENT_STATE", self.path("state/agent.sqlite"))
-            .env("COFFER_PASSWORD", PASSWORD)
+            .env("COFFER_PASSWORD", WRONG)
             .env("COFFER_RETRY_BASE_MS", "20");
         c
     }
@@ -245,9 +249,9 @@ fn run_backs_up_forgets_runs_the_hooks_and_records_the_run() {
     assert!(env.contains("COFFER_STATUS=success\n"), "{env}");
     assert!(env.contains(&format!("COFFER_SNAPSHOT_ID={snapshot}\n")), "{env}");
     assert!(env.contains(&format!("COFFER_REPOSITORY={repo}\n")), "{env}");
-    assert!(!env.contains(PASSWORD) && !env.contains("COFFER_PASSWORD"), "{env}");
+    assert!(!env.contains(PASSWORD) && !env.contains(WRONG) && !env.contains("COFFER_PASSWORD"), "{env}");
     let before = std::fs::read_to_string(a.path("before.env")).unwrap();
-    assert!(before.contains("COFFER_STATUS=\n") && !before.contains(PASSWORD), "{before}");
+    assert!(before.contains("COFFER_STATUS=\n") && !before.contains(WRONG), "{before}");
     let record: serde_json::Value = serde_json::from_slice(&std::fs::read(a.path("after.json")).unwrap()).unwrap();
     assert_eq!(record["outcome"], "success");
     assert_eq!(record["snapshot"], snapshot.as_str());

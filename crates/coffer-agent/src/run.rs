@@ -265,15 +265,15 @@ fn steps(ctx: &RunContext, db: &Db, job: &Job, kind: Kind) -> Done {
     }
 }
 
-/// `backup`, then `forget` with the job's policy, then the repository's `stats`
-/// (recorded in the summary under `stats`; its failure is not the run's).
+/// `backup`, then `forget` with the job's policy; the summary gains `forget`
+/// (its counts) and `stats` (for the metrics).
 fn backup(ctx: &RunContext, job: &Job) -> Done {
     let rest = job.backup_args.iter().cloned().chain(["--".to_string()]).chain(job.paths.iter().cloned());
     let mut done = Done::of(ctx.steps.run(job, &args("backup", rest), &ctx.stop), true);
     done.snapshot =
         done.summary.as_ref().and_then(|s| s.get("snapshot_id")).and_then(Value::as_str).map(str::to_string);
     if let Some(Value::Object(map)) = &mut done.summary {
-        map.insert("repository".into(), Value::String(job.repository_label()));
+        map.entry("repository").or_insert_with(|| Value::String(job.repository_label()));
     }
     if !done.outcome.is_success() {
         return done;
@@ -296,11 +296,19 @@ fn backup(ctx: &RunContext, job: &Job) -> Done {
             return done;
         }
     }
-    let stats = ctx.steps.run(job, &args("stats", ["--mode".to_string(), "raw-data".to_string()]), &ctx.stop);
-    if let (Some(Value::Object(map)), Some(doc), Some(0)) = (&mut done.summary, stats.document, stats.exit_code) {
-        map.insert("stats".into(), doc);
-    }
+    stats(&mut done.summary);
     done
+}
+
+/// `stats`, for the metrics: the snapshots and stored bytes the backup's
+/// `repository_stats` counted, less the snapshots its forget removed.
+fn stats(summary: &mut Option<Value>) {
+    let Some(Value::Object(map)) = summary else { return };
+    let Some(repo) = map.get("repository_stats") else { return };
+    let (Some(snapshots), Some(bytes)) = (repo["snapshots"].as_u64(), repo["stored_bytes"].as_u64()) else { return };
+    let forgotten = map.get("forget").and_then(|f| f["forgotten"].as_array()).map_or(0, Vec::len) as u64;
+    let stats = serde_json::json!({"snapshots_count": snapshots.saturating_sub(forgotten), "total_size": bytes});
+    map.insert("stats".into(), stats);
 }
 
 /// The events a run that ended as `report` makes: `failure` when it failed (a

@@ -271,6 +271,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
     let s = &result.snapshot;
     let m = &s.summary;
     if global.json {
+        let repository_stats = if a.dry_run { None } else { Some(repository_stats(&repo)?) };
         output::json(&json!({
             "type": "summary",
             "created_repository": created,
@@ -283,6 +284,7 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
             "skipped": s.skipped_count,
             "parent": s.parent,
             "summary": m,
+            "repository_stats": repository_stats,
             "storage": repo_open::storage_counts_json(),
         }));
     } else if !global.quiet {
@@ -312,4 +314,13 @@ pub fn run(global: &GlobalArgs, a: &BackupArgs) -> Result<u8> {
         }
     }
     Ok(if s.is_incomplete() || missing > 0 { exit::INCOMPLETE } else { exit::OK })
+}
+
+/// What the repository holds after the backup, from its index and one listing
+/// of its snapshots (cheap: no tree is read), for `--json` (the agent's metrics).
+fn repository_stats(repo: &coffer_core::repo::Repository) -> Result<serde_json::Value> {
+    let snapshots = repo.list_ids(ObjectKind::Snapshot)?.len();
+    let index = repo.index();
+    let (blobs, stored) = index.iter().fold((0u64, 0u64), |(n, b), e| (n + 1, b + u64::from(e.entry.length)));
+    Ok(json!({"snapshots": snapshots, "blobs": blobs, "stored_bytes": stored}))
 }

@@ -587,3 +587,31 @@ fn install_writes_units_that_uninstall_removes() {
         std::fs::read_dir(&units).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(left, ["coffer-job-mine.timer"]);
 }
+
+#[test]
+fn a_profile_with_a_job_table_is_a_job_and_still_a_profile() {
+    let a = Agent::new();
+    let src = make_source(&a, "src", 2, 5000);
+    std::fs::create_dir_all(a.path("config/coffer")).unwrap();
+    std::fs::write(
+        a.path("config/coffer/home.toml"),
+        format!(
+            "repository = {:?}\npassword-file = {:?}\n[forget]\nkeep-last = 1\n[job]\npaths = [{:?}]\n",
+            a.env.repo().display().to_string(),
+            a.path("pass").display().to_string(),
+            src.display().to_string()
+        ),
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(a.path("jobs.toml"));
+    let run = |args: &[&str]| a.cmd().env_remove("COFFER_JOBS").args(args).output().unwrap();
+    assert_success(&run(&["run", "home"]));
+    assert_success(&run(&["run", "home"]));
+    // The profile's [forget] policy was applied after each backup. (The command
+    // line takes COFFER_PASSWORD over the profile's password file; the job's steps
+    // never see it.)
+    let out = a.cmd().env_remove("COFFER_PASSWORD").args(["-P", "home", "--json", "snapshots"]).output().unwrap();
+    assert_success(&out);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+}

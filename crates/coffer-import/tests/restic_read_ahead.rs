@@ -187,13 +187,8 @@ fn contents_read_ahead_equal_those_read_blob_by_blob() {
     // Limits that allow almost nothing: one blob a request, one byte in flight, one
     // file planned at a time. Still every content, in order; files passed over unread
     // cost nothing that stays.
-    let tight = ReadAheadLimits {
-        requests: 2,
-        bytes: 1,
-        window: 1,
-        files: 1,
-        plan: PlanLimits { max_gap: 0, max_request: 1 },
-    };
+    let tight =
+        ReadAheadLimits { requests: 2, bytes: 1, window: 1, files: 1, plan: PlanLimits { max_gap: 0, max_request: 1 } };
     for keep in [1, 3] {
         let got = read_all(&repo, &files, tight, keep);
         assert_eq!(got.len(), files.len() / keep);
@@ -233,7 +228,10 @@ fn a_damaged_blob_fails_its_file_only_and_is_named() {
         if i == victim {
             let e = r.as_ref().unwrap_err();
             let inner = e.get_ref().and_then(|e| e.downcast_ref::<Error>()).expect("the reader's error");
-            assert!(matches!(inner, Error::BlobUnauthenticated { blob: b, pack: p } if *b == blob && *p == loc.pack), "{inner}");
+            assert!(
+                matches!(inner, Error::BlobUnauthenticated { blob: b, pack: p } if *b == blob && *p == loc.pack),
+                "{inner}"
+            );
             assert!(e.to_string().contains(&blob.to_hex()[..8]) || e.to_string().contains(&blob.short()), "{e}");
         } else {
             assert!(r.as_ref().unwrap() == w, "{path} differs");

@@ -582,10 +582,10 @@ impl ResticRepo {
             for json in held {
                 let Ok(t) = tree::parse_tree(&json) else { continue };
                 for n in t.nodes {
-                    if let (NodeType::Dir, Some(sub)) = (&n.node_type, n.subtree) {
-                        if seen.insert(sub) {
-                            next.push(sub);
-                        }
+                    if let (NodeType::Dir, Some(sub)) = (&n.node_type, n.subtree)
+                        && seen.insert(sub)
+                    {
+                        next.push(sub);
                     }
                 }
             }

@@ -90,7 +90,9 @@ pub fn plan(wants: &[Want], limits: PlanLimits) -> Vec<Request> {
         if let Some(r) = out.last_mut() {
             let end = r.offset + r.length;
             let new_end = end.max(w.end());
-            if r.pack == w.pack && w.offset <= end.saturating_add(limits.max_gap) && new_end - r.offset <= limits.max_request
+            if r.pack == w.pack
+                && w.offset <= end.saturating_add(limits.max_gap)
+                && new_end - r.offset <= limits.max_request
             {
                 r.length = new_end - r.offset;
                 r.members.push(i);

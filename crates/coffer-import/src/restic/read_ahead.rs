@@ -112,6 +112,19 @@ impl Shared {
     }
 }
 
+/// Tells the I/O threads to stop when dropped; requests not taken yet are not made.
+struct Closer<'a>(&'a Shared);
+
+impl Drop for Closer<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        st.closing = true;
+        st.queue.clear();
+        drop(st);
+        self.0.work.notify_all();
+    }
+}
+
 /// A file planned: what the caller gave, its blobs and the number of its first blob.
 struct Planned<T> {
     item: T,
@@ -140,7 +153,12 @@ impl ResticRepo {
     /// caller's and its list of data blobs), in that order: [`ReadAhead::next_file`]
     /// hands out the items one by one and [`ReadAhead::reader`] reads the current one's
     /// content. I/O threads live for this call only.
-    pub fn read_ahead<T, I, R>(&self, files: I, limits: ReadAheadLimits, f: impl FnOnce(&mut ReadAhead<'_, T, I>) -> R) -> R
+    pub fn read_ahead<T, I, R>(
+        &self,
+        files: I,
+        limits: ReadAheadLimits,
+        f: impl FnOnce(&mut ReadAhead<'_, T, I>) -> R,
+    ) -> R
     where
         T: Send,
         I: Iterator<Item = (T, Vec<BlobId>)> + Send,
@@ -163,14 +181,10 @@ impl ResticRepo {
                 buf: Vec::new(),
                 pos: 0,
             };
-            let r = f(&mut ahead);
-            drop(ahead);
-            let mut st = shared.lock();
-            st.closing = true;
-            st.queue.clear();
-            drop(st);
-            shared.work.notify_all();
-            r
+            // The I/O threads stop however `f` ends (a panic too), or the scope would
+            // wait for them forever.
+            let _closer = Closer(&shared);
+            f(&mut ahead)
         })
     }
 
@@ -340,7 +354,15 @@ where
             let ms: Vec<Member> = r.members.iter().map(|&i| members[i].clone()).collect();
             let first = ms.iter().map(|m| m.seq).min().unwrap_or(0);
             let cost = gap + ms.iter().map(|m| m.cost).sum::<u64>();
-            self.unsent.push_back(Job { pack: r.pack, offset: r.offset, length: r.length, members: ms, gap, first, cost });
+            self.unsent.push_back(Job {
+                pack: r.pack,
+                offset: r.offset,
+                length: r.length,
+                members: ms,
+                gap,
+                first,
+                cost,
+            });
         }
         files > 0
     }

@@ -23,9 +23,9 @@ use coffer_core::format::tree::{Node, NodeKind, Timestamp, Xattr};
 use coffer_core::ops::backup::{
     ContentMemo, FOREIGN_MAX_DEPTH, Fed, ForeignEntry, ForeignTree, Listing, Payload, Store,
 };
-use coffer_import::restic::{ReadAheadLimits, ResticRepo};
 use coffer_import::restic::id::Id as BlobId;
 use coffer_import::restic::tree::{self as rtree, NodeType};
+use coffer_import::restic::{ReadAheadLimits, ResticRepo};
 use coffer_import::{Source, SourceError, SourceErrorKind};
 
 /// A coffer storage backend read as the storage of a restic repository.

@@ -39,9 +39,11 @@ pub struct PlanLimits {
 /// Largest gap read between two wanted blobs: 1 MiB (a millisecond at a gigabit;
 /// a round trip saved is tens of them).
 pub const MAX_GAP: u64 = 1 << 20;
-/// Largest range request for file contents: 4 MiB, so that several are in flight
-/// within the read-ahead's byte budget.
-pub const MAX_REQUEST: u64 = 4 << 20;
+/// Largest range request for file contents: 1 MiB stored, up to a few MiB once
+/// decompressed, so that several are in flight within the read-ahead's byte budget
+/// (with 4 MiB requests of compressible data one filled it, and the reader waited a
+/// round trip for each).
+pub const MAX_REQUEST: u64 = 1 << 20;
 /// Largest range request for trees: 16 MiB (a pack, as restic writes them), read once
 /// per level of the walk.
 pub const MAX_TREE_REQUEST: u64 = 16 << 20;

@@ -50,7 +50,7 @@ pub const READ_AHEAD_WINDOW: u64 = 8 << 20;
 /// Files planned ahead at most by default.
 pub const READ_AHEAD_FILES: usize = 4096;
 /// Requests in flight at most, whatever the storage allows: within the byte budget
-/// (four requests of the largest size) more would only wait.
+/// more would only wait.
 pub const MAX_REQUESTS: usize = 16;
 
 impl ReadAheadLimits {

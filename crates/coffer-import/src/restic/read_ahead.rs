@@ -41,12 +41,12 @@ pub struct ReadAheadLimits {
     pub plan: PlanLimits,
 }
 
-/// Bytes in flight by default: 16 MiB. A request's round trip of 50 ms then still
-/// allows 320 MB/s, twice what an import of two cores stores, in a small part of
-/// its memory.
-pub const READ_AHEAD_BYTES: u64 = 16 << 20;
-/// Bytes planned together by default: 8 MiB.
-pub const READ_AHEAD_WINDOW: u64 = 8 << 20;
+/// Bytes in flight by default: 32 MiB, counted decoded. At a 50 ms round trip 16 MiB
+/// left the import of compressible data waiting for the storage (9.3 s for a first
+/// snapshot that 32 MiB read in 6.6 s; docs/performance.md#import-from-restic).
+pub const READ_AHEAD_BYTES: u64 = 32 << 20;
+/// Bytes planned together by default: 16 MiB.
+pub const READ_AHEAD_WINDOW: u64 = 16 << 20;
 /// Files planned ahead at most by default.
 pub const READ_AHEAD_FILES: usize = 4096;
 /// Requests in flight at most, whatever the storage allows: within the byte budget

@@ -511,8 +511,8 @@ impl ResticRepo {
         let json = match cached {
             Some(j) => j,
             None => {
-                let j = Arc::new(self.blob(id)?);
-                self.trees.lock().unwrap_or_else(|p| p.into_inner()).insert(*id, j.clone());
+                let j = self.blob(id)?;
+                self.trees.lock().unwrap_or_else(|p| p.into_inner()).insert(*id, &j);
                 j
             }
         };
@@ -568,7 +568,7 @@ impl ResticRepo {
             });
             let mut trees = self.trees.lock().unwrap_or_else(|p| p.into_inner());
             for (id, plain) in fetched.into_iter().flatten() {
-                if !trees.insert_if_room(id, Arc::new(plain)) {
+                if !trees.insert_if_room(id, &plain) {
                     done.budget_reached = true;
                 }
                 done.trees += 1;
@@ -576,7 +576,7 @@ impl ResticRepo {
             if done.budget_reached {
                 break;
             }
-            let held: Vec<Arc<Vec<u8>>> = level.iter().filter_map(|id| trees.get(id)).collect();
+            let held: Vec<Vec<u8>> = level.iter().filter_map(|id| trees.get(id)).collect();
             drop(trees);
             let mut next = Vec::new();
             for json in held {

@@ -2,16 +2,28 @@
 //! import reads each tree once: the walk that counts or feeds a snapshot and the walk
 //! that stores it list the same directories, and the snapshots of one history share
 //! most of their trees. What is kept is a tree's JSON (its plaintext, authenticated and
-//! hashed to its id); the least recently used is dropped when the budget is reached.
+//! hashed to its id), compressed again with zstd's fastest level (JSON of trees shrinks
+//! several times, and decompresses at a gigabyte a second), counted at its compressed
+//! size; the least recently used is dropped when the budget is reached.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use super::id::BlobId;
 
-/// The trees' bytes kept at most, unless set otherwise: 64 MiB, the trees of a few
-/// hundred thousand files.
+/// The trees' bytes kept at most, unless set otherwise: 64 MiB compressed, the trees
+/// of a million files or more.
 pub const DEFAULT_TREE_CACHE: u64 = 64 << 20;
+
+/// zstd's level for trees kept: its fastest.
+const LEVEL: i32 = 1;
+
+/// A tree kept: its JSON compressed, and the JSON's length.
+#[derive(Debug)]
+struct Kept {
+    packed: Vec<u8>,
+    len: usize,
+    at: u64,
+}
 
 /// A bounded cache of tree blobs' plaintext by id.
 #[derive(Debug)]
@@ -19,7 +31,7 @@ pub struct TreeCache {
     budget: u64,
     used: u64,
     tick: u64,
-    map: HashMap<BlobId, (Arc<Vec<u8>>, u64)>,
+    map: HashMap<BlobId, Kept>,
     by_use: BTreeMap<u64, BlobId>,
 }
 
@@ -49,53 +61,57 @@ impl TreeCache {
         self.map.contains_key(id)
     }
 
-    /// The tree `id`, counted as used now.
-    pub fn get(&mut self, id: &BlobId) -> Option<Arc<Vec<u8>>> {
+    /// The JSON of tree `id`, counted as used now.
+    pub fn get(&mut self, id: &BlobId) -> Option<Vec<u8>> {
         self.tick += 1;
-        let (data, at) = self.map.get_mut(id)?;
-        self.by_use.remove(at);
-        *at = self.tick;
+        let k = self.map.get_mut(id)?;
+        self.by_use.remove(&k.at);
+        k.at = self.tick;
         self.by_use.insert(self.tick, *id);
-        Some(data.clone())
+        zstd::bulk::decompress(&k.packed, k.len).ok().filter(|j| j.len() == k.len)
     }
 
-    /// Keeps `data` as the tree `id`, dropping the least recently used to make room; a
+    /// Keeps `json` as the tree `id`, dropping the least recently used to make room; a
     /// tree larger than the whole budget is not kept.
-    pub fn insert(&mut self, id: BlobId, data: Arc<Vec<u8>>) {
-        let len = data.len() as u64;
-        if len > self.budget || self.map.contains_key(&id) {
+    pub fn insert(&mut self, id: BlobId, json: &[u8]) {
+        if self.map.contains_key(&id) {
             return;
         }
-        self.evict(len);
-        self.put(id, data);
+        let Ok(packed) = zstd::bulk::compress(json, LEVEL) else { return };
+        if packed.len() as u64 > self.budget {
+            return;
+        }
+        self.evict(packed.len() as u64);
+        self.put(id, packed, json.len());
     }
 
-    /// Keeps `data` as the tree `id` only if it fits without dropping another (a
+    /// Keeps `json` as the tree `id` only if it fits without dropping another (a
     /// read-ahead must not push out what it read a moment before); whether it is held.
-    pub fn insert_if_room(&mut self, id: BlobId, data: Arc<Vec<u8>>) -> bool {
+    pub fn insert_if_room(&mut self, id: BlobId, json: &[u8]) -> bool {
         if self.map.contains_key(&id) {
             return true;
         }
-        if self.used + data.len() as u64 > self.budget {
+        let Ok(packed) = zstd::bulk::compress(json, LEVEL) else { return false };
+        if self.used + packed.len() as u64 > self.budget {
             return false;
         }
-        self.put(id, data);
+        self.put(id, packed, json.len());
         true
     }
 
-    fn put(&mut self, id: BlobId, data: Arc<Vec<u8>>) {
+    fn put(&mut self, id: BlobId, packed: Vec<u8>, len: usize) {
         self.tick += 1;
-        self.used += data.len() as u64;
+        self.used += packed.len() as u64;
         self.by_use.insert(self.tick, id);
-        self.map.insert(id, (data, self.tick));
+        self.map.insert(id, Kept { packed, len, at: self.tick });
     }
 
     /// Drops the least recently used until `room` more bytes fit.
     fn evict(&mut self, room: u64) {
         while self.used + room > self.budget {
             let Some((_, id)) = self.by_use.pop_first() else { break };
-            if let Some((data, _)) = self.map.remove(&id) {
-                self.used -= data.len() as u64;
+            if let Some(k) = self.map.remove(&id) {
+                self.used -= k.packed.len() as u64;
             }
         }
     }
@@ -106,35 +122,55 @@ mod tests {
     use super::*;
     use crate::restic::Id;
 
-    fn t(n: u8, len: usize) -> (BlobId, Arc<Vec<u8>>) {
-        (Id([n; 32]), Arc::new(vec![n; len]))
+    /// `len` bytes that do not compress.
+    fn noise(n: u8, len: usize) -> (BlobId, Vec<u8>) {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(n);
+        let bytes = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        (Id([n; 32]), bytes)
     }
 
     #[test]
     fn keeps_within_its_budget_dropping_the_least_recently_used() {
-        let mut c = TreeCache::new(100);
+        // Three trees of about 1,010 bytes compressed each in 2,500.
+        let mut c = TreeCache::new(2500);
         for n in 0..3 {
-            let (id, d) = t(n, 40);
-            c.insert(id, d);
+            let (id, d) = noise(n, 1000);
+            c.insert(id, &d);
         }
-        // 0 was dropped for 2; 1 and 2 remain.
-        assert_eq!(c.used(), 80);
-        assert!(!c.contains(&Id([0; 32])));
-        assert!(c.get(&Id([1; 32])).is_some());
-        let (id, d) = t(3, 40);
-        c.insert(id, d);
+        assert!(!c.contains(&Id([0; 32])), "0 was dropped for 2");
+        assert_eq!(c.get(&Id([1; 32])), Some(noise(1, 1000).1), "kept as it was");
+        let (id, d) = noise(3, 1000);
+        c.insert(id, &d);
         assert!(c.contains(&Id([1; 32])), "used last, so kept");
         assert!(!c.contains(&Id([2; 32])));
-        let (id, d) = t(4, 101);
-        c.insert(id, d);
+        let used = c.used();
+        assert!(used <= 2500 && used > 2000, "{used}");
+        let (id, d) = noise(4, 3000);
+        c.insert(id, &d);
         assert!(!c.contains(&id), "larger than the budget: not kept");
-        assert_eq!(c.used(), 80);
-        let (id, d) = t(5, 30);
-        assert!(!c.insert_if_room(id, d), "does not push another out");
-        let (id, d) = t(6, 20);
-        assert!(c.insert_if_room(id, d));
-        assert_eq!(c.used(), 100);
-        c.set_budget(50);
-        assert!(c.used() <= 50);
+        assert_eq!(c.used(), used);
+        let (id, d) = noise(5, 700);
+        assert!(!c.insert_if_room(id, &d), "does not push another out");
+        let (id, d) = noise(6, 400);
+        assert!(c.insert_if_room(id, &d));
+        assert_eq!(c.get(&id), Some(d));
+        c.set_budget(1500);
+        assert!(c.used() <= 1500);
+    }
+
+    #[test]
+    fn json_is_held_compressed() {
+        let json = br#"{"nodes":[{"name":"a","type":"file","mode":420}]}"#.repeat(200);
+        let mut c = TreeCache::new(1 << 20);
+        c.insert(Id([1; 32]), &json);
+        assert!(c.used() * 10 < json.len() as u64, "{} bytes for {}", c.used(), json.len());
+        assert_eq!(c.get(&Id([1; 32])).unwrap(), json);
     }
 }

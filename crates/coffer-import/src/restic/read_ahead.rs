@@ -148,7 +148,6 @@ pub struct ReadAhead<'r, T, I> {
     current: Option<(Vec<BlobId>, u64, usize)>,
     buf: Vec<u8>,
     pos: usize,
-    idle: Option<Box<dyn FnMut() -> bool + Send + 'r>>,
 }
 
 impl ResticRepo {
@@ -183,7 +182,6 @@ impl ResticRepo {
                 current: None,
                 buf: Vec::new(),
                 pos: 0,
-                idle: None,
             };
             // The I/O threads stop however `f` ends (a panic too), or the scope would
             // wait for them forever.
@@ -287,14 +285,6 @@ where
         self.current = Some((p.blobs, p.first, 0));
         self.pump(None);
         Some(p.item)
-    }
-
-    /// Gives the reader other work to do while it waits for a blob: `idle` is called
-    /// then, and says whether it did some (else the reader sleeps until a blob comes,
-    /// or a millisecond passes). An import passes its worker pool's waiting jobs, so
-    /// that the thread feeding it still stores while the storage answers.
-    pub fn set_idle(&mut self, idle: impl FnMut() -> bool + Send + 'r) {
-        self.idle = Some(Box::new(idle));
     }
 
     /// A reader of the current file's content (empty before the first file).
@@ -411,24 +401,12 @@ where
         let seq = *first + *taken as u64;
         *taken += 1;
         self.pump(Some(seq));
-        let shared = self.shared;
-        let mut st = shared.lock();
+        let mut st = self.shared.lock();
         let (r, cost) = loop {
             if let Some(r) = st.done.remove(&seq) {
                 break r;
             }
-            match self.idle.as_mut() {
-                None => st = shared.done.wait(st).unwrap_or_else(|p| p.into_inner()),
-                Some(idle) => {
-                    drop(st);
-                    let worked = idle();
-                    st = shared.lock();
-                    if !worked && !st.done.contains_key(&seq) {
-                        let tick = std::time::Duration::from_millis(1);
-                        st = shared.done.wait_timeout(st, tick).unwrap_or_else(|p| p.into_inner()).0;
-                    }
-                }
-            }
+            st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
         };
         st.reserved -= cost;
         drop(st);

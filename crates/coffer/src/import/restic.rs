@@ -137,8 +137,6 @@ impl ForeignTree for ResticTree<'_> {
         let walk = FileWalk::new(self.repo, memo, self.root);
         let limits = ReadAheadLimits::for_connections(self.repo.source().connections());
         self.repo.read_ahead(walk, limits, |ahead| {
-            // While the storage answers, this worker stores what the feed handed over.
-            ahead.set_idle(|| rayon::yield_now() == Some(rayon::Yield::Executed));
             while let Some(file) = ahead.next_file() {
                 let mut reader = ahead.reader();
                 // A content that fails to read is read again by `open`, which gives its error.

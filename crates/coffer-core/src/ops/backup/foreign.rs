@@ -205,16 +205,8 @@ impl ContentMemo {
 /// worker while the source goes on.
 const FED_SMALL: u64 = 1 << 20;
 
-/// The bytes of small fed files read and not yet stored, per worker of the
-/// pool: enough to keep every worker busy while the source goes on, and no more
-/// (what waits here is memory the import holds).
-const FED_IN_FLIGHT_PER_WORKER: u64 = 4 << 20;
-
-/// The most bytes of small fed files read and not yet stored: 8 MiB, or 4 MiB a
-/// worker on more than two.
-fn fed_in_flight() -> u64 {
-    (FED_IN_FLIGHT_PER_WORKER * rayon::current_num_threads() as u64).max(8 << 20)
-}
+/// The most bytes of small fed files read and not yet stored.
+const FED_IN_FLIGHT: u64 = 32 << 20;
 
 /// The bytes of small fed files read and not yet stored.
 #[derive(Default)]
@@ -230,7 +222,7 @@ impl InFlight {
         loop {
             {
                 let mut b = self.bytes.lock().expect("poisoned");
-                if *b == 0 || *b + n <= fed_in_flight() {
+                if *b == 0 || *b + n <= FED_IN_FLIGHT {
                     *b += n;
                     return;
                 }

@@ -26,8 +26,10 @@ struct Kept {
 }
 
 /// A bounded cache of tree blobs' plaintext by id.
-#[derive(Debug)]
 pub struct TreeCache {
+    /// zstd's contexts, made once: a context per tree costs more than the tree.
+    packer: Option<zstd::bulk::Compressor<'static>>,
+    unpacker: Option<zstd::bulk::Decompressor<'static>>,
     budget: u64,
     used: u64,
     tick: u64,
@@ -35,9 +37,23 @@ pub struct TreeCache {
     by_use: BTreeMap<u64, BlobId>,
 }
 
+impl std::fmt::Debug for TreeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeCache").field("budget", &self.budget).field("used", &self.used).finish()
+    }
+}
+
 impl TreeCache {
     pub fn new(budget: u64) -> TreeCache {
-        TreeCache { budget, used: 0, tick: 0, map: HashMap::new(), by_use: BTreeMap::new() }
+        TreeCache {
+            packer: zstd::bulk::Compressor::new(LEVEL).ok(),
+            unpacker: zstd::bulk::Decompressor::new().ok(),
+            budget,
+            used: 0,
+            tick: 0,
+            map: HashMap::new(),
+            by_use: BTreeMap::new(),
+        }
     }
 
     /// The bytes held.
@@ -68,7 +84,7 @@ impl TreeCache {
         self.by_use.remove(&k.at);
         k.at = self.tick;
         self.by_use.insert(self.tick, *id);
-        zstd::bulk::decompress(&k.packed, k.len).ok().filter(|j| j.len() == k.len)
+        self.unpacker.as_mut()?.decompress(&k.packed, k.len).ok().filter(|j| j.len() == k.len)
     }
 
     /// Keeps `json` as the tree `id`, dropping the least recently used to make room; a
@@ -77,7 +93,7 @@ impl TreeCache {
         if self.map.contains_key(&id) {
             return;
         }
-        let Ok(packed) = zstd::bulk::compress(json, LEVEL) else { return };
+        let Some(Ok(packed)) = self.packer.as_mut().map(|p| p.compress(json)) else { return };
         if packed.len() as u64 > self.budget {
             return;
         }
@@ -91,7 +107,7 @@ impl TreeCache {
         if self.map.contains_key(&id) {
             return true;
         }
-        let Ok(packed) = zstd::bulk::compress(json, LEVEL) else { return false };
+        let Some(Ok(packed)) = self.packer.as_mut().map(|p| p.compress(json)) else { return false };
         if self.used + packed.len() as u64 > self.budget {
             return false;
         }

@@ -19,6 +19,11 @@ pub trait Source: Send + Sync {
     fn read_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, SourceError>;
     /// The size of `name`.
     fn size(&self, name: &str) -> Result<u64, SourceError>;
+    /// How many requests the storage takes at once: readers that read ahead keep up to
+    /// this many in flight. One unless the storage says more.
+    fn connections(&self) -> usize {
+        1
+    }
 }
 
 /// What kind of failure a [`SourceError`] is.
@@ -166,6 +171,11 @@ impl Source for LocalDir {
         let mut buf = Vec::with_capacity(cap);
         f.take(avail).read_to_end(&mut buf).map_err(|e| SourceError::io(name, e))?;
         Ok(buf)
+    }
+
+    fn connections(&self) -> usize {
+        // A local disk: as many reads as cores, as coffer's own local storage does.
+        std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 8)
     }
 
     fn size(&self, name: &str) -> Result<u64, SourceError> {

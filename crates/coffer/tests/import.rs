@@ -300,3 +300,54 @@ fn a_restic_repository_on_s3_imports_whole() {
     assert_success(&restic(&["restore", "latest", "--target"]).arg(&rr).output().unwrap());
     assert_eq!(describe(&under(&c, &src)), describe(&under(&rr, &src)));
 }
+
+/// Hundreds of files in nested directories, files of several blobs and copies,
+/// over several packs: the import reads them ahead with merged range requests
+/// (docs/design.md#import-restic), and every file restores as restic restores it.
+#[test]
+fn many_files_read_ahead_restore_as_restic_restores_them() {
+    let env = Env::new();
+    let Some(r) = Restic::init(&env, 2) else { return };
+    let src = env.path("src");
+    for d in 0..30u64 {
+        let dir = src.join(format!("d{d:02}/inner"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..20u64 {
+            let len = 1 + ((d * 131 + f * 7919) % 30_000) as usize;
+            std::fs::write(dir.join(format!("f{f:02}")), random_bytes(len, d * 1000 + f)).unwrap();
+        }
+        std::fs::write(dir.join("empty"), b"").unwrap();
+    }
+    for b in 0..4u64 {
+        std::fs::write(src.join(format!("big{b}")), random_bytes(5 * 1024 * 1024 + 777 * b as usize, 90 + b)).unwrap();
+    }
+    std::fs::copy(src.join("big2"), src.join("d07/big2-copy")).unwrap();
+    r.backup(&src, "first", "auto");
+    // A second snapshot changing a few files here and there.
+    for d in [3u64, 17, 29] {
+        std::fs::write(src.join(format!("d{d:02}/inner/f05")), random_bytes(12_345, 7 + d)).unwrap();
+    }
+    r.backup(&src, "second", "auto");
+    let restic_snaps = r.snapshots();
+
+    let out = import(&env, &r, &["--json"]);
+    assert_success(&out);
+    let done: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["type"] == "imported")
+        .collect();
+    assert_eq!(done.len(), 2, "{}", text(&out.stdout));
+    assert_eq!(done[0]["incomplete"], false, "{}", done[0]);
+    assert_eq!(done[1]["summary"]["files_new"], 3, "only the changed files are read again: {}", done[1]);
+    let ids: Vec<String> =
+        env.json(&["snapshots"]).as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect();
+    for (i, (id, theirs)) in ids.iter().zip(&restic_snaps).enumerate() {
+        let (c, rr) = (env.path(&format!("coffer-out-{i}")), env.path(&format!("restic-out-{i}")));
+        assert_success(&env.run(&["-q", "restore", id, "--target", c.to_str().unwrap()]));
+        r.restore(theirs["id"].as_str().unwrap(), &rr);
+        let (mine, expected) = (describe(&under(&c, &src)), describe(&under(&rr, &src)));
+        assert!(expected.len() > 600, "{}", expected.len());
+        assert_eq!(mine, expected, "snapshot {i}");
+    }
+}

@@ -21,12 +21,16 @@ pub mod id;
 pub mod index;
 pub mod keyfile;
 pub mod pack;
+pub mod plan;
+pub mod read_ahead;
 pub mod snapshot;
 pub mod time;
 pub mod tree;
+pub mod tree_cache;
 
+use std::collections::HashSet;
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
@@ -37,9 +41,11 @@ pub use id::{BlobId, Id, PackId, SnapshotId};
 pub use index::{Index, Location};
 pub use keyfile::KeyFile;
 pub use pack::{BlobType, PackedBlob};
+pub use read_ahead::{CurrentFile, ReadAhead, ReadAheadLimits};
 pub use snapshot::{Snapshot, SnapshotSummary};
 pub use time::Timestamp;
 pub use tree::{Node, NodeType, RejectedNode, Tree};
+use tree_cache::TreeCache;
 
 /// Largest config file read: 64 KiB.
 pub const MAX_CONFIG_FILE: u64 = 64 * 1024;
@@ -94,6 +100,73 @@ pub struct ResticRepo {
     version: u32,
     chunker_polynomial: String,
     index: Option<Index>,
+    /// Trees read, kept within a budget ([`tree_cache`]).
+    trees: Mutex<TreeCache>,
+    /// Roots whose trees [`ResticRepo::prefetch_trees`] has read.
+    prefetched: Mutex<HashSet<BlobId>>,
+}
+
+/// What [`ResticRepo::prefetch_trees`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Prefetched {
+    /// Trees read.
+    pub trees: u64,
+    /// Range requests made.
+    pub requests: u64,
+    /// Levels of the walk.
+    pub levels: u64,
+    /// Whether it stopped at the tree cache's budget (the rest is read when listed).
+    pub budget_reached: bool,
+}
+
+/// Applies `f` to every item on up to `workers` threads (the caller's included), the
+/// results in the order of `items`.
+fn fan_out<T: Sync, R: Send>(workers: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = workers.min(items.len()).max(1);
+    if workers == 1 {
+        return items.iter().map(&f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(i) else { return done };
+            done.push((i, f(item)));
+        }
+    };
+    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
+        for (i, r) in work() {
+            slots[i] = Some(r);
+        }
+        for h in handles {
+            for (i, r) in h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)) {
+                slots[i] = Some(r);
+            }
+        }
+    });
+    slots.into_iter().map(|r| r.expect("every item taken")).collect()
+}
+
+/// The largest decoded size of `blob` (of `pack`), or the error when its lengths pass
+/// its type's limit: checked before anything is read or allocated for it.
+pub(crate) fn check_blob_limits(pack: &PackId, blob: &PackedBlob) -> Result<u64, Error> {
+    let limit = match blob.blob_type {
+        BlobType::Data => MAX_DATA_BLOB,
+        BlobType::Tree => tree::MAX_TREE,
+    };
+    let length = u64::from(blob.length);
+    let plain_max = blob.uncompressed_length.map(u64::from).unwrap_or(length.saturating_sub(crypto::OVERHEAD as u64));
+    if plain_max > limit || length > limit + crypto::OVERHEAD as u64 {
+        return Err(Error::Blob {
+            pack: *pack,
+            blob: blob.id,
+            reason: format!("{plain_max} bytes, more than the {limit} accepted for a {} blob", blob.blob_type),
+        });
+    }
+    Ok(plain_max)
 }
 
 impl std::fmt::Debug for ResticRepo {
@@ -207,6 +280,8 @@ impl ResticRepo {
             version: cfg.version as u32,
             chunker_polynomial: cfg.chunker_polynomial,
             index: None,
+            trees: Mutex::new(TreeCache::new(tree_cache::DEFAULT_TREE_CACHE)),
+            prefetched: Mutex::new(HashSet::new()),
         })
     }
 
@@ -363,27 +438,38 @@ impl ResticRepo {
     /// Reads one blob at a known place: range read, authentication, decryption,
     /// decompression (bounded) and the check of its hash against its id.
     pub fn read_blob_at(&self, pack: &PackId, blob: &PackedBlob) -> Result<Vec<u8>, Error> {
+        check_blob_limits(pack, blob)?;
         let name = pack::pack_name(pack);
-        let limit = match blob.blob_type {
-            BlobType::Data => MAX_DATA_BLOB,
-            BlobType::Tree => tree::MAX_TREE,
-        };
-        let bad = |reason: String| Error::Blob { pack: *pack, blob: blob.id, reason };
         let length = u64::from(blob.length);
-        let plain_max =
-            blob.uncompressed_length.map(u64::from).unwrap_or(length.saturating_sub(crypto::OVERHEAD as u64));
-        if plain_max > limit || length > limit + crypto::OVERHEAD as u64 {
-            return Err(bad(format!(
-                "{plain_max} bytes, more than the {limit} accepted for a {} blob",
-                blob.blob_type
-            )));
-        }
         let data = self.source.read_range(&name, blob.offset, length)?;
         if (data.len() as u64) < length {
-            let size = self.source.size(&name).unwrap_or(blob.offset + data.len() as u64);
-            return Err(Error::PackTruncated { pack: *pack, blob: blob.id, offset: blob.offset, length, size });
+            return Err(self.truncated(pack, blob, blob.offset + data.len() as u64));
         }
+        self.decode_blob(pack, blob, data)
+    }
+
+    /// The error for `blob` of `pack` cut short: the pack ends before it does (at
+    /// `seen`, or where the storage says).
+    fn truncated(&self, pack: &PackId, blob: &PackedBlob, seen: u64) -> Error {
+        let size = self.source.size(&pack::pack_name(pack)).unwrap_or(seen);
+        Error::PackTruncated { pack: *pack, blob: blob.id, offset: blob.offset, length: u64::from(blob.length), size }
+    }
+
+    /// [`ResticRepo::decode_blob`] of a blob read as part of a longer range.
+    fn decode_blob_slice(&self, pack: &PackId, blob: &PackedBlob, raw: &[u8]) -> Result<Vec<u8>, Error> {
+        let plain = self.key.open(raw).map_err(|_| Error::BlobUnauthenticated { pack: *pack, blob: blob.id })?;
+        self.finish_blob(pack, blob, plain)
+    }
+
+    /// Authenticates, decrypts, decompresses (bounded) and checks the hash of `data`,
+    /// the stored bytes of `blob` of `pack` (its limits already checked).
+    fn decode_blob(&self, pack: &PackId, blob: &PackedBlob, data: Vec<u8>) -> Result<Vec<u8>, Error> {
         let plain = self.key.open_owned(data).map_err(|_| Error::BlobUnauthenticated { pack: *pack, blob: blob.id })?;
+        self.finish_blob(pack, blob, plain)
+    }
+
+    fn finish_blob(&self, pack: &PackId, blob: &PackedBlob, plain: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let bad = |reason: String| Error::Blob { pack: *pack, blob: blob.id, reason };
         let plain = match blob.uncompressed_length {
             None => plain,
             Some(n) => {
@@ -418,10 +504,94 @@ impl ResticRepo {
         Err(first_err.unwrap_or(Error::BlobNotFound { blob: *id }))
     }
 
-    /// Reads and decodes the tree blob `id`.
+    /// Reads and decodes the tree blob `id`: from the tree cache when it holds it, else
+    /// read (and then kept, within the cache's budget).
     pub fn tree(&self, id: &BlobId) -> Result<Tree, Error> {
-        let json = self.blob(id)?;
+        let cached = self.trees.lock().unwrap_or_else(|p| p.into_inner()).get(id);
+        let json = match cached {
+            Some(j) => j,
+            None => {
+                let j = self.blob(id)?;
+                self.trees.lock().unwrap_or_else(|p| p.into_inner()).insert(*id, &j);
+                j
+            }
+        };
         tree::parse_tree(&json).map_err(|reason| Error::Tree { tree: *id, reason })
+    }
+
+    /// Sets the bytes of trees kept in memory once read (default
+    /// [`tree_cache::DEFAULT_TREE_CACHE`]); 0 keeps none.
+    pub fn set_tree_cache(&mut self, bytes: u64) {
+        self.trees.get_mut().unwrap_or_else(|p| p.into_inner()).set_budget(bytes);
+    }
+
+    /// Bytes of trees held in memory.
+    pub fn tree_cache_used(&self) -> u64 {
+        self.trees.lock().unwrap_or_else(|p| p.into_inner()).used()
+    }
+
+    /// Reads ahead, into the tree cache, every tree below `roots` (those of roots given
+    /// before are not walked again): level by level, each level's trees not held yet
+    /// planned into merged range requests ([`plan`]) and fetched with up to the
+    /// storage's connections in flight. It stops where the cache's budget is reached;
+    /// a tree that fails here is passed over, and its error comes when it is listed.
+    pub fn prefetch_trees(&self, roots: &[BlobId]) -> Prefetched {
+        let mut done = Prefetched::default();
+        let Some(index) = self.index.as_ref() else { return done };
+        let mut level: Vec<BlobId> = {
+            let mut p = self.prefetched.lock().unwrap_or_else(|p| p.into_inner());
+            roots.iter().filter(|r| p.insert(**r)).copied().collect()
+        };
+        let mut seen: HashSet<BlobId> = level.iter().copied().collect();
+        let workers = self.source.connections().max(1);
+        let limits = plan::PlanLimits { max_gap: plan::MAX_GAP, max_request: plan::MAX_TREE_REQUEST };
+        while !level.is_empty() {
+            done.levels += 1;
+            let missing: Vec<(BlobId, Location)> = {
+                let cache = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+                level
+                    .iter()
+                    .filter(|id| !cache.contains(id))
+                    .filter_map(|id| index.find(id).into_iter().next().map(|l| (*id, l)))
+                    .filter(|(_, l)| check_blob_limits(&l.pack, &l.blob).is_ok())
+                    .collect()
+            };
+            let wants: Vec<plan::Want> = missing
+                .iter()
+                .map(|(_, l)| plan::Want { pack: l.pack, offset: l.blob.offset, length: u64::from(l.blob.length) })
+                .collect();
+            let requests = plan::plan(&wants, limits);
+            done.requests += requests.len() as u64;
+            let fetched = fan_out(workers, &requests, |r| {
+                let job = read_ahead::tree_job(r, &missing);
+                self.fetch_job_plain(&job)
+            });
+            let mut trees = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, plain) in fetched.into_iter().flatten() {
+                if !trees.insert_if_room(id, &plain) {
+                    done.budget_reached = true;
+                }
+                done.trees += 1;
+            }
+            if done.budget_reached {
+                break;
+            }
+            let held: Vec<Vec<u8>> = level.iter().filter_map(|id| trees.get(id)).collect();
+            drop(trees);
+            let mut next = Vec::new();
+            for json in held {
+                let Ok(t) = tree::parse_tree(&json) else { continue };
+                for n in t.nodes {
+                    if let (NodeType::Dir, Some(sub)) = (&n.node_type, n.subtree)
+                        && seen.insert(sub)
+                    {
+                        next.push(sub);
+                    }
+                }
+            }
+            level = next;
+        }
+        done
     }
 
     /// A reader of a file node's contents: its data blobs one after the other, each read

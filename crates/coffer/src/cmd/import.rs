@@ -82,12 +82,15 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
     // What the snapshot imported last holds is not read again.
     let last = done.last.and_then(|(tree, id)| Some((tree, listed.good.iter().find(|(s, _)| s.to_hex() == id)?)));
     if let Some((tree, (_, snap))) = last {
-        seed(global, &repo, &memo, tree, &ResticTree { repo: &source, root: snap.tree });
+        seed(global, &repo, &memo, tree, &ResticTree::new(&source, snap.tree));
     }
     let mut seen = HashSet::new();
     let count = todo.len();
+    let roots: Vec<_> = todo.iter().map(|(_, s)| s.tree).collect();
     for (i, (id, snap)) in todo.into_iter().enumerate() {
-        let tree = ResticTree { repo: &source, root: snap.tree };
+        // Each snapshot's first listing reads ahead the trees of those after it too.
+        let tree = ResticTree::new(&source, snap.tree).with_trees_ahead(roots[i..].iter().copied());
+        let tree = if a.dry_run { tree } else { tree.feeding(&memo) };
         if a.dry_run {
             let (files, bytes) = to_read(&tree, &memo, &mut seen)?;
             if global.json {

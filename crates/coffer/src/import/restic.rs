@@ -2,17 +2,30 @@
 //! reached through coffer's own backends ([`BackendSource`]), and each snapshot's
 //! tree handed to the import as a [`ForeignTree`] ([`ResticTree`]), its nodes'
 //! metadata mapped to coffer's nodes.
+//!
+//! Over remote storage a round trip per object would bound the import, so the
+//! tree reads ahead: on its first listing the trees of every snapshot still to
+//! import are fetched level by level into the reader's tree cache
+//! ([`ResticRepo::prefetch_trees`]), and [`ForeignTree::feed`] hands the import
+//! the contents of the files it has not stored yet, in the tree's order, read
+//! ahead with merged range requests ([`ResticRepo::read_ahead`]).
 
+use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::io::Read;
-use std::sync::Arc;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Once};
 
 use coffer_backend::{Backend, ErrorKind};
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::tree::{Node, NodeKind, Timestamp, Xattr};
-use coffer_core::ops::backup::{ForeignEntry, ForeignTree, Listing, Payload};
-use coffer_import::restic::ResticRepo;
+use coffer_core::ops::backup::{
+    ContentMemo, FOREIGN_MAX_DEPTH, Fed, ForeignEntry, ForeignTree, Listing, Payload, Store,
+};
 use coffer_import::restic::id::Id as BlobId;
 use coffer_import::restic::tree::{self as rtree, NodeType};
+use coffer_import::restic::{ReadAheadLimits, ResticRepo};
 use coffer_import::{Source, SourceError, SourceErrorKind};
 
 /// A coffer storage backend read as the storage of a restic repository.
@@ -36,14 +49,51 @@ impl Source for BackendSource {
     fn size(&self, name: &str) -> Result<u64, SourceError> {
         self.0.stat(name).map_err(source_error)
     }
+
+    fn connections(&self) -> usize {
+        self.0.connections()
+    }
 }
 
-/// The trees of an open restic repository (its index loaded).
+/// The tree of one snapshot of an open restic repository (its index loaded).
 pub struct ResticTree<'a> {
     /// The repository.
-    pub repo: &'a ResticRepo,
+    repo: &'a ResticRepo,
     /// The snapshot's root tree.
-    pub root: BlobId,
+    root: BlobId,
+    /// The roots whose trees are read ahead on the first listing: this one's and
+    /// those of the snapshots to import after it.
+    ahead: Vec<BlobId>,
+    prefetched: Once,
+    /// What the import knows already: files whose content it holds are not fed.
+    memo: Option<&'a ContentMemo>,
+}
+
+impl<'a> ResticTree<'a> {
+    /// The tree of root `root`, whose files are not fed (read only when opened).
+    pub fn new(repo: &'a ResticRepo, root: BlobId) -> Self {
+        ResticTree { repo, root, ahead: vec![root], prefetched: Once::new(), memo: None }
+    }
+
+    /// Reads ahead the trees of `roots` too on the first listing (the snapshots to
+    /// import after this one).
+    pub fn with_trees_ahead(mut self, roots: impl IntoIterator<Item = BlobId>) -> Self {
+        self.ahead.extend(roots.into_iter().filter(|r| *r != self.root));
+        self
+    }
+
+    /// Feeds the import ([`ForeignTree::feed`]) the files whose content `memo`
+    /// does not hold, read ahead.
+    pub fn feeding(mut self, memo: &'a ContentMemo) -> Self {
+        self.memo = Some(memo);
+        self
+    }
+
+    fn prefetch(&self) {
+        self.prefetched.call_once(|| {
+            self.repo.prefetch_trees(&self.ahead);
+        });
+    }
 }
 
 impl ForeignTree for ResticTree<'_> {
@@ -53,6 +103,7 @@ impl ForeignTree for ResticTree<'_> {
 
     fn list(&self, dir: &[u8]) -> Result<Listing, String> {
         let id = blob_id(dir)?;
+        self.prefetch();
         let tree = self.repo.tree(&id).map_err(|e| e.to_string())?;
         let mut listing = Listing::default();
         for r in &tree.rejected {
@@ -75,6 +126,89 @@ impl ForeignTree for ResticTree<'_> {
         }
         let blobs = file.chunks(32).map(blob_id).collect::<Result<Vec<_>, _>>()?;
         Ok(Box::new(self.repo.content_reader(blobs)))
+    }
+
+    /// The files the import has not stored yet, in the tree's order (each content
+    /// once), read ahead. A file whose content fails to read is not remembered: the
+    /// import opens it again when it meets it, and lists it with that error.
+    fn feed(&self, store: &mut Store<'_>) -> coffer_core::error::Result<Result<(), String>> {
+        let Some(memo) = self.memo else { return Ok(Ok(())) };
+        self.prefetch();
+        let walk = FileWalk::new(self.repo, memo, self.root);
+        let limits = ReadAheadLimits::for_connections(self.repo.source().connections());
+        self.repo.read_ahead(walk, limits, |ahead| {
+            while let Some(file) = ahead.next_file() {
+                let mut reader = ahead.reader();
+                // A content that fails to read is read again by `open`, which gives its error.
+                let _ = store(Fed { key: file.key, path: &file.path, reader: &mut reader, size: file.size })?;
+            }
+            Ok(Ok(()))
+        })
+    }
+}
+
+/// A file the feed hands over.
+struct FeedFile {
+    key: [u8; 32],
+    path: PathBuf,
+    size: u64,
+}
+
+/// The files of a restic tree whose content the memo does not hold, depth first
+/// in name order (the order restic stored them in, so neighbours in the walk are
+/// neighbours in the packs), each content once. A tree that cannot be read is
+/// passed over: the import's own walk lists it.
+struct FileWalk<'a> {
+    repo: &'a ResticRepo,
+    memo: &'a ContentMemo,
+    stack: Vec<(PathBuf, std::vec::IntoIter<rtree::Node>)>,
+    fed: HashSet<[u8; 32]>,
+}
+
+impl<'a> FileWalk<'a> {
+    fn new(repo: &'a ResticRepo, memo: &'a ContentMemo, root: BlobId) -> Self {
+        let mut w = FileWalk { repo, memo, stack: Vec::new(), fed: HashSet::new() };
+        w.enter(PathBuf::from("/"), &root);
+        w
+    }
+
+    fn enter(&mut self, path: PathBuf, tree: &BlobId) {
+        if self.stack.len() > FOREIGN_MAX_DEPTH {
+            return;
+        }
+        if let Ok(t) = self.repo.tree(tree) {
+            self.stack.push((path, t.nodes.into_iter()));
+        }
+    }
+}
+
+impl Iterator for FileWalk<'_> {
+    type Item = (FeedFile, Vec<BlobId>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let (dir, nodes) = self.stack.last_mut()?;
+            let Some(n) = nodes.next() else {
+                self.stack.pop();
+                continue;
+            };
+            let path = dir.join(OsStr::from_bytes(&n.name));
+            match n.node_type {
+                NodeType::File => {
+                    let key = content_key(&n.content);
+                    if self.memo.knows(&key) || !self.fed.insert(key) {
+                        continue;
+                    }
+                    return Some((FeedFile { key, path, size: n.size }, n.content));
+                }
+                NodeType::Dir => {
+                    if let Some(sub) = n.subtree {
+                        self.enter(path, &sub);
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 }
 

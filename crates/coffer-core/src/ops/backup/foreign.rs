@@ -84,8 +84,9 @@ pub trait ForeignTree: Sync {
     /// file: it is left out and listed.
     fn open<'a>(&'a self, file: &[u8]) -> std::result::Result<Box<dyn Read + Send + 'a>, String>;
 
-    /// For a source read in one pass, in its own order (a tar stream): called
-    /// once, before the root is listed, to hand over each file's content to
+    /// For a source read in one pass, in its own order (a tar stream), or one
+    /// that reads contents ahead of their use (restic's, over remote storage):
+    /// called once, before the root is listed, to hand over each file's content to
     /// `store`, which reads it to its end, stores it and remembers it in the
     /// import's [`ContentMemo`] under its key; a file of that key is then not
     /// opened. `store` gives `Ok(Err(reason))` when the content could not be

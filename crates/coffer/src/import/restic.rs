@@ -72,13 +72,14 @@ pub struct ResticTree<'a> {
 impl<'a> ResticTree<'a> {
     /// The tree of root `root`, whose files are not fed (read only when opened).
     pub fn new(repo: &'a ResticRepo, root: BlobId) -> Self {
-        ResticTree { repo, root, ahead: vec![root], prefetched: Once::new(), memo: None }
+        ResticTree { repo, root, ahead: Vec::new(), prefetched: Once::new(), memo: None }
     }
 
-    /// Reads ahead the trees of `roots` too on the first listing (the snapshots to
-    /// import after this one).
+    /// Reads ahead, on the first listing, the trees of this snapshot and of `roots`
+    /// (the snapshots to import after it); without it no tree is read ahead.
     pub fn with_trees_ahead(mut self, roots: impl IntoIterator<Item = BlobId>) -> Self {
-        self.ahead.extend(roots.into_iter().filter(|r| *r != self.root));
+        let root = self.root;
+        self.ahead = std::iter::once(root).chain(roots.into_iter().filter(|r| *r != root)).collect();
         self
     }
 
@@ -90,6 +91,9 @@ impl<'a> ResticTree<'a> {
     }
 
     fn prefetch(&self) {
+        if self.ahead.is_empty() {
+            return;
+        }
         self.prefetched.call_once(|| {
             self.repo.prefetch_trees(&self.ahead);
         });

@@ -361,62 +361,8 @@ fn next_wake(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Clock;
-    use crate::config::Job;
-    use crate::notify::{Dispatcher, DispatcherOptions, MemoryNotices};
-    use crate::steps::{StepResult, Steps, Stop};
+    use crate::test_support::{FakeSteps, TestClock, config, context};
     use std::sync::atomic::{AtomicI64, Ordering};
-
-    /// A clock the test moves.
-    struct TestClock(AtomicI64);
-    impl Clock for TestClock {
-        fn now(&self) -> Timestamp {
-            Timestamp::from_millisecond(self.0.load(Ordering::SeqCst)).unwrap()
-        }
-    }
-
-    /// Steps that record what they were asked and answer with `code`.
-    struct FakeSteps {
-        calls: Mutex<Vec<Vec<String>>>,
-        code: Mutex<i32>,
-    }
-    impl Steps for FakeSteps {
-        fn run(&self, _job: &Job, args: &[String], _stop: &Stop) -> StepResult {
-            self.calls.lock().unwrap().push(args.to_vec());
-            let code = *self.code.lock().unwrap();
-            let doc = serde_json::json!({"type": "summary", "snapshot_id": "abc", "summary": {}});
-            StepResult {
-                exit_code: Some(code),
-                signal: None,
-                document: Some(doc),
-                error: (code != 0).then(|| "failed".into()),
-            }
-        }
-    }
-
-    fn config(dir: &std::path::Path, jobs: &str) -> Config {
-        let file = dir.join("jobs.toml");
-        std::fs::write(&file, jobs).unwrap();
-        crate::config::load(Some(&file), dir, jiff::tz::TimeZone::UTC).unwrap()
-    }
-
-    fn context(dir: &std::path::Path, steps: Arc<FakeSteps>, clock: Arc<TestClock>) -> Arc<RunContext> {
-        Arc::new(RunContext {
-            db_path: dir.join("state/agent.sqlite"),
-            lock_dir: dir.join("state/locks"),
-            steps,
-            hook_env: Vec::new(),
-            dispatcher: Arc::new(Dispatcher::new(
-                DispatcherOptions::default(),
-                Box::new(MemoryNotices::default()),
-                Box::new(|_| {}),
-            )),
-            host: "test".into(),
-            clock,
-            stop: Stop::new(),
-            pid: i64::from(std::process::id()),
-        })
-    }
 
     #[test]
     fn a_missed_week_is_caught_up_once_and_failures_are_retried() {

@@ -21,6 +21,9 @@ pub mod status;
 pub mod steps;
 pub mod units;
 
+#[cfg(test)]
+mod test_support;
+
 /// Where the current time comes from: the system's, or a test's.
 pub trait Clock: Send + Sync {
     fn now(&self) -> jiff::Timestamp;

@@ -446,6 +446,42 @@ mod tests {
     }
 
     #[test]
+    fn read_all_every_reads_the_next_group_at_each_check() {
+        use crate::test_support::{FakeSteps, TestClock, config, context};
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "[job.a]\nrepository = \"/r\"\npassword-file = \"/p\"\npaths = [\"/data\"]\n\
+             check = { schedule = \"daily\", read-all-every = 3 }\n",
+        );
+        let clock = Arc::new(TestClock(std::sync::atomic::AtomicI64::new(1_700_000_000_000)));
+        let steps = Arc::new(FakeSteps { calls: Default::default(), code: std::sync::Mutex::new(0) });
+        let ctx = context(dir.path(), Arc::clone(&steps), clock);
+        let job = &cfg.jobs["a"];
+        for _ in 0..4 {
+            let req = Request {
+                job,
+                notifiers: &cfg.notifiers,
+                kind: Kind::Check,
+                trigger: Trigger::Manual,
+                slot: None,
+                wait: true,
+            };
+            assert_eq!(super::run(&ctx, &req).unwrap().outcome, Outcome::Success);
+        }
+        let groups: Vec<String> = steps.calls.lock().unwrap().iter().map(|c| c.join(" ")).collect();
+        assert_eq!(
+            groups,
+            [
+                "check --read-data-subset 1/3",
+                "check --read-data-subset 2/3",
+                "check --read-data-subset 3/3",
+                "check --read-data-subset 1/3"
+            ]
+        );
+    }
+
+    #[test]
     fn a_failure_is_told_once_its_retries_are_spent() {
         let r = report(2, Outcome::Failure);
         assert_eq!(events(&r, Trigger::Schedule, &[], true), vec![]);

@@ -60,6 +60,14 @@ pub enum StateError {
     Sql { path: PathBuf, what: String, source: rusqlite::Error },
     #[error("the state database {}: {what}", path.display())]
     Invalid { path: PathBuf, what: String },
+    /// Opened for reading before any process wrote its schema (an agent may be
+    /// creating it this moment).
+    #[error(
+        "the state database {}: it holds no coffer state yet (schema version {found}); start the agent or run a \
+         job first",
+        path.display()
+    )]
+    NoState { path: PathBuf, found: i64 },
     #[error("the state database {} holds a bad value in run {id}: {what}; the row was written by something other than coffer", path.display())]
     BadRow { path: PathBuf, id: i64, what: String },
 }
@@ -266,9 +274,7 @@ impl Db {
             return Err(StateError::TooNew { path: db.path.clone(), found: version });
         }
         if version < SCHEMA_VERSION {
-            return Err(db.invalid(format!(
-                "it holds no coffer state yet (schema version {version}); start the agent or run a job first"
-            )));
+            return Err(StateError::NoState { path: db.path.clone(), found: version });
         }
         Ok(db)
     }

@@ -12,7 +12,7 @@ use coffer_agent::config::{Config, Kind};
 use coffer_agent::daemon::{self, Control, DaemonOptions};
 use coffer_agent::notify::{Dispatcher, DispatcherOptions, MemoryNotices, NoticeLog};
 use coffer_agent::run::{self, Report, Request, RunContext};
-use coffer_agent::state::{Db, Outcome, Run, Trigger};
+use coffer_agent::state::{Db, Outcome, Run, StateError, Trigger};
 use coffer_agent::steps::{ProcessSteps, Stop};
 use coffer_agent::{SystemClock, metrics, status, units};
 use serde_json::{Value, json};
@@ -348,14 +348,21 @@ fn status_cmd(global: &GlobalArgs, a: &JobsArgs) -> Result<u8> {
     let config = load(a)?;
     let state = state_path(a, &config)?;
     let now = jiff::Timestamp::now();
-    let rows = if state.exists() {
-        let db = Db::open_read_only(&state)?;
-        status::all(&db, &config, now)?
-    } else {
-        // No run yet: an empty database, in memory of this process only.
-        let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
-        let db = Db::open(&dir.path().join("empty.sqlite"))?;
-        status::all(&db, &config, now)?
+    let opened = match Db::open_read_only(&state) {
+        Ok(db) => Some(db),
+        // No state yet (no run, or an agent creating the database now).
+        Err(StateError::NoState { .. }) => None,
+        Err(_) if !state.exists() => None,
+        Err(e) => return Err(e.into()),
+    };
+    let rows = match opened {
+        Some(db) => status::all(&db, &config, now)?,
+        None => {
+            // An empty database, of this process only.
+            let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
+            let db = Db::open(&dir.path().join("empty.sqlite"))?;
+            status::all(&db, &config, now)?
+        }
     };
     if global.json {
         let jobs: Vec<Value> = rows

@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -173,7 +175,32 @@ fn a_kopia_history_imports_whole_and_once() {
         assert_success(&env.run(&["-q", "restore", &ids[i], "--target", c.to_str().unwrap()]));
         k.restore(m["id"].as_str().unwrap(), &x);
         let (mine, theirs) = (describe(&under(&c, &src)), describe(&x));
-        assert_eq!(mine, theirs, "snapshot {day}");
+        // kopia's restore gives a directory a time of its own choosing (it moves with
+        // the clock tick its entries were made in): directories' times are compared
+        // with the source's, the rest with kopia's restore.
+        if i == 0 {
+            for d in ["dir", "dir/deeper"] {
+                let m = std::fs::metadata(src.join(d)).unwrap();
+                let source = format!("mtime {}.{:09}", m.mtime(), m.mtime_nsec());
+                assert!(
+                    mine[d.as_bytes()].contains(&source),
+                    "{d}: {} against the source's {source}",
+                    mine[d.as_bytes()]
+                );
+            }
+        }
+        let undated = |t: &BTreeMap<Vec<u8>, String>| -> BTreeMap<Vec<u8>, String> {
+            t.iter()
+                .map(|(k, v)| {
+                    let v = match (v.starts_with("dir "), v.find(" mtime "), v.find(" xattrs")) {
+                        (true, Some(a), Some(b)) => format!("{}{}", &v[..a], &v[b..]),
+                        _ => v.clone(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        };
+        assert_eq!(undated(&mine), undated(&theirs), "snapshot {day}");
         assert!(mine.keys().any(|p| p.starts_with(b"name-")), "the name that is not UTF-8 is there: {mine:?}");
         assert!(mine[b"tool".as_slice()].contains("mode 4755"), "{}", mine[b"tool".as_slice()]);
         assert!(mine[b"dir/deeper".as_slice()].contains("mode 1777"), "{}", mine[b"dir/deeper".as_slice()]);

@@ -1,0 +1,583 @@
+//! Routing (docs/design.md#ui-api): each request is checked in this order:
+//! the Host header (a loopback UI without TLS answers only to its own
+//! addresses, so a page of another site cannot reach it by DNS rebinding), the
+//! Origin of a POST, the session, the CSRF token of a POST; then it is handled.
+//! Pages under `/`, JSON under `/api/v1/`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use coffer_agent::config::Kind;
+use coffer_core::Id;
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::format::tree::{Node, NodeKind};
+use coffer_core::ops::dump::ContentReader;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use crate::gate::{self, Gate};
+use crate::http::{self as h, Body, esc};
+use crate::jobs::{Jobs, StartError};
+use crate::pages;
+use crate::repos::{Page, RepoView, ViewError};
+
+const SESSION_COOKIE: &str = "coffer_session";
+/// Entries of a directory per page, by default and at most.
+pub const PAGE: usize = 1000;
+const MAX_PAGE: usize = 10_000;
+/// The bytes of a download read ahead of the client.
+const DOWNLOAD_CHUNK: usize = 1 << 20;
+
+const STYLE: &str = include_str!("../assets/style.css");
+
+/// What [`App::new`] is made of.
+pub struct AppParts {
+    pub gate: Gate,
+    pub repos: Vec<RepoView>,
+    pub jobs: Option<Jobs>,
+    pub local: SocketAddr,
+    pub tls: bool,
+    pub on_token: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// The UI's state, shared by every connection.
+pub struct App {
+    gate: Gate,
+    repos: Vec<Arc<RepoView>>,
+    jobs: Option<Arc<Jobs>>,
+    tls: bool,
+    /// The Host values a plain loopback UI answers to (None: any, under TLS).
+    hosts: Option<Vec<String>>,
+    /// The origins a POST may come from.
+    origins: Vec<String>,
+    on_token: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// A request's session.
+struct Session {
+    id: String,
+    csrf: String,
+}
+
+/// A failed request: its status and message.
+struct Fail(StatusCode, String);
+
+impl From<ViewError> for Fail {
+    fn from(e: ViewError) -> Self {
+        let status = match &e {
+            ViewError::NotFound(_) => StatusCode::NOT_FOUND,
+            ViewError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ViewError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ViewError::Repo(_) => StatusCode::BAD_GATEWAY,
+        };
+        Fail(status, e.to_string())
+    }
+}
+
+fn fail(status: StatusCode, message: impl Into<String>) -> Fail {
+    Fail(status, message.into())
+}
+
+impl App {
+    pub fn new(p: AppParts) -> App {
+        let port = p.local.port();
+        let mut names = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+        names.push(match p.local {
+            SocketAddr::V4(a) => format!("{}:{port}", a.ip()),
+            SocketAddr::V6(a) => format!("[{}]:{port}", a.ip()),
+        });
+        names.dedup();
+        let scheme = if p.tls { "https" } else { "http" };
+        let origins = names.iter().map(|n| format!("{scheme}://{n}")).collect();
+        App {
+            gate: p.gate,
+            repos: p.repos.into_iter().map(Arc::new).collect(),
+            jobs: p.jobs.map(Arc::new),
+            tls: p.tls,
+            hosts: if p.tls { None } else { Some(names) },
+            origins,
+            on_token: p.on_token,
+        }
+    }
+
+    /// Answers one request; never fails (a failure is an error response).
+    pub async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>, client: IpAddr) -> Response<Body> {
+        let api = req.uri().path().starts_with("/api/");
+        match self.clone().route(req, client).await {
+            Ok(r) => r,
+            Err(Fail(status, message)) if api => h::json_error(status, &message),
+            Err(Fail(status, message)) => h::html(status, pages::error(status, &message)),
+        }
+    }
+
+    fn host_ok(&self, req: &Request<hyper::body::Incoming>) -> bool {
+        let Some(hosts) = &self.hosts else { return true };
+        let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+        host.is_some_and(|h| hosts.iter().any(|n| n.eq_ignore_ascii_case(h)))
+    }
+
+    /// A POST's Origin, when the browser gives one, must be this server's.
+    fn origin_ok(&self, req: &Request<hyper::body::Incoming>) -> bool {
+        match req.headers().get(header::ORIGIN).map(|v| v.to_str()) {
+            None => true,
+            Some(Ok(o)) => self.tls || self.origins.iter().any(|n| n.eq_ignore_ascii_case(o)),
+            Some(Err(_)) => false,
+        }
+    }
+
+    fn session(&self, req: &Request<hyper::body::Incoming>) -> Option<Session> {
+        let id = h::cookie(req.headers(), SESSION_COOKIE)?;
+        let csrf = self.gate.session(&id, Instant::now())?;
+        Some(Session { id, csrf })
+    }
+
+    fn session_cookie(&self, value: &str, max_age: Option<u64>) -> HeaderValue {
+        let secure = if self.tls { "; Secure" } else { "" };
+        let age = max_age.map_or(String::new(), |s| format!("; Max-Age={s}"));
+        HeaderValue::from_str(&format!("{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/{secure}{age}"))
+            .expect("hex and fixed text make a header value")
+    }
+
+    fn repo(&self, name: &str) -> Result<Arc<RepoView>, Fail> {
+        self.repos
+            .iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .ok_or_else(|| fail(StatusCode::NOT_FOUND, format!("no repository {name:?}")))
+    }
+
+    fn jobs(&self) -> Result<Arc<Jobs>, Fail> {
+        self.jobs.clone().ok_or_else(|| fail(StatusCode::NOT_FOUND, "no jobs file: the UI shows no jobs"))
+    }
+
+    async fn route(
+        self: Arc<Self>,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+    ) -> Result<Response<Body>, Fail> {
+        if !self.host_ok(&req) {
+            return Err(fail(StatusCode::MISDIRECTED_REQUEST, "this server does not answer to that host name"));
+        }
+        let path = req.uri().path().to_string();
+        let segs: Vec<&str> = path.split('/').skip(1).collect();
+        let method = req.method().clone();
+        if method == Method::POST && !self.origin_ok(&req) {
+            return Err(fail(StatusCode::FORBIDDEN, "a request from another site's page is refused"));
+        }
+        // What needs no session.
+        match (&method, segs.as_slice()) {
+            (&Method::GET, ["assets", "style.css"]) => {
+                return Ok(h::respond(StatusCode::OK, "text/css; charset=utf-8", h::full(STYLE)));
+            }
+            (&Method::GET, ["login"]) => return Ok(h::html(StatusCode::OK, pages::login(None))),
+            (&Method::POST, ["login"]) => return self.login(req, client, false).await,
+            (&Method::POST, ["api", "v1", "login"]) => return self.login(req, client, true).await,
+            _ => {}
+        }
+        let api = segs.first() == Some(&"api");
+        let Some(session) = self.session(&req) else {
+            if api {
+                return Err(fail(StatusCode::UNAUTHORIZED, "log in first: POST /api/v1/login"));
+            }
+            return Ok(h::see_other("/login"));
+        };
+        let query = h::query(req.uri());
+        if method == Method::POST {
+            let given_header = req.headers().get("x-csrf-token").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let body = h::read_body(req.into_body())
+                .await
+                .map_err(|_| fail(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large or broken"))?;
+            let form = h::decode_pairs(&body);
+            let given = given_header.or_else(|| form.get("csrf").map(|v| String::from_utf8_lossy(v).into_owned()));
+            if !given.is_some_and(|g| gate::csrf_matches(&session.csrf, &g)) {
+                return Err(fail(StatusCode::FORBIDDEN, "the request lacks this session's CSRF token"));
+            }
+            return self.post(&segs, &session, &body, &form).await;
+        }
+        if method != Method::GET && method != Method::HEAD {
+            return Err(fail(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not served here")));
+        }
+        let text = |k: &str| query.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
+        let number = |k: &str, default: usize| -> Result<usize, Fail> {
+            match text(k) {
+                None => Ok(default),
+                Some(v) => v.parse().map_err(|_| fail(StatusCode::BAD_REQUEST, format!("{k}={v:?} is not a number"))),
+            }
+        };
+        let entry_path = query.get("path").cloned().unwrap_or_default();
+        match segs.as_slice() {
+            [""] => {
+                let (jobs, runs, repos) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                Ok(h::html(StatusCode::OK, pages::dashboard(&session.csrf, &jobs, &runs, &repos)))
+            }
+            ["repos", r] => {
+                let filter = Filter { host: text("host"), tag: text("tag"), path: text("path") };
+                let repo = self.repo(r)?;
+                let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
+                let shown: Vec<&(Id, Snapshot)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
+                Ok(h::html(StatusCode::OK, pages::snapshots(&session.csrf, r, &shown, &filter)))
+            }
+            ["repos", r, "snapshots", id] => {
+                let (offset, limit) = (number("offset", 0)?, number("limit", PAGE)?.clamp(1, MAX_PAGE));
+                let (repo, id2, p) = (self.repo(r)?, id.to_string(), entry_path.clone());
+                let (snap, page) =
+                    blocking(move || Ok((repo.snapshot(&id2)?, repo.list(&id2, &p, offset, limit)?))).await?;
+                Ok(h::html(StatusCode::OK, pages::browse(&session.csrf, r, &snap, &entry_path, &page, limit)))
+            }
+            ["repos", r, "snapshots", id, "download"] | ["api", "v1", "repos", r, "snapshots", id, "content"] => {
+                self.download(r, id, entry_path).await
+            }
+            ["api", "v1", "session"] => Ok(h::json(StatusCode::OK, &json!({"type": "session", "csrf": session.csrf}))),
+            ["api", "v1", "jobs"] => {
+                let (jobs, runs, _) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                Ok(h::json(
+                    StatusCode::OK,
+                    &json!({"type": "jobs", "jobs": jobs.iter().map(pages::kind_json).collect::<Vec<_>>(),
+                    "runs": runs.iter().map(pages::run_json).collect::<Vec<_>>()}),
+                ))
+            }
+            ["api", "v1", "repos"] => {
+                let (_, _, repos) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                Ok(h::json(StatusCode::OK, &json!({"type": "repositories", "repositories": repos})))
+            }
+            ["api", "v1", "repos", r, "snapshots"] => {
+                let filter = Filter { host: text("host"), tag: text("tag"), path: text("path") };
+                let repo = self.repo(r)?;
+                let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
+                let list: Vec<Value> =
+                    snaps.iter().filter(|(_, s)| filter.matches(s)).map(|(id, s)| snapshot_json(id, s)).collect();
+                Ok(h::json(StatusCode::OK, &json!({"type": "snapshots", "repository": r, "snapshots": list})))
+            }
+            ["api", "v1", "repos", r, "snapshots", id, "entries"] => {
+                let (offset, limit) = (number("offset", 0)?, number("limit", PAGE)?.clamp(1, MAX_PAGE));
+                let (repo, id2, p) = (self.repo(r)?, id.to_string(), entry_path.clone());
+                let page: Page = blocking(move || Ok(repo.list(&id2, &p, offset, limit)?)).await?;
+                let entries: Vec<Value> = page.entries.iter().map(|n| entry_json(&entry_path, n)).collect();
+                Ok(h::json(
+                    StatusCode::OK,
+                    &json!({"type": "entries", "total": page.total, "offset": page.offset, "entries": entries}),
+                ))
+            }
+            _ => Err(fail(StatusCode::NOT_FOUND, format!("nothing is served at {path}"))),
+        }
+    }
+
+    /// Runs `f` on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        self: Arc<Self>,
+        f: impl FnOnce(&App) -> Result<T, Fail> + Send + 'static,
+    ) -> Result<T, Fail> {
+        blocking(move || f(&self)).await
+    }
+
+    /// The dashboard's jobs, recent runs and repositories.
+    fn dashboard_data(
+        &self,
+    ) -> Result<(Vec<coffer_agent::status::KindStatus>, Vec<coffer_agent::state::Run>, Vec<Value>), Fail> {
+        let state = |e: coffer_agent::state::StateError| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+        let (jobs, runs) = match &self.jobs {
+            Some(j) => (j.status(jiff::Timestamp::now()).map_err(state)?, j.runs(None, 20).map_err(state)?),
+            None => (Vec::new(), Vec::new()),
+        };
+        let repos = self.repos.iter().map(|r| repo_json(r)).collect();
+        Ok((jobs, runs, repos))
+    }
+
+    async fn login(
+        self: Arc<Self>,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+        api: bool,
+    ) -> Result<Response<Body>, Fail> {
+        let body = h::read_body(req.into_body())
+            .await
+            .map_err(|_| fail(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large or broken"))?;
+        let secret: zeroize::Zeroizing<Vec<u8>> = zeroize::Zeroizing::new(if api {
+            let v: Value = serde_json::from_slice(&body)
+                .map_err(|_| fail(StatusCode::BAD_REQUEST, "the body is not JSON: {\"secret\": \"…\"}"))?;
+            v["secret"].as_str().unwrap_or_default().as_bytes().to_vec()
+        } else {
+            h::decode_pairs(&body).remove("secret").unwrap_or_default()
+        });
+        let delay = self.gate.delay(client, Instant::now());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let Some(opened) = self.gate.login(client, &secret, Instant::now()) else {
+            let msg = "wrong password or login token";
+            return Ok(if api {
+                h::json_error(StatusCode::UNAUTHORIZED, msg)
+            } else {
+                h::html(StatusCode::UNAUTHORIZED, pages::login(Some(msg)))
+            });
+        };
+        if opened.used_token {
+            (self.on_token)(&self.gate.token());
+        }
+        let mut r = if api {
+            h::json(StatusCode::OK, &json!({"type": "session", "csrf": opened.csrf}))
+        } else {
+            h::see_other("/")
+        };
+        r.headers_mut().insert(header::SET_COOKIE, self.session_cookie(&opened.id, None));
+        Ok(r)
+    }
+
+    async fn post(
+        self: Arc<Self>,
+        segs: &[&str],
+        session: &Session,
+        body: &[u8],
+        form: &std::collections::HashMap<String, Vec<u8>>,
+    ) -> Result<Response<Body>, Fail> {
+        match segs {
+            ["logout"] | ["api", "v1", "logout"] => {
+                self.gate.logout(&session.id);
+                let mut r = if segs[0] == "api" {
+                    h::json(StatusCode::OK, &json!({"type": "logout"}))
+                } else {
+                    h::see_other("/login")
+                };
+                r.headers_mut().insert(header::SET_COOKIE, self.session_cookie("", Some(0)));
+                Ok(r)
+            }
+            ["jobs", job, "run"] | ["api", "v1", "jobs", job, "run"] => {
+                let api = segs[0] == "api";
+                let kind = if api {
+                    let v: Value = if body.is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_slice(body)
+                            .map_err(|_| fail(StatusCode::BAD_REQUEST, "the body is not JSON"))?
+                    };
+                    v["kind"].as_str().unwrap_or("backup").to_string()
+                } else {
+                    form.get("kind").map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_else(|| "backup".into())
+                };
+                let kind = Kind::parse(&kind)
+                    .ok_or_else(|| fail(StatusCode::BAD_REQUEST, format!("{kind:?} is not backup, prune or check")))?;
+                let jobs = self.jobs()?;
+                let name = job.to_string();
+                blocking(move || {
+                    jobs.start(&name, kind).map_err(|e| {
+                        let status = match e {
+                            StartError::NoJob(_) => StatusCode::NOT_FOUND,
+                            StartError::NoKind { .. } => StatusCode::BAD_REQUEST,
+                            StartError::Busy(_) => StatusCode::CONFLICT,
+                            StartError::State(_) | StartError::Spawn(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                        };
+                        fail(status, e.to_string())
+                    })
+                })
+                .await?;
+                Ok(if api {
+                    h::json(StatusCode::ACCEPTED, &json!({"type": "started", "job": job, "kind": kind.as_str()}))
+                } else {
+                    h::see_other("/")
+                })
+            }
+            _ => Err(fail(StatusCode::NOT_FOUND, "nothing is served here")),
+        }
+    }
+
+    /// A file's content, streamed as it is read and verified. The length is
+    /// sent first: a download cut short by damage found on the way is one the
+    /// client sees is incomplete.
+    async fn download(&self, r: &str, id: &str, path: Vec<u8>) -> Result<Response<Body>, Fail> {
+        let (repo, id) = (self.repo(r)?, id.to_string());
+        let p = path.clone();
+        let (repo, node, shown) = blocking(move || Ok(repo.file(&id, &p)?)).await?;
+        // The first chunk is read before answering, so that a file whose
+        // content cannot be read at all gets an error status, not a cut stream.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+        let size = node.size;
+        let name = shown.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut reader = match ContentReader::new(&repo, &node, &shown) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = first_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let mut first = Some(first_tx);
+            loop {
+                let mut buf = vec![0u8; DOWNLOAD_CHUNK];
+                let mut filled = 0;
+                let result = loop {
+                    match reader.read(&mut buf[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == buf.len() {
+                                break Ok(());
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                match result {
+                    Err(e) => {
+                        if let Some(f) = first.take() {
+                            let _ = f.send(Err(e.to_string()));
+                        } else {
+                            let _ = tx.blocking_send(Err(e));
+                        }
+                        return;
+                    }
+                    Ok(()) => {
+                        if let Some(f) = first.take() {
+                            let _ = f.send(Ok(()));
+                        }
+                        if filled == 0 {
+                            return;
+                        }
+                        buf.truncate(filled);
+                        if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                            // The client went away.
+                            return;
+                        }
+                        if filled < DOWNLOAD_CHUNK {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        match first_rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(fail(StatusCode::BAD_GATEWAY, e)),
+            Err(_) => return Err(fail(StatusCode::INTERNAL_SERVER_ERROR, "the download stopped")),
+        }
+        let mut resp = h::respond(StatusCode::OK, "application/octet-stream", ChannelBody(rx).boxed());
+        let hs = resp.headers_mut();
+        hs.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+        hs.insert(header::CONTENT_DISPOSITION, disposition(&name));
+        Ok(resp)
+    }
+}
+
+/// Runs `f` on a blocking thread; a panic there is an internal error.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Fail> + Send + 'static) -> Result<T, Fail> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(_) => Err(fail(StatusCode::INTERNAL_SERVER_ERROR, "the request's work failed unexpectedly")),
+    }
+}
+
+/// `attachment`, with the name as ASCII (others replaced) and exactly (RFC 5987).
+fn disposition(name: &str) -> HeaderValue {
+    let ascii: String =
+        name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
+    let exact = percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
+    HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{exact}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("attachment"))
+}
+
+/// A body fed by a channel.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(http_body::Frame::data)))
+    }
+}
+
+/// The snapshot filter of a page or API call: each given field must match.
+#[derive(Default)]
+pub struct Filter {
+    pub host: Option<String>,
+    pub tag: Option<String>,
+    pub path: Option<String>,
+}
+
+impl Filter {
+    fn matches(&self, s: &Snapshot) -> bool {
+        fn some(f: &Option<String>) -> Option<&str> {
+            f.as_deref().filter(|v| !v.is_empty())
+        }
+        some(&self.host).is_none_or(|h| s.hostname == h)
+            && some(&self.tag).is_none_or(|t| s.tags.iter().any(|x| x == t))
+            && some(&self.path).is_none_or(|p| s.paths.iter().any(|x| x == p))
+    }
+}
+
+/// A time of the trees (seconds, nanoseconds) as RFC 3339.
+pub fn tree_time(secs: i64, nanos: u32) -> String {
+    jiff::Timestamp::new(secs, nanos as i32).map(|t| t.to_string()).unwrap_or_default()
+}
+
+fn kind_name(k: NodeKind) -> &'static str {
+    match k {
+        NodeKind::File => "file",
+        NodeKind::Dir => "dir",
+        NodeKind::Symlink => "symlink",
+        NodeKind::Fifo => "fifo",
+        NodeKind::Chardev => "chardev",
+        NodeKind::Blockdev => "blockdev",
+        NodeKind::Socket => "socket",
+    }
+}
+
+/// The path of `n` below the directory `dir` (both relative to the root).
+pub fn child_path(dir: &[u8], n: &Node) -> Vec<u8> {
+    let mut p = dir.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(&n.name.0);
+    p
+}
+
+fn entry_json(dir: &[u8], n: &Node) -> Value {
+    json!({
+        "name": n.name,
+        "path": h::encode_query(&child_path(dir, n)),
+        "kind": kind_name(n.kind),
+        "size": n.size,
+        "mode": n.mode,
+        "mtime": tree_time(n.mtime.0, n.mtime.1),
+        "user": n.user,
+        "group": n.group,
+        "target": n.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()),
+    })
+}
+
+fn snapshot_json(id: &Id, s: &Snapshot) -> Value {
+    json!({"id": id, "time": s.time, "hostname": s.hostname, "username": s.username, "paths": s.paths,
+           "tags": s.tags, "summary": s.summary, "signature_valid": s.signature.is_valid()})
+}
+
+fn repo_json(r: &RepoView) -> Value {
+    match r.snapshots() {
+        Ok(snaps) => {
+            let mut hosts: std::collections::BTreeMap<&str, u64> = Default::default();
+            for (_, s) in snaps.iter() {
+                *hosts.entry(s.hostname.as_str()).or_default() += 1;
+            }
+            let latest =
+                snaps.iter().max_by(|a, b| a.1.time.cmp(&b.1.time)).map(|(id, s)| json!({"id": id, "time": s.time}));
+            json!({"name": r.name, "location": r.location, "snapshots": snaps.len(), "hosts": hosts, "latest": latest})
+        }
+        Err(e) => json!({"name": r.name, "location": r.location, "error": e.to_string()}),
+    }
+}
+
+/// The text of a page's link to `path` in a snapshot.
+pub fn shown_path(path: &[u8]) -> String {
+    esc(&String::from_utf8_lossy(path))
+}

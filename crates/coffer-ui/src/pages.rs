@@ -1,0 +1,350 @@
+//! The pages (docs/design.md#ui-pages), rendered on the server: plain HTML
+//! forms and links, usable without script, with the keyboard and a screen
+//! reader (a skip link, labelled controls, captioned tables, state given in
+//! words as well as colour). Every text from a repository or a jobs file is
+//! escaped.
+
+use coffer_agent::state::Run;
+use coffer_agent::status::KindStatus;
+use coffer_core::Id;
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::format::tree::NodeKind;
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::app::{Filter, child_path, shown_path, tree_time};
+use crate::http::{encode_query, esc};
+use crate::repos::Page;
+
+fn layout(title: &str, csrf: Option<&str>, body: &str) -> String {
+    let nav = match csrf {
+        Some(c) => format!(
+            "<nav aria-label=\"main\"><a href=\"/\">Dashboard</a>\
+             <form method=\"post\" action=\"/logout\" class=\"inline\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\">Log out</button></form></nav>",
+            esc(c)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · coffer</title><link rel=\"stylesheet\" href=\"/assets/style.css\"></head>\
+         <body><a class=\"skip\" href=\"#main\">Skip to content</a><header><span class=\"brand\">coffer</span>{nav}</header>\
+         <main id=\"main\" tabindex=\"-1\"><h1>{}</h1>{body}</main></body></html>\n",
+        esc(title),
+        esc(title)
+    )
+}
+
+/// The login page, with what went wrong last.
+pub fn login(problem: Option<&str>) -> String {
+    let p = problem.map_or(String::new(), |m| format!("<p class=\"bad\" role=\"alert\">{}</p>", esc(m)));
+    layout(
+        "Log in",
+        None,
+        &format!(
+            "{p}<form method=\"post\" action=\"/login\"><label for=\"secret\">Password or login token</label>\
+             <input id=\"secret\" name=\"secret\" type=\"password\" autocomplete=\"current-password\" required autofocus>\
+             <button type=\"submit\">Log in</button></form>\
+             <p class=\"hint\">The login token is printed by <code>coffer ui</code> when it starts; each opens one session.</p>"
+        ),
+    )
+}
+
+/// An error page.
+pub fn error(status: StatusCode, message: &str) -> String {
+    layout(
+        status.canonical_reason().unwrap_or("Error"),
+        None,
+        &format!("<p class=\"bad\" role=\"alert\">{}</p><p><a href=\"/\">Back to the dashboard</a></p>", esc(message)),
+    )
+}
+
+fn time(t: Option<jiff::Timestamp>) -> String {
+    t.map_or("—".into(), |t| t.round(jiff::Unit::Second).unwrap_or(t).strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
+}
+
+/// A kind's state in words: running, overdue, failed, ok, never run.
+fn state_of(k: &KindStatus) -> (&'static str, &'static str) {
+    if k.running.is_some() {
+        ("running", "run")
+    } else if k.overdue {
+        ("overdue", "bad")
+    } else {
+        match &k.last {
+            None => ("never run", "none"),
+            Some(r) if r.outcome.is_success() => ("ok", "ok"),
+            Some(_) => ("failed", "bad"),
+        }
+    }
+}
+
+/// The dashboard: jobs (overdue first), recent runs, repositories.
+pub fn dashboard(csrf: &str, jobs: &[KindStatus], runs: &[Run], repos: &[Value]) -> String {
+    let mut b = String::new();
+    b.push_str("<section aria-labelledby=\"jobs\"><h2 id=\"jobs\">Jobs</h2>");
+    if jobs.is_empty() {
+        b.push_str("<p>No jobs are configured (see <code>coffer agent</code>).</p>");
+    } else {
+        b.push_str(
+            "<table><caption>Each job's steps, overdue ones first</caption><thead><tr><th scope=\"col\">Job</th>\
+             <th scope=\"col\">Step</th><th scope=\"col\">State</th><th scope=\"col\">Last run</th>\
+             <th scope=\"col\">Last success</th><th scope=\"col\">Next due</th><th scope=\"col\">Run now</th></tr></thead><tbody>",
+        );
+        for k in jobs {
+            let (state, class) = state_of(k);
+            let last = k
+                .last
+                .as_ref()
+                .map_or("—".to_string(), |r| format!("{} ({})", time(Some(r.started)), esc(r.outcome.as_str())));
+            b.push_str(&format!(
+                "<tr class=\"{class}\"><th scope=\"row\">{}</th><td>{}</td><td><span class=\"state {class}\">{state}</span></td>\
+                 <td>{last}</td><td>{}</td><td>{}</td><td><form method=\"post\" action=\"/jobs/{}/run\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"kind\" value=\"{}\">\
+                 <button type=\"submit\" aria-label=\"Run {} of {} now\">Run</button></form></td></tr>",
+                esc(&k.job),
+                k.kind.as_str(),
+                time(k.last_success.as_ref().map(|r| r.started)),
+                time(k.next),
+                encode_query(k.job.as_bytes()),
+                esc(csrf),
+                k.kind.as_str(),
+                k.kind.as_str(),
+                esc(&k.job),
+            ));
+        }
+        b.push_str("</tbody></table>");
+    }
+    b.push_str("</section><section aria-labelledby=\"runs\"><h2 id=\"runs\">Recent runs</h2>");
+    if runs.is_empty() {
+        b.push_str("<p>No run yet.</p>");
+    } else {
+        b.push_str(
+            "<table><caption>The newest runs first</caption><thead><tr><th scope=\"col\">Started</th><th scope=\"col\">Job</th>\
+             <th scope=\"col\">Step</th><th scope=\"col\">Outcome</th><th scope=\"col\">Took</th><th scope=\"col\">Error</th></tr></thead><tbody>",
+        );
+        for r in runs {
+            let took = r.duration().map_or("—".into(), |d| format!("{:.1} s", d.as_secs_f64()));
+            b.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{took}</td><td>{}</td></tr>",
+                time(Some(r.started)),
+                esc(&r.job),
+                r.kind.as_str(),
+                esc(r.outcome.as_str()),
+                esc(r.error.as_deref().unwrap_or(""))
+            ));
+        }
+        b.push_str("</tbody></table>");
+    }
+    b.push_str("</section><section aria-labelledby=\"repos\"><h2 id=\"repos\">Repositories</h2>");
+    if repos.is_empty() {
+        b.push_str("<p>No repository is shown.</p>");
+    } else {
+        b.push_str(
+            "<table><caption>Repositories</caption><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Location</th>\
+             <th scope=\"col\">Snapshots</th><th scope=\"col\">Hosts</th><th scope=\"col\">Latest</th></tr></thead><tbody>",
+        );
+        for r in repos {
+            let name = r["name"].as_str().unwrap_or_default();
+            let row = match r.get("error") {
+                Some(e) => format!("<td colspan=\"3\" class=\"bad\">{}</td>", esc(e.as_str().unwrap_or_default())),
+                None => {
+                    let hosts: Vec<String> = r["hosts"]
+                        .as_object()
+                        .map(|m| m.iter().map(|(h, n)| format!("{} ({n})", esc(h))).collect())
+                        .unwrap_or_default();
+                    format!(
+                        "<td>{}</td><td>{}</td><td>{}</td>",
+                        r["snapshots"],
+                        hosts.join(", "),
+                        esc(r["latest"]["time"].as_str().unwrap_or("—"))
+                    )
+                }
+            };
+            b.push_str(&format!(
+                "<tr><th scope=\"row\"><a href=\"/repos/{}\">{}</a></th><td>{}</td>{row}</tr>",
+                esc(name),
+                esc(name),
+                esc(r["location"].as_str().unwrap_or_default())
+            ));
+        }
+        b.push_str("</tbody></table>");
+    }
+    b.push_str("</section>");
+    layout("Dashboard", Some(csrf), &b)
+}
+
+fn field(id: &str, label: &str, value: &Option<String>) -> String {
+    format!(
+        "<label for=\"{id}\">{label}</label><input id=\"{id}\" name=\"{id}\" value=\"{}\">",
+        esc(value.as_deref().unwrap_or(""))
+    )
+}
+
+/// A repository's snapshots, newest first, with the filter form.
+pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) -> String {
+    let mut b = format!(
+        "<form method=\"get\" action=\"/repos/{}\" class=\"filter\" role=\"search\">{}{}{}<button type=\"submit\">Filter</button></form>",
+        esc(repo),
+        field("host", "Host", &f.host),
+        field("tag", "Tag", &f.tag),
+        field("path", "Path", &f.path)
+    );
+    b.push_str(&format!(
+        "<table><caption>{} snapshots, newest first</caption><thead><tr><th scope=\"col\">Time</th><th scope=\"col\">Id</th>\
+         <th scope=\"col\">Host</th><th scope=\"col\">Paths</th><th scope=\"col\">Tags</th><th scope=\"col\">Files</th>\
+         <th scope=\"col\">Size</th><th scope=\"col\">Added</th></tr></thead><tbody>",
+        snaps.len()
+    ));
+    for (id, s) in snaps.iter().rev() {
+        let files = s.summary.files_new + s.summary.files_changed + s.summary.files_unchanged;
+        let signed =
+            if s.signature.is_valid() { "" } else { " <span class=\"bad\">(unsigned or bad signature)</span>" };
+        b.push_str(&format!(
+            "<tr><td>{}</td><td><a href=\"/repos/{}/snapshots/{}\"><code>{}</code></a>{signed}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{files}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.time),
+            esc(repo),
+            id.to_hex(),
+            id.short(),
+            esc(&s.hostname),
+            esc(&s.paths.join(", ")),
+            esc(&s.tags.join(", ")),
+            bytes(s.summary.bytes_total),
+            bytes(s.summary.bytes_added)
+        ));
+    }
+    b.push_str("</tbody></table>");
+    layout(&format!("Snapshots of {repo}"), Some(csrf), &b)
+}
+
+/// `n` bytes in binary units.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// A page of a snapshot's directory.
+pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &Page, limit: usize) -> String {
+    let (id, s) = snap;
+    let base = format!("/repos/{}/snapshots/{}", esc(repo), id.to_hex());
+    // Breadcrumbs: the root, then each component.
+    let mut crumbs = format!("<a href=\"{base}\">{}</a>", esc(&s.hostname));
+    let mut so_far: Vec<u8> = Vec::new();
+    if !dir.is_empty() {
+        for part in dir.split(|b| *b == b'/') {
+            if !so_far.is_empty() {
+                so_far.push(b'/');
+            }
+            so_far.extend_from_slice(part);
+            crumbs.push_str(&format!(" / <a href=\"{base}?path={}\">{}</a>", encode_query(&so_far), shown_path(part)));
+        }
+    }
+    let mut b = format!(
+        "<nav aria-label=\"breadcrumb\" class=\"crumbs\">{crumbs}</nav><p>Snapshot <code>{}</code> of {}, {}.</p>",
+        id.short(),
+        esc(&s.hostname),
+        esc(&s.time)
+    );
+    let end = page.offset + page.entries.len();
+    b.push_str(&format!(
+        "<table><caption>Entries {}–{} of {}</caption><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Size</th>\
+         <th scope=\"col\">Modified</th><th scope=\"col\">Mode</th><th scope=\"col\">Get</th></tr></thead><tbody>",
+        if page.entries.is_empty() { 0 } else { page.offset + 1 },
+        end,
+        page.total
+    ));
+    for n in &page.entries {
+        let p = encode_query(&child_path(dir, n));
+        let name = shown_path(&n.name.0);
+        let (shown, get) = match n.kind {
+            NodeKind::Dir => (format!("<a href=\"{base}?path={p}\">{name}/</a>"), String::new()),
+            NodeKind::File => (
+                name.clone(),
+                format!("<a href=\"{base}/download?path={p}\" aria-label=\"Download {name}\">Download</a>"),
+            ),
+            NodeKind::Symlink => (
+                format!(
+                    "{name} → {}",
+                    esc(&n.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()).unwrap_or_default())
+                ),
+                String::new(),
+            ),
+            _ => (name, String::new()),
+        };
+        b.push_str(&format!(
+            "<tr><td>{shown}</td><td>{}</td><td>{}</td><td><code>{:o}</code></td><td>{get}</td></tr>",
+            if n.kind == NodeKind::File { bytes(n.size) } else { String::new() },
+            tree_time(n.mtime.0, n.mtime.1),
+            n.mode & 0o7777
+        ));
+    }
+    b.push_str("</tbody></table><nav aria-label=\"pages\" class=\"pager\">");
+    let here = if dir.is_empty() { String::new() } else { format!("path={}&amp;", encode_query(dir)) };
+    if page.offset > 0 {
+        let prev = page.offset.saturating_sub(limit);
+        b.push_str(&format!(
+            "<a href=\"{base}?{here}offset={prev}&amp;limit={limit}\" rel=\"prev\">Previous {limit}</a> "
+        ));
+    }
+    if end < page.total {
+        b.push_str(&format!("<a href=\"{base}?{here}offset={end}&amp;limit={limit}\" rel=\"next\">Next {limit}</a>"));
+    }
+    b.push_str("</nav>");
+    layout("Browse", Some(csrf), &b)
+}
+
+fn run_brief(r: &Run) -> Value {
+    json!({"id": r.id.0, "started": r.started.to_string(), "ended": r.ended.map(|t| t.to_string()),
+           "outcome": r.outcome.as_str(), "exit_code": r.exit_code, "snapshot": r.snapshot, "error": r.error})
+}
+
+/// A job's kind for the API.
+pub fn kind_json(k: &KindStatus) -> Value {
+    json!({
+        "job": k.job, "kind": k.kind.as_str(), "schedule": k.schedule, "state": state_of(k).0,
+        "overdue": k.overdue, "overdue_after_seconds": k.overdue_after.map(|d| d.as_secs()),
+        "next": k.next.map(|t| t.to_string()),
+        "last": k.last.as_ref().map(run_brief), "last_success": k.last_success.as_ref().map(run_brief),
+        "running": k.running.as_ref().map(run_brief),
+    })
+}
+
+/// A run for the API.
+pub fn run_json(r: &Run) -> Value {
+    let mut v = run_brief(r);
+    v["job"] = json!(r.job);
+    v["kind"] = json!(r.kind.as_str());
+    v["trigger"] = json!(r.trigger.as_str());
+    v["summary"] = r.summary.clone().unwrap_or(Value::Null);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn pages_escape_what_they_show() {
+        let p = error(StatusCode::NOT_FOUND, "<script>alert(1)</script>");
+        assert!(!p.contains("<script>alert"), "{p}");
+        assert!(p.contains("&lt;script&gt;"));
+        let l = login(Some("a \"quoted\" <b>"));
+        assert!(l.contains("a &quot;quoted&quot; &lt;b&gt;"));
+    }
+}

@@ -1,0 +1,298 @@
+//! The repositories the UI shows (docs/design.md#ui-pages): their snapshots,
+//! kept and refreshed from the history, directory listings read a page at a
+//! time from decoded trees kept in a bounded cache, and file contents read
+//! chunk by chunk, each chunk verified as it is loaded.
+//!
+//! Paths inside a snapshot are given relative to its root, as bytes: `a/b`.
+//! An absolute path, an empty component, `.`, `..` or a NUL is refused, not
+//! normalised.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coffer_core::Id;
+use coffer_core::format::snapshot::Snapshot;
+use coffer_core::format::tree::{Node, NodeKind, Tree};
+use coffer_core::repo::Repository;
+use coffer_core::repo::history::History;
+
+/// The snapshot list is listed again when older than this.
+const REFRESH: Duration = Duration::from_secs(2);
+/// Decoded tree entries kept across requests, at most (about 250 B each).
+const TREE_CACHE_NODES: usize = 400_000;
+/// The longest path accepted, in bytes (as the trees' own limit).
+const MAX_PATH: usize = 4096;
+
+/// Why a request about a repository's contents fails.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// No such repository, snapshot or entry (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// A path or parameter that is not accepted (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The repository could not be opened (503): why.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Reading the repository failed: damage or storage trouble (502).
+    #[error("{0}")]
+    Repo(#[from] coffer_core::Error),
+}
+
+/// A repository as the binary opened it for the UI.
+pub struct RepoSource {
+    /// Its name in the UI and the API: letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// Where it is, as the user gave it (for display; holds no secret).
+    pub location: String,
+    /// The repository, its index loaded; or why it could not be opened.
+    pub repo: Result<Arc<Repository>, String>,
+}
+
+/// One repository's view.
+pub struct RepoView {
+    pub name: String,
+    pub location: String,
+    repo: Result<Arc<Repository>, String>,
+    history: Mutex<Option<(Instant, History, Arc<Vec<(Id, Snapshot)>>)>>,
+    trees: Mutex<TreeCache>,
+}
+
+/// A page of a directory.
+pub struct Page {
+    /// The directory's entries in all.
+    pub total: usize,
+    pub offset: usize,
+    pub entries: Vec<Node>,
+}
+
+/// Whether `name` may name a repository in the UI.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name != "."
+        && name != ".."
+}
+
+/// Splits a snapshot path (relative, `/`-separated) into its components.
+pub fn components(path: &[u8]) -> Result<Vec<&[u8]>, ViewError> {
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    if path.len() > MAX_PATH {
+        return Err(ViewError::BadRequest(format!("the path is longer than {MAX_PATH} bytes")));
+    }
+    if path[0] == b'/' {
+        return Err(ViewError::BadRequest("the path is absolute: give it relative to the snapshot's root".into()));
+    }
+    let parts: Vec<&[u8]> = path.split(|b| *b == b'/').collect();
+    for p in &parts {
+        if p.is_empty() || *p == b"." || *p == b".." || p.contains(&0) {
+            return Err(ViewError::BadRequest(format!(
+                "the path has a component {:?}: paths are relative to the snapshot's root, without `.`, `..` or \
+                 empty components",
+                String::from_utf8_lossy(p)
+            )));
+        }
+    }
+    Ok(parts)
+}
+
+impl RepoView {
+    pub fn new(s: RepoSource) -> RepoView {
+        RepoView {
+            name: s.name,
+            location: s.location,
+            repo: s.repo,
+            history: Mutex::new(None),
+            trees: Mutex::new(TreeCache::default()),
+        }
+    }
+
+    /// The repository, or why it is unavailable.
+    pub fn repo(&self) -> Result<&Arc<Repository>, ViewError> {
+        self.repo.as_ref().map_err(|e| ViewError::Unavailable(format!("repository {}: {e}", self.name)))
+    }
+
+    /// The live snapshots, oldest first; listed again when older than two seconds.
+    pub fn snapshots(&self) -> Result<Arc<Vec<(Id, Snapshot)>>, ViewError> {
+        let repo = self.repo()?;
+        let mut h = self.history.lock().expect("history lock");
+        match h.as_mut() {
+            Some((at, _, live)) if at.elapsed() < REFRESH => return Ok(live.clone()),
+            Some((at, history, live)) => {
+                history.refresh(repo)?;
+                *live = Arc::new(history.live_snapshots());
+                *at = Instant::now();
+                return Ok(live.clone());
+            }
+            None => {}
+        }
+        let history = History::load(repo)?;
+        let live = Arc::new(history.live_snapshots());
+        *h = Some((Instant::now(), history, live.clone()));
+        Ok(live)
+    }
+
+    /// Snapshot `id` (its full hex id).
+    pub fn snapshot(&self, id: &str) -> Result<(Id, Snapshot), ViewError> {
+        let want = Id::from_hex(id).ok_or_else(|| ViewError::BadRequest(format!("{id:?} is not a snapshot id")))?;
+        self.snapshots()?
+            .iter()
+            .find(|(i, _)| *i == want)
+            .cloned()
+            .ok_or_else(|| ViewError::NotFound(format!("repository {} has no snapshot {}", self.name, want.short())))
+    }
+
+    fn tree(&self, id: &Id) -> Result<Arc<Tree>, ViewError> {
+        if let Some(t) = self.trees.lock().expect("tree cache lock").get(id) {
+            return Ok(t);
+        }
+        let t = Arc::new(self.repo()?.load_tree(id)?);
+        self.trees.lock().expect("tree cache lock").insert(*id, t.clone());
+        Ok(t)
+    }
+
+    /// The entry at `path` in the snapshot whose root tree is `root`: None for the root itself.
+    fn locate(&self, root: Id, path: &[u8]) -> Result<(Id, Option<Node>), ViewError> {
+        let parts = components(path)?;
+        let mut tree = root;
+        let mut node: Option<Node> = None;
+        for (i, part) in parts.iter().enumerate() {
+            if let Some(n) = &node {
+                tree = n.subtree.filter(|_| n.kind == NodeKind::Dir).ok_or_else(|| {
+                    ViewError::NotFound(format!(
+                        "{} is not a directory",
+                        String::from_utf8_lossy(&path_of(&parts[..i]))
+                    ))
+                })?;
+            }
+            let t = self.tree(&tree)?;
+            let found = t.nodes.binary_search_by(|n| n.name.0.as_slice().cmp(part)).ok();
+            node = Some(found.map(|k| t.nodes[k].clone()).ok_or_else(|| {
+                ViewError::NotFound(format!("no entry {} in the snapshot", String::from_utf8_lossy(path)))
+            })?);
+        }
+        Ok((tree, node))
+    }
+
+    /// The entries `offset..offset+limit` of the directory at `path`.
+    pub fn list(&self, snapshot: &str, path: &[u8], offset: usize, limit: usize) -> Result<Page, ViewError> {
+        let (_, snap) = self.snapshot(snapshot)?;
+        let dir = match self.locate(snap.tree, path)? {
+            (root, None) => root,
+            (_, Some(n)) => match (n.kind, n.subtree) {
+                (NodeKind::Dir, Some(t)) => t,
+                _ => {
+                    return Err(ViewError::BadRequest(format!("{} is not a directory", String::from_utf8_lossy(path))));
+                }
+            },
+        };
+        let t = self.tree(&dir)?;
+        let start = offset.min(t.nodes.len());
+        let end = start.saturating_add(limit).min(t.nodes.len());
+        Ok(Page { total: t.nodes.len(), offset: start, entries: t.nodes[start..end].to_vec() })
+    }
+
+    /// The regular file at `path`: its node, for [`coffer_core::ops::dump::ContentReader`].
+    pub fn file(&self, snapshot: &str, path: &[u8]) -> Result<(Arc<Repository>, Node, PathBuf), ViewError> {
+        let (_, snap) = self.snapshot(snapshot)?;
+        match self.locate(snap.tree, path)? {
+            (_, Some(n)) if n.kind == NodeKind::File => {
+                let shown = PathBuf::from(String::from_utf8_lossy(path).into_owned());
+                Ok((self.repo()?.clone(), n, shown))
+            }
+            _ => Err(ViewError::BadRequest(format!("{} is not a regular file", String::from_utf8_lossy(path)))),
+        }
+    }
+}
+
+fn path_of(parts: &[&[u8]]) -> Vec<u8> {
+    parts.join(&b'/')
+}
+
+/// Decoded trees, the least recently inserted dropped first once the entries
+/// kept pass [`TREE_CACHE_NODES`].
+#[derive(Default)]
+struct TreeCache {
+    map: HashMap<Id, Arc<Tree>>,
+    order: VecDeque<Id>,
+    nodes: usize,
+}
+
+impl TreeCache {
+    fn get(&self, id: &Id) -> Option<Arc<Tree>> {
+        self.map.get(id).cloned()
+    }
+
+    fn insert(&mut self, id: Id, t: Arc<Tree>) {
+        if self.map.contains_key(&id) {
+            return;
+        }
+        self.nodes += t.nodes.len();
+        self.map.insert(id, t);
+        self.order.push_back(id);
+        while self.nodes > TREE_CACHE_NODES && self.order.len() > 1 {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(t) = self.map.remove(&old) {
+                self.nodes -= t.nodes.len();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coffer_core::testing::{TestTree, test_repo};
+
+    #[test]
+    fn paths_are_relative_and_plain() {
+        assert!(components(b"").unwrap().is_empty());
+        assert_eq!(components(b"a/b\xff").unwrap(), vec![&b"a"[..], &b"b\xff"[..]]);
+        for bad in [&b"/etc/passwd"[..], b"a/../b", b"..", b"a//b", b"a/", b"./a", b"a\0b"] {
+            assert!(matches!(components(bad), Err(ViewError::BadRequest(_))), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert!(components(&vec![b'a'; MAX_PATH + 1]).is_err());
+    }
+
+    #[test]
+    fn names_are_plain() {
+        assert!(valid_name("home-2.backup_1"));
+        for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(65)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listings_page_and_files_are_found() {
+        let r = test_repo();
+        let mut sub = TestTree::new();
+        for i in 0..25 {
+            sub = sub.file(&format!("f{i:02}"), &[format!("content {i}").as_bytes()]);
+        }
+        let tree = TestTree::new().file("top", &[b"top file"]).dir("sub", sub);
+        let (snap, _) = r.snapshot(&tree);
+        let v = RepoView::new(RepoSource { name: "t".into(), location: "test".into(), repo: Ok(Arc::new(r.reopen())) });
+        v.repo().unwrap().load_index().unwrap();
+        let id = snap.to_hex();
+        let root = v.list(&id, b"", 0, 10).unwrap();
+        assert_eq!(root.total, 2);
+        let p = v.list(&id, b"sub", 20, 10).unwrap();
+        assert_eq!((p.total, p.offset, p.entries.len()), (25, 20, 5));
+        assert_eq!(p.entries[0].name.0, b"f20");
+        assert_eq!(v.list(&id, b"sub", 100, 10).unwrap().entries.len(), 0);
+        let (_, node, _) = v.file(&id, b"sub/f03").unwrap();
+        assert_eq!(node.size, 9);
+        assert!(matches!(v.file(&id, b"sub"), Err(ViewError::BadRequest(_))));
+        assert!(matches!(v.list(&id, b"top", 0, 1), Err(ViewError::BadRequest(_))));
+        assert!(matches!(v.list(&id, b"top/x", 0, 1), Err(ViewError::NotFound(_))));
+        assert!(matches!(v.list(&id, b"nothing", 0, 1), Err(ViewError::NotFound(_))));
+        assert!(matches!(v.list(&"0".repeat(64), b"", 0, 1), Err(ViewError::NotFound(_))));
+        assert!(matches!(v.list("zz", b"", 0, 1), Err(ViewError::BadRequest(_))));
+    }
+}

@@ -58,6 +58,9 @@ pub struct App {
     on_token: Arc<dyn Fn(&str) + Send + Sync>,
 }
 
+/// The dashboard's jobs, recent runs and repositories.
+type Dashboard = (Vec<coffer_agent::status::KindStatus>, Vec<coffer_agent::state::Run>, Vec<Value>);
+
 /// A request's session.
 struct Session {
     id: String,
@@ -278,7 +281,7 @@ impl App {
     /// The dashboard's jobs, recent runs and repositories.
     fn dashboard_data(
         &self,
-    ) -> Result<(Vec<coffer_agent::status::KindStatus>, Vec<coffer_agent::state::Run>, Vec<Value>), Fail> {
+    ) -> Result<Dashboard, Fail> {
         let state = |e: coffer_agent::state::StateError| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
         let (jobs, runs) = match &self.jobs {
             Some(j) => (j.status(jiff::Timestamp::now()).map_err(state)?, j.runs(None, 20).map_err(state)?),

@@ -52,12 +52,15 @@ pub struct RepoSource {
     pub repo: Result<Arc<Repository>, String>,
 }
 
+/// The history as last read, when, and its live snapshots.
+type Listed = (Instant, History, Arc<Vec<(Id, Snapshot)>>);
+
 /// One repository's view.
 pub struct RepoView {
     pub name: String,
     pub location: String,
     repo: Result<Arc<Repository>, String>,
-    history: Mutex<Option<(Instant, History, Arc<Vec<(Id, Snapshot)>>)>>,
+    history: Mutex<Option<Listed>>,
     trees: Mutex<TreeCache>,
 }
 

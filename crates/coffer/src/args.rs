@@ -230,6 +230,10 @@ pub enum Command {
     /// access keys per client (append, append-nodata, read, prune, admin) and checked uploads.
     #[command(after_help = EXIT_CODES)]
     Serve(crate::cmd::serve::ServeArgs),
+    /// The web interface on 127.0.0.1:8347: jobs and their runs, repositories,
+    /// snapshots, browsing and downloads, and its JSON API (docs/api.md).
+    #[command(after_help = EXIT_CODES)]
+    Ui(crate::cmd::ui::UiArgs),
 }
 
 #[derive(Args, Debug)]

@@ -265,25 +265,26 @@ fn storage_details(json: bool, err: &anyhow::Error) {
     }
 }
 
+/// What the command line leaves to be read: the profile given with `-P`, and
+/// the location in the repository file.
+pub fn prepare(cli: &mut Cli) -> anyhow::Result<()> {
+    if let Some(name) = cli.global.profile.clone() {
+        let p = profile::path_of(&name, profile::config_home()).and_then(|path| profile::load(&path))?;
+        profile::apply(p, cli)?;
+    }
+    repository_from_file(&mut cli.global)
+}
+
 fn main() -> ExitCode {
     quiet_broken_pipe();
     let mut cli = Cli::parse();
     let json = cli.global.json;
-    if let Some(name) = cli.global.profile.clone() {
-        let loaded = profile::path_of(&name, profile::config_home())
-            .and_then(|path| profile::load(&path))
-            .and_then(|p| profile::apply(p, &mut cli));
-        if let Err(e) = loaded {
-            output::error(json, &e, exit::USAGE);
-            return ExitCode::from(exit::USAGE);
-        }
-    }
-    output::set_utc(cli.global.utc);
-    progress::set_interval(Some(cli.global.progress_interval).filter(|d| !d.is_zero()));
-    if let Err(e) = repository_from_file(&mut cli.global) {
+    if let Err(e) = prepare(&mut cli) {
         output::error(json, &e, exit::USAGE);
         return ExitCode::from(exit::USAGE);
     }
+    output::set_utc(cli.global.utc);
+    progress::set_interval(Some(cli.global.progress_interval).filter(|d| !d.is_zero()));
     if matches!(cli.command, Command::Check(_) | Command::Repair(_)) {
         // They verify the repository itself: what it holds, not a copy of it.
         cli.global.reads_storage_only = true;
@@ -337,6 +338,7 @@ fn main() -> ExitCode {
         Command::Backend(a) => cmd::backend::run(&cli.global, a),
         Command::Rebalance => cmd::backend::rebalance(&cli.global),
         Command::Serve(a) => cmd::serve::run(&cli.global, a),
+        Command::Ui(a) => cmd::ui::run(&cli.global, a),
     };
     replicas::report_short(&cli.global);
     if cli.global.verbose > 0 {

@@ -194,7 +194,8 @@ fn scenario(s: &Setup) {
         // machine one of a batch sent together can finish before the next one
         // starts and count twice: the fewest of three runs is the structure's.
         let rounds = |v: &serde_json::Value| v["requests"]["rounds"].as_u64().unwrap();
-        let fewest = (0..2).map(|_| rounds(&s.counted(&["--no-cache", "ls", "latest"]).1)).fold(rounds(&cold_ls), u64::min);
+        let fewest =
+            (0..2).map(|_| rounds(&s.counted(&["--no-cache", "ls", "latest"]).1)).fold(rounds(&cold_ls), u64::min);
         assert!(fewest <= 5, "{fewest} rounds at best; first run {cold_ls}");
     }
     assert_eq!(gets(&warm_ls), opening, "only the key file and config: {warm_ls}");

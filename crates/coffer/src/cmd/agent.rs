@@ -142,6 +142,14 @@ fn context(state: &Path, log: Arc<dyn Fn(String) + Send + Sync>) -> Result<RunCo
     })
 }
 
+/// The jobs and the context runs started by `coffer ui` are made in.
+pub fn load_for_ui(a: &JobsArgs) -> Result<(Config, RunContext)> {
+    let config = load(a)?;
+    let state = state_path(a, &config)?;
+    let ctx = context(&state, logger())?;
+    Ok((config, ctx))
+}
+
 /// Lines for the log: standard error, each with its time.
 fn logger() -> Arc<dyn Fn(String) + Send + Sync> {
     Arc::new(|line| {

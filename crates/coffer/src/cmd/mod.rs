@@ -33,6 +33,7 @@ pub mod serve;
 pub mod snapshots;
 pub mod stats;
 pub mod tag;
+pub mod ui;
 pub mod writers;
 
 use coffer_core::Id;

@@ -1,0 +1,199 @@
+//! `coffer ui`: the command line of the web interface (docs/design.md#ui).
+//! Here the repositories are opened (the one of the global options, and each
+//! job's, with the job's own options and storage variables), the TLS identity
+//! and the password are read, and the login token is shown; `coffer-ui` serves.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser};
+use coffer_ui::{RepoSource, SessionLimits, Ui, UiOptions};
+use zeroize::Zeroizing;
+
+use crate::args::{Cli, GlobalArgs};
+use crate::cmd::agent::{self, JobsArgs};
+use crate::{exit, repo_open};
+
+#[derive(Args, Debug)]
+pub struct UiArgs {
+    /// Address to listen on; port 0 picks a free port (printed on start). Any address
+    /// but a loopback one needs TLS (--tls-cert/--tls-key or --tls-generate) and --password-file.
+    #[arg(long, default_value = "127.0.0.1:8347")]
+    pub listen: SocketAddr,
+    /// TLS certificate chain (PEM).
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve TLS with a self-signed certificate, generated on first use into
+    /// $XDG_STATE_HOME/coffer/ui (its SHA-256 fingerprint is printed).
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub tls_generate: bool,
+    /// Extra host names for the generated certificate.
+    #[arg(long = "hostname", value_name = "NAME", requires = "tls_generate")]
+    pub hostnames: Vec<String>,
+    /// A file whose first line is the UI's password (besides the one-time login token).
+    /// Not the repository's passphrase.
+    #[arg(long = "ui-password-file", env = "COFFER_UI_PASSWORD_FILE", value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Without a request for this long, a session ends.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    pub session_idle: Duration,
+    /// A session ends this long after its login.
+    #[arg(long, default_value = "12h", value_parser = humantime::parse_duration)]
+    pub session_lifetime: Duration,
+    /// Show the repository of the global options only: no jobs, no job's repository.
+    #[arg(long)]
+    pub no_jobs: bool,
+    #[command(flatten)]
+    pub jobs: JobsArgs,
+}
+
+/// A job's options as a command line: its global options, its profile and
+/// repository file read, its storage variables added.
+fn job_global(job: &coffer_agent::config::Job) -> Result<GlobalArgs> {
+    let mut cli = Cli::try_parse_from(
+        std::iter::once("coffer".to_string()).chain(job.global_args.iter().cloned()).chain(["snapshots".to_string()]),
+    )
+    .map_err(|e| anyhow!("job {}: its options do not parse: {}", job.name, e.to_string().trim()))?;
+    crate::prepare(&mut cli).with_context(|| format!("job {}", job.name))?;
+    cli.global.storage_vars.extend(job.storage.clone());
+    cli.global.json = false;
+    Ok(cli.global)
+}
+
+/// Opens the repository of `global` with its index, or says why it cannot be.
+fn open(global: &GlobalArgs) -> Result<Arc<coffer_core::repo::Repository>, String> {
+    repo_open::open(global).map(Arc::new).map_err(|e| format!("{e:#}"))
+}
+
+fn name_of(label: &str) -> String {
+    let n: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
+        .take(64)
+        .collect();
+    if n.is_empty() || n == "." || n == ".." { "repository".into() } else { n }
+}
+
+fn read_password(file: &std::path::Path) -> Result<Zeroizing<Vec<u8>>> {
+    let text = Zeroizing::new(
+        std::fs::read(file).with_context(|| format!("cannot read the UI password file {}", file.display()))?,
+    );
+    let line = text.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        bail!("the UI password file {} is empty: write the password on its first line", file.display());
+    }
+    Ok(Zeroizing::new(line.to_vec()))
+}
+
+pub fn run(global: &GlobalArgs, a: &UiArgs) -> Result<u8> {
+    let mut repos: Vec<RepoSource> = Vec::new();
+    let mut seen_locations = std::collections::HashSet::new();
+    let (loc, _) = repo_open::location(global)?;
+    let here = loc.to_string();
+    seen_locations.insert(here.clone());
+    repos.push(RepoSource { name: "default".into(), location: here, repo: open(global) });
+    let jobs = if a.no_jobs {
+        None
+    } else {
+        let (config, ctx) = agent::load_for_ui(&a.jobs)?;
+        for job in config.jobs.values() {
+            let g = match job_global(job) {
+                Ok(g) => g,
+                Err(e) => {
+                    let name = name_of(&job.name);
+                    repos.push(RepoSource { name, location: job.repository_label(), repo: Err(format!("{e:#}")) });
+                    continue;
+                }
+            };
+            let location = match repo_open::location(&g) {
+                Ok((l, _)) => l.to_string(),
+                Err(e) => format!("({e})"),
+            };
+            if !seen_locations.insert(location.clone()) {
+                continue;
+            }
+            let mut name = name_of(&job.name);
+            while repos.iter().any(|r| r.name == name) {
+                name.push('_');
+            }
+            repos.push(RepoSource { name, location, repo: open(&g) });
+        }
+        let log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|line| eprintln!("coffer ui: {line}"));
+        Some(coffer_ui::Jobs { config, ctx: Arc::new(ctx), log })
+    };
+    for r in &repos {
+        if let Err(e) = &r.repo {
+            repo_open::warn(global, &format!("repository {} ({}): {e}", r.name, r.location));
+        }
+    }
+    let tls = if a.tls_generate || a.tls_cert.is_some() {
+        let dir = repo_open::state_base()?.join("ui");
+        coffer_server::state::ensure_dir(&dir)?;
+        let given = a.tls_cert.as_deref().zip(a.tls_key.as_deref());
+        let id = coffer_server::tls::identity(&dir, given, &a.hostnames)?;
+        eprintln!("coffer ui: TLS certificate {} (SHA-256 fingerprint {})", id.cert_path.display(), id.fingerprint);
+        Some(id.config)
+    } else {
+        None
+    };
+    let password = a.password_file.as_deref().map(read_password).transpose()?;
+    let shown = repo_open::state_base()?.join("ui").join("login-token");
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let opts = UiOptions {
+        listen: a.listen,
+        tls,
+        password,
+        sessions: SessionLimits { idle: a.session_idle, lifetime: a.session_lifetime },
+        max_connections: 64,
+        on_token: Arc::new(move |token: &str| {
+            // The token is shown once, at start, on the terminal; later ones only
+            // go to the file (mode 0600), never to a log.
+            let written = write_private(&shown, token.as_bytes());
+            if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!("coffer ui: login token {token}");
+            }
+            match written {
+                Ok(()) => eprintln!("coffer ui: the login token in force is in {}", shown.display()),
+                Err(e) => eprintln!("coffer ui: cannot write the login token to {}: {e}", shown.display()),
+            }
+        }),
+    };
+    let ui = match Ui::bind(opts, repos, jobs) {
+        Ok(ui) => ui,
+        Err(e @ (coffer_ui::UiError::Exposed(..) | coffer_ui::UiError::BadName(_))) => {
+            crate::output::error(global.json, &anyhow::Error::new(e), exit::USAGE);
+            return Ok(exit::USAGE);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let scheme = if a.tls_generate || a.tls_cert.is_some() { "https" } else { "http" };
+    let addr = ui.local_addr();
+    let host =
+        if addr.ip().is_loopback() && addr.is_ipv4() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
+    eprintln!("coffer ui: serving {scheme}://{host}/");
+    ui.run()?;
+    Ok(exit::OK)
+}
+
+/// Writes `data` to `path` readable by its owner only, replacing it.
+fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(data)?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,399 @@
+//! `coffer ui` end to end over HTTP (docs/design.md#ui): the real binary
+//! serving a real repository, driven by an HTTP client as a browser or a
+//! script would, and by hostile requests: no session, a wrong or missing CSRF
+//! token, another site's Origin, another Host, paths that climb out, guessing.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
+use serde_json::{Value, json};
+
+const UI_PASSWORD: &str = "let me see my files";
+
+/// A `coffer ui` process, stopped on drop.
+struct Served {
+    child: Child,
+    base: String,
+    stderr: Vec<String>,
+    state: PathBuf,
+    client: Client,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `coffer ui ARGS` with `cmd`'s environment and waits for its "serving" line.
+fn serve(mut cmd: Command, state: &Path, args: &[&str]) -> Served {
+    cmd.env("XDG_STATE_HOME", state).arg("ui").args(["--listen", "127.0.0.1:0"]).args(args);
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start coffer ui");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut stderr = Vec::new();
+    let base = loop {
+        let line = lines.next().unwrap_or_else(|| panic!("coffer ui ended: {stderr:?}")).unwrap();
+        stderr.push(line.clone());
+        if let Some(url) = line.strip_prefix("coffer ui: serving ") {
+            break url.trim_end_matches('/').to_string();
+        }
+    };
+    // The rest of its standard error is drained, so that it never blocks.
+    std::thread::spawn(move || for _ in lines {});
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    Served { child, base, stderr, state: state.to_path_buf(), client }
+}
+
+/// A logged-in client: its session cookie and CSRF token.
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+impl Served {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.state.join("coffer/ui/login-token")).unwrap().trim().to_string()
+    }
+
+    fn get(&self, s: Option<&Session>, path: &str) -> Response {
+        let mut r = self.client.get(self.url(path));
+        if let Some(s) = s {
+            r = r.header("cookie", &s.cookie);
+        }
+        r.send().unwrap()
+    }
+
+    fn json(&self, s: &Session, path: &str) -> Value {
+        let r = self.get(Some(s), path);
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        r.json().unwrap()
+    }
+
+    fn post(&self, s: &Session, path: &str, csrf: Option<&str>, body: Value) -> Response {
+        let mut r = self.client.post(self.url(path)).header("cookie", &s.cookie).json(&body);
+        if let Some(c) = csrf {
+            r = r.header("x-csrf-token", c);
+        }
+        r.send().unwrap()
+    }
+
+    fn login(&self, secret: &str) -> Result<Session, StatusCode> {
+        let r = self.client.post(self.url("/api/v1/login")).json(&json!({"secret": secret})).send().unwrap();
+        if r.status() != StatusCode::OK {
+            return Err(r.status());
+        }
+        let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+        let cookie = set.split(';').next().unwrap().to_string();
+        let v: Value = r.json().unwrap();
+        Ok(Session { cookie, csrf: v["csrf"].as_str().unwrap().to_string() })
+    }
+}
+
+/// A repository with one snapshot of a tree holding a large file, a directory
+/// of many entries, a name with markup and a name that is not UTF-8.
+fn repository() -> (Env, PathBuf, String) {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("many")).unwrap();
+    std::fs::write(src.join("big.bin"), random_bytes(5 << 20, 1)).unwrap();
+    for i in 0..2500 {
+        std::fs::write(src.join("many").join(format!("f{i:05}")), format!("{i}")).unwrap();
+    }
+    std::fs::write(src.join("<img src=x onerror=alert(1)>"), b"markup").unwrap();
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::write(src.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), b"latin-1").unwrap();
+    let id = env.backup(&[&src]);
+    (env, src, id)
+}
+
+fn rel(p: &Path) -> String {
+    p.to_str().unwrap().trim_start_matches('/').to_string()
+}
+
+#[test]
+fn sessions_csrf_and_hostile_requests() {
+    let (env, src, id) = repository();
+    std::fs::write(env.path("ui-pass"), format!("{UI_PASSWORD}\n")).unwrap();
+    let ui = serve(
+        env.cmd(),
+        &env.path("state"),
+        &["--no-jobs", "--ui-password-file", env.path("ui-pass").to_str().unwrap()],
+    );
+    assert!(ui.stderr.iter().any(|l| l.starts_with("coffer ui: login token ")), "{:?}", ui.stderr);
+
+    // No session: pages send to the login, the API says 401, assets are served.
+    let r = ui.get(None, "/");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/login");
+    assert_eq!(ui.get(None, "/api/v1/repos").status(), StatusCode::UNAUTHORIZED);
+    let snap_path = format!("/api/v1/repos/default/snapshots/{id}/content?path={}/big.bin", rel(&src));
+    assert_eq!(ui.get(None, &snap_path).status(), StatusCode::UNAUTHORIZED);
+    let login = ui.get(None, "/login");
+    assert_eq!(login.status(), StatusCode::OK);
+    let csp = login.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(login.headers()["x-frame-options"], "DENY");
+
+    // A forged cookie opens nothing.
+    let forged = Session { cookie: format!("coffer_session={}", "ab".repeat(32)), csrf: String::new() };
+    assert_eq!(ui.get(Some(&forged), "/api/v1/repos").status(), StatusCode::UNAUTHORIZED);
+
+    // The one-time token opens one session; the next is in the file, not the log.
+    let token = ui.token();
+    let s1 = ui.login(&token).expect("the token opens a session");
+    assert_eq!(ui.login(&token).err(), Some(StatusCode::UNAUTHORIZED), "used once");
+    assert_ne!(ui.token(), token);
+    let mode = std::fs::metadata(ui.state.join("coffer/ui/login-token")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    // The password opens sessions too.
+    let s = ui.login(UI_PASSWORD).expect("the password opens a session");
+    let repos = ui.json(&s, "/api/v1/repos");
+    assert_eq!(repos["repositories"][0]["snapshots"], 1, "{repos}");
+
+    // Reading: a page of a large directory, then the next; the entry's path is
+    // what the next request gives back.
+    let many = format!("/api/v1/repos/default/snapshots/{id}/entries?path={}/many", rel(&src));
+    let p1 = ui.json(&s, &format!("{many}&limit=1000"));
+    assert_eq!((p1["total"].as_u64(), p1["entries"].as_array().unwrap().len()), (Some(2500), 1000));
+    let p3 = ui.json(&s, &format!("{many}&offset=2000&limit=1000"));
+    assert_eq!(p3["entries"].as_array().unwrap().len(), 500);
+    assert_eq!(p3["entries"][0]["name"], "f02000");
+    let f = p3["entries"][499]["path"].as_str().unwrap().to_string();
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/content?path={f}"));
+    assert_eq!(r.text().unwrap(), "2499");
+    // The HTML page of it offers the next page.
+    let page = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}?path={}/many", rel(&src))).text().unwrap();
+    assert!(page.contains("offset=1000") && page.contains("Entries 1–1000 of 2500"), "{page}");
+
+    // A download is the file's bytes, whole, with its length.
+    let r = ui.get(Some(&s), &snap_path);
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-length"], (5u64 << 20).to_string().as_str());
+    assert!(r.headers()["content-disposition"].to_str().unwrap().starts_with("attachment; filename=\"big.bin\""));
+    assert!(r.bytes().unwrap() == std::fs::read(src.join("big.bin")).unwrap(), "the downloaded bytes differ");
+    // A name that is not UTF-8 is given as percent-encoded bytes and found by them.
+    let root = ui.json(&s, &format!("/api/v1/repos/default/snapshots/{id}/entries?path={}", rel(&src)));
+    let cafe = root["entries"].as_array().unwrap().iter().find(|e| e["name"]["hex"] == "636166e9").expect("café");
+    let r = ui.get(
+        Some(&s),
+        &format!("/api/v1/repos/default/snapshots/{id}/content?path={}", cafe["path"].as_str().unwrap()),
+    );
+    assert_eq!(r.text().unwrap(), "latin-1");
+    // Markup in a name is shown as text.
+    let page = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}?path={}", rel(&src))).text().unwrap();
+    assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;") && !page.contains("<img"), "{page}");
+
+    // Paths that climb out, absolute paths, empty components: refused; missing: 404.
+    for bad in ["..", "tmp/../etc", "/etc/passwd", "%2Fetc%2Fpasswd", "a//b", "a/./b", "a%00b"] {
+        let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/content?path={bad}"));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+        let r = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}/download?path={bad}"));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/content?path={}/nothing", rel(&src)));
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(ui.get(Some(&s), "/api/v1/repos/elsewhere/snapshots").status(), StatusCode::NOT_FOUND);
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{}/entries", "0".repeat(64)));
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // Another Host (a page of another site resolving its name to 127.0.0.1): refused.
+    let r = ui
+        .client
+        .get(ui.url("/api/v1/repos"))
+        .header("host", "attacker.example")
+        .header("cookie", &s.cookie)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
+
+    // State changes need the session's CSRF token, and no other site's Origin.
+    assert_eq!(ui.post(&s, "/api/v1/logout", None, json!({})).status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        ui.post(&s, "/api/v1/logout", Some(&s1.csrf), json!({})).status(),
+        StatusCode::FORBIDDEN,
+        "another session's"
+    );
+    assert_eq!(ui.post(&s, "/api/v1/logout", Some(""), json!({})).status(), StatusCode::FORBIDDEN);
+    let r = ui
+        .client
+        .post(ui.url("/logout"))
+        .header("cookie", &s.cookie)
+        .header("origin", "https://attacker.example")
+        .form(&[("csrf", s.csrf.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // The form posts of the pages carry it as a field.
+    let r = ui
+        .client
+        .post(ui.url("/logout"))
+        .header("cookie", &s1.cookie)
+        .form(&[("csrf", s1.csrf.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(ui.get(Some(&s1), "/api/v1/repos").status(), StatusCode::UNAUTHORIZED, "logged out");
+    assert_eq!(ui.post(&s, "/api/v1/logout", Some(&s.csrf), json!({})).status(), StatusCode::OK);
+    assert_eq!(ui.get(Some(&s), "/api/v1/repos").status(), StatusCode::UNAUTHORIZED, "logged out");
+    // A body past the limit is refused before it is read whole.
+    let s = ui.login(UI_PASSWORD).unwrap();
+    let big = "x".repeat(1 << 20);
+    let r = ui
+        .client
+        .post(ui.url("/api/v1/logout"))
+        .header("cookie", &s.cookie)
+        .header("x-csrf-token", &s.csrf)
+        .body(big)
+        .send();
+    assert!(r.map_or(true, |r| r.status() == StatusCode::PAYLOAD_TOO_LARGE));
+
+    // Guessing: four failures answered at once (the used token above was the
+    // first), the fifth in the minute delayed.
+    for _ in 0..3 {
+        let t = Instant::now();
+        assert!(ui.login("guess").is_err());
+        assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
+    }
+    let t = Instant::now();
+    assert_eq!(ui.login("guess").err(), Some(StatusCode::UNAUTHORIZED));
+    assert!(t.elapsed() >= Duration::from_millis(950), "the fifth failure was not delayed: {:?}", t.elapsed());
+    // The right password still opens (after its delay).
+    assert!(ui.login(UI_PASSWORD).is_ok());
+}
+
+#[test]
+fn beyond_loopback_it_needs_tls_and_a_password() {
+    let env = Env::new();
+    std::fs::write(env.path("ui-pass"), format!("{UI_PASSWORD}\n")).unwrap();
+    let pass = env.path("ui-pass");
+    let state = env.path("state");
+    let out =
+        env.cmd().env("XDG_STATE_HOME", &state).args(["ui", "--no-jobs", "--listen", "0.0.0.0:0"]).output().unwrap();
+    let err = assert_code(&out, 2);
+    assert!(err.contains("not a loopback address") && err.contains("TLS"), "{err}");
+    let out = env
+        .cmd()
+        .env("XDG_STATE_HOME", &state)
+        .args(["ui", "--no-jobs", "--listen", "0.0.0.0:0", "--tls-generate"])
+        .output()
+        .unwrap();
+    let err = assert_code(&out, 2);
+    assert!(err.contains("a password"), "{err}");
+    std::fs::write(env.path("empty"), "\n").unwrap();
+    let out = env
+        .cmd()
+        .env("XDG_STATE_HOME", &state)
+        .args(["ui", "--no-jobs", "--ui-password-file", env.path("empty").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(text(&out.stderr).contains("is empty"), "{}", text(&out.stderr));
+
+    // With both, over TLS: the certificate generated is the one served, its
+    // fingerprint printed; the session cookie is Secure.
+    let mut cmd = env.cmd();
+    cmd.env("XDG_STATE_HOME", &state);
+    let ui = serve(cmd, &state, &["--no-jobs", "--tls-generate", "--ui-password-file", pass.to_str().unwrap()]);
+    assert!(ui.base.starts_with("https://127.0.0.1:"), "{}", ui.base);
+    assert!(ui.stderr.iter().any(|l| l.contains("SHA-256 fingerprint")), "{:?}", ui.stderr);
+    let plain = Client::new().get(ui.url("/login").replace("https:", "http:")).send();
+    assert!(plain.map_or(true, |r| !r.status().is_success()), "plain HTTP is not served");
+    let cert = std::fs::read(state.join("coffer/ui/cert.pem")).unwrap();
+    let client = Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&cert).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = client.post(ui.url("/api/v1/login")).json(&json!({"secret": UI_PASSWORD})).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+}
+
+#[test]
+fn jobs_are_shown_and_run_from_the_ui() {
+    let env = Env::new();
+    std::fs::write(env.path("pass"), format!("{PASSWORD}\n")).unwrap();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(100_000, 3)).unwrap();
+    let jobs = format!(
+        "[job.home]\nrepository = {:?}\npassword-file = {:?}\npaths = [{:?}]\nschedule = \"daily\"\n",
+        env.repo().display().to_string(),
+        env.path("pass").display().to_string(),
+        src.display().to_string()
+    );
+    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
+    let mut cmd = env.cmd();
+    cmd.env("COFFER_JOBS", env.path("jobs.toml"))
+        .env("COFFER_AGENT_STATE", env.path("state/agent.sqlite"))
+        .env("XDG_CONFIG_HOME", env.path("config"));
+    let ui = serve(cmd, &env.path("state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let v = ui.json(&s, "/api/v1/jobs");
+    let home = v["jobs"].as_array().unwrap().iter().find(|k| k["job"] == "home" && k["kind"] == "backup").cloned();
+    let home = home.unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(home["state"], "never run", "{v}");
+    // The job's repository is the one of the global options: shown once.
+    assert_eq!(ui.json(&s, "/api/v1/repos")["repositories"].as_array().unwrap().len(), 1);
+    let page = ui.get(Some(&s), "/").text().unwrap();
+    assert!(page.contains("<th scope=\"row\">home</th>") && page.contains("never run"), "{page}");
+
+    assert_eq!(ui.post(&s, "/api/v1/jobs/home/run", None, json!({})).status(), StatusCode::FORBIDDEN);
+    assert_eq!(ui.post(&s, "/api/v1/jobs/nobody/run", Some(&s.csrf), json!({})).status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        ui.post(&s, "/api/v1/jobs/home/run", Some(&s.csrf), json!({"kind": "dance"})).status(),
+        StatusCode::BAD_REQUEST
+    );
+    let r = ui.post(&s, "/api/v1/jobs/home/run", Some(&s.csrf), json!({"kind": "backup"}));
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let v = ui.json(&s, "/api/v1/jobs");
+        let k = v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["job"] == "home" && k["kind"] == "backup")
+            .cloned()
+            .unwrap();
+        if !k["last"].is_null() && k["running"].is_null() {
+            break k["last"].clone();
+        }
+        assert!(Instant::now() < deadline, "the run did not end: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(last["outcome"], "success", "{last}");
+    // The snapshot it made is in the repository's list (refreshed within seconds).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let snaps = ui.json(&s, "/api/v1/repos/default/snapshots");
+        if snaps["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| Some(x["id"].as_str().unwrap()) == last["snapshot"].as_str())
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "snapshot {} not listed: {snaps}", last["snapshot"]);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let runs = ui.json(&s, "/api/v1/jobs")["runs"].clone();
+    assert_eq!(runs[0]["trigger"], "manual", "{runs}");
+}

@@ -124,8 +124,13 @@ impl App {
         host.is_some_and(|h| hosts.iter().any(|n| n.eq_ignore_ascii_case(h)))
     }
 
-    /// A POST's Origin, when the browser gives one, must be this server's.
+    /// A POST's Origin, when the browser gives one, must be this server's; so
+    /// must its `Sec-Fetch-Site`.
     fn origin_ok(&self, req: &Request<hyper::body::Incoming>) -> bool {
+        let site = req.headers().get("sec-fetch-site").and_then(|v| v.to_str().ok());
+        if site.is_some_and(|s| s != "same-origin" && s != "none") {
+            return false;
+        }
         match req.headers().get(header::ORIGIN).map(|v| v.to_str()) {
             None => true,
             Some(Ok(o)) => self.tls || self.origins.iter().any(|n| n.eq_ignore_ascii_case(o)),
@@ -279,9 +284,7 @@ impl App {
     }
 
     /// The dashboard's jobs, recent runs and repositories.
-    fn dashboard_data(
-        &self,
-    ) -> Result<Dashboard, Fail> {
+    fn dashboard_data(&self) -> Result<Dashboard, Fail> {
         let state = |e: coffer_agent::state::StateError| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
         let (jobs, runs) = match &self.jobs {
             Some(j) => (j.status(jiff::Timestamp::now()).map_err(state)?, j.runs(None, 20).map_err(state)?),

@@ -10,7 +10,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
@@ -18,8 +17,6 @@ use coffer_core::format::tree::{Node, NodeKind, Tree};
 use coffer_core::repo::Repository;
 use coffer_core::repo::history::History;
 
-/// The snapshot list is listed again when older than this.
-const REFRESH: Duration = Duration::from_secs(2);
 /// Decoded tree entries kept across requests, at most (about 250 B each).
 const TREE_CACHE_NODES: usize = 400_000;
 /// The longest path accepted, in bytes (as the trees' own limit).
@@ -52,8 +49,8 @@ pub struct RepoSource {
     pub repo: Result<Arc<Repository>, String>,
 }
 
-/// The history as last read, when, and its live snapshots.
-type Listed = (Instant, History, Arc<Vec<(Id, Snapshot)>>);
+/// The history as last read, and its live snapshots.
+type Listed = (History, Arc<Vec<(Id, Snapshot)>>);
 
 /// One repository's view.
 pub struct RepoView {
@@ -121,23 +118,27 @@ impl RepoView {
         self.repo.as_ref().map_err(|e| ViewError::Unavailable(format!("repository {}: {e}", self.name)))
     }
 
-    /// The live snapshots, oldest first; listed again when older than two seconds.
+    /// The live snapshots, oldest first. The storage is listed at each call
+    /// (what was there before is not read again), so a snapshot a job has just
+    /// written is shown on the next page, the index files stored with it loaded.
     pub fn snapshots(&self) -> Result<Arc<Vec<(Id, Snapshot)>>, ViewError> {
         let repo = self.repo()?;
         let mut h = self.history.lock().expect("history lock");
-        match h.as_mut() {
-            Some((at, _, live)) if at.elapsed() < REFRESH => return Ok(live.clone()),
-            Some((at, history, live)) => {
-                history.refresh(repo)?;
+        if let Some((history, live)) = h.as_mut() {
+            let had = history.present.clone();
+            history.refresh(repo)?;
+            if history.present != had {
+                // Snapshots are stored after the index files of their packs: those
+                // of a snapshot just listed are there to be read. One that does not
+                // load shows as the blobs it lists not found, when they are needed.
+                let _ = repo.load_new_index_files()?;
                 *live = Arc::new(history.live_snapshots());
-                *at = Instant::now();
-                return Ok(live.clone());
             }
-            None => {}
+            return Ok(live.clone());
         }
         let history = History::load(repo)?;
         let live = Arc::new(history.live_snapshots());
-        *h = Some((Instant::now(), history, live.clone()));
+        *h = Some((history, live.clone()));
         Ok(live)
     }
 

@@ -28,6 +28,9 @@ pub enum Server {
     Kopia,
     /// The SMTP test server (mailpit, `COFFER_TEST_SMTP*`).
     Smtp,
+    /// A browser driven through its WebDriver server (Debian's Chromium and
+    /// ChromeDriver, `COFFER_TEST_WEBDRIVER`, `COFFER_TEST_CHROMIUM`).
+    Browser,
 }
 
 impl Server {
@@ -41,6 +44,7 @@ impl Server {
             Server::Borg => "borg",
             Server::Kopia => "kopia",
             Server::Smtp => "smtp",
+            Server::Browser => "browser",
         }
     }
 
@@ -53,6 +57,7 @@ impl Server {
             Server::Borg => "the pinned borg (COFFER_TEST_BORG)",
             Server::Kopia => "the pinned kopia binary (COFFER_TEST_KOPIA)",
             Server::Smtp => "the SMTP test server (COFFER_TEST_SMTP and the other COFFER_TEST_SMTP_* variables)",
+            Server::Browser => "the browser and its WebDriver server (COFFER_TEST_WEBDRIVER, COFFER_TEST_CHROMIUM)",
         }
     }
 }

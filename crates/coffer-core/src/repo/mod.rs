@@ -115,6 +115,9 @@ pub struct Repository {
     prefetched: Mutex<listing::Prefetched>,
     /// Where tree blobs lie, for reading them pack-wide into the cache.
     tree_places: tree_runs::TreePlaces,
+    /// The index files loaded into the master index (or found damaged), for
+    /// [`Repository::load_new_index_files`].
+    index_files_read: Mutex<std::collections::HashSet<Id>>,
 }
 
 /// A key file as read from the storage: its id (the hash of its bytes) and its
@@ -379,6 +382,7 @@ impl Repository {
             tree_cache: std::sync::OnceLock::new(),
             prefetched: Mutex::new(listing::Prefetched::default()),
             tree_places: tree_runs::TreePlaces::default(),
+            index_files_read: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -754,6 +758,19 @@ impl Repository {
         Ok(damaged)
     }
 
+    /// Loads the index files stored since the index was loaded (by another
+    /// process's backups), for a long-running reader such as the UI: those it
+    /// has not read yet. Returns the ones that did not load, as
+    /// [`Repository::load_index`] does; they are not tried again.
+    pub fn load_new_index_files(&self) -> Result<DamagedIndexFiles> {
+        let mut new: Vec<Id> = {
+            let read = self.index_files_read.lock().expect("index files lock");
+            self.list_ids(ObjectKind::Index)?.into_iter().filter(|id| !read.contains(id)).collect()
+        };
+        new.sort();
+        self.load_index_files_expecting(&new, 0, false)
+    }
+
     /// Loads the index files `ids` into the master index, in parallel. Any file
     /// that does not load fails the call (for prune, which must know every pack's
     /// use).
@@ -774,6 +791,7 @@ impl Repository {
         // Batches of a few files per connection, fetched (and decoded) on the
         // backend's I/O pool: as many requests in flight as it wants.
         let workers = self.backend.connections();
+        self.index_files_read.lock().expect("index files lock").extend(ids.iter().copied());
         for batch in ids.chunks(4 * workers) {
             let files: Vec<_> = self.fetch_many(batch, |id| (*id, self.load_index_file(id)));
             for (id, file) in files {

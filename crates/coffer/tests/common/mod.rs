@@ -6,6 +6,7 @@
 pub mod remote;
 pub mod replicas;
 pub mod trees;
+pub mod ui;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,231 @@
+//! `coffer ui` in a real browser (Chromium, headless, through ChromeDriver,
+//! which the test command starts: `COFFER_TEST_WEBDRIVER`). A user's path
+//! through the pages: log in, see the configured job, run it and see it end,
+//! browse the snapshot it made, download a file and compare its bytes; and what
+//! a hostile page or a guesser meets. A screenshot of each page is written to
+//! `COFFER_UI_SCREENSHOTS` (default: the test's target directory), kept for
+//! when a test fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use coffer_backend::testing::servers::{Server, absent};
+use common::ui::{UI_PASSWORD, serve};
+use common::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// Where the screenshots go.
+fn shots() -> PathBuf {
+    let dir = std::env::var_os("COFFER_UI_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    if let Ok(png) = c.screenshot().await {
+        let _ = std::fs::write(shots().join(format!("{name}.png")), png);
+    }
+}
+
+async fn browser(webdriver: &str) -> Client {
+    let mut caps = serde_json::Map::new();
+    let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--window-size=1280,1000", "--no-first-run", "--disable-extensions"]});
+    if let Some(bin) = std::env::var_os("COFFER_TEST_CHROMIUM") {
+        chrome["binary"] = json!(bin.to_string_lossy());
+    }
+    caps.insert("goog:chromeOptions".into(), chrome);
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(webdriver)
+        .await
+        .unwrap_or_else(|e| panic!("cannot start a browser session at {webdriver}: {e}"))
+}
+
+/// Clicks `what` and waits until the page it was on is gone.
+async fn click_away(c: &Client, what: Locator<'_>) -> Result<(), String> {
+    let old = c.find(Locator::Css("main")).await.map_err(|e| e.to_string())?;
+    c.find(what).await.map_err(|e| format!("{what:?}: {e}"))?.click().await.map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while old.text().await.is_ok() {
+        if Instant::now() > deadline {
+            return Err(format!("clicking {what:?} led nowhere"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+async fn body_text(c: &Client) -> String {
+    c.find(Locator::Css("main")).await.unwrap().text().await.unwrap()
+}
+
+/// Runs `script` in the page: its arguments are `args`, then the callback it ends with.
+async fn in_page(c: &Client, script: &str, args: Vec<Value>) -> Value {
+    c.execute_async(script, args).await.unwrap_or_else(|e| panic!("script failed: {e}"))
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn a_user_logs_in_runs_a_job_browses_and_downloads() {
+    let Some(webdriver) = std::env::var("COFFER_TEST_WEBDRIVER").ok() else {
+        return absent(Server::Browser);
+    };
+    let env = Env::new();
+    std::fs::write(env.path("pass"), format!("{PASSWORD}\n")).unwrap();
+    std::fs::write(env.path("ui-pass"), format!("{UI_PASSWORD}\n")).unwrap();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("docs")).unwrap();
+    let content = random_bytes(3 << 20, 9);
+    std::fs::write(src.join("docs/report.bin"), &content).unwrap();
+    std::fs::write(src.join("docs/notes.txt"), b"last Tuesday's notes").unwrap();
+    let jobs = format!(
+        "[job.home]\nrepository = {:?}\npassword-file = {:?}\npaths = [{:?}]\nschedule = \"daily\"\n",
+        env.repo().display().to_string(),
+        env.path("pass").display().to_string(),
+        src.display().to_string()
+    );
+    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
+    let mut cmd = env.cmd();
+    cmd.env("COFFER_JOBS", env.path("jobs.toml"))
+        .env("COFFER_AGENT_STATE", env.path("state/agent.sqlite"))
+        .env("XDG_CONFIG_HOME", env.path("config"));
+    let pass = env.path("ui-pass");
+    let ui = serve(cmd, &env.path("state"), &["--ui-password-file", pass.to_str().unwrap()]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let result = rt.block_on(async {
+        let c = browser(&webdriver).await;
+        let result = journey(&c, &ui.base, &src, &content).await;
+        shot(&c, "last").await;
+        let _ = c.close().await;
+        result
+    });
+    if let Err(e) = result {
+        panic!("{e} (screenshots in {})", shots().display());
+    }
+}
+
+async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(), String> {
+    // Without a session, the login page.
+    c.goto(&format!("{base}/")).await.map_err(|e| e.to_string())?;
+    let url = c.current_url().await.unwrap();
+    if !url.path().ends_with("/login") {
+        return Err(format!("not sent to the login page: {url}"));
+    }
+    shot(c, "login").await;
+
+    // Guessing: the fifth wrong password in a minute is answered late.
+    for i in 0..5 {
+        let field = c.find(Locator::Id("secret")).await.unwrap();
+        field.send_keys("not the password").await.unwrap();
+        let t = Instant::now();
+        click_away(c, Locator::Css("form button")).await?;
+        c.wait().for_element(Locator::Css("p.bad")).await.unwrap();
+        let took = t.elapsed();
+        let text = body_text(c).await;
+        if !text.contains("wrong password or login token") {
+            return Err(format!("attempt {i}: {text}"));
+        }
+        if i == 4 && took < Duration::from_millis(950) {
+            return Err(format!("the fifth failure came back after {took:?}, undelayed"));
+        }
+    }
+    shot(c, "login-refused").await;
+
+    // The password opens the dashboard, which shows the job, never run.
+    c.find(Locator::Id("secret")).await.unwrap().send_keys(UI_PASSWORD).await.unwrap();
+    click_away(c, Locator::Css("form button")).await?;
+    c.wait().for_element(Locator::Id("jobs")).await.unwrap();
+    let text = body_text(c).await;
+    if !(text.contains("home") && text.contains("never run")) {
+        return Err(format!("the dashboard does not show the job: {text}"));
+    }
+    shot(c, "dashboard").await;
+
+    // A page's script posting without the CSRF token is refused.
+    let status = in_page(
+        c,
+        "const done = arguments[arguments.length - 1]; fetch('/api/v1/logout', {method: 'POST'}).then(r => done(r.status));",
+        vec![],
+    )
+    .await;
+    if status != json!(403) {
+        return Err(format!("a POST without a CSRF token got {status}"));
+    }
+
+    // Run the backup now; reload until it has ended.
+    click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        c.wait().for_element(Locator::Id("jobs")).await.unwrap();
+        let row = c.find(Locator::Css("tbody tr")).await.unwrap().text().await.unwrap();
+        if row.split_whitespace().any(|w| w == "ok") {
+            break;
+        }
+        if row.contains("failed") || Instant::now() > deadline {
+            shot(c, "run").await;
+            return Err(format!("the run did not end well: {row}"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old = c.find(Locator::Css("main")).await.unwrap();
+        c.refresh().await.unwrap();
+        while old.text().await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    shot(c, "dashboard-after-run").await;
+
+    // Browse: the repository, its snapshot, down to the file.
+    click_away(c, Locator::LinkText("default")).await?;
+    c.wait().for_element(Locator::Css("table")).await.unwrap();
+    shot(c, "snapshots").await;
+    click_away(c, Locator::Css("tbody tr td a")).await?;
+    for part in src.iter().skip(1).chain([std::ffi::OsStr::new("docs")]) {
+        let name = format!("{}/", part.to_string_lossy());
+        click_away(c, Locator::LinkText(&name)).await?;
+    }
+    c.wait().for_element(Locator::Css("a[aria-label='Download report.bin']")).await.unwrap();
+    let text = body_text(c).await;
+    if !(text.contains("notes.txt") && text.contains("3.0 MiB")) {
+        return Err(format!("the directory page lacks its files: {text}"));
+    }
+    shot(c, "browse").await;
+
+    // Download the file in the page and compare its bytes.
+    let href =
+        c.find(Locator::Css("a[aria-label='Download report.bin']")).await.unwrap().attr("href").await.unwrap().unwrap();
+    let digest = in_page(
+        c,
+        "const done = arguments[arguments.length - 1]; fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => crypto.subtle.digest('SHA-256', b))\
+         .then(d => done(Array.from(new Uint8Array(d)).map(x => x.toString(16).padStart(2, '0')).join('')))\
+         .catch(e => done('error: ' + e));",
+        vec![json!(href)],
+    )
+    .await;
+    if digest != json!(sha256_hex(content)) {
+        return Err(format!("the downloaded file differs: {digest}"));
+    }
+
+    // A download path that climbs out is refused, in words.
+    let climb = href.split("?path=").next().unwrap().to_string() + "?path=..%2F..%2Fetc%2Fpasswd";
+    c.goto(&format!("{base}{climb}")).await.unwrap();
+    let text = body_text(c).await;
+    if !text.contains("paths are relative to the snapshot's root") {
+        return Err(format!("a climbing path was not refused: {text}"));
+    }
+    shot(c, "refused-path").await;
+
+    // Log out: the dashboard is behind the login again.
+    c.goto(&format!("{base}/")).await.unwrap();
+    click_away(c, Locator::Css("nav form button")).await?;
+    c.wait().for_element(Locator::Id("secret")).await.unwrap();
+    Ok(())
+}

@@ -6,18 +6,21 @@
 #   - no server but pinned binaries: restic, borg and kopia, whose repositories coffer's import
 #     reads (kopia's own server is started by the import itself, not here);
 #   - an SMTP server: mailpit, STARTTLS required with a certificate made at start, and its
-#     HTTP API to read back what the agent's notifications sent.
+#     HTTP API to read back what the agent's notifications sent;
+#   - a browser for the web interface's tests: Debian's Chromium, headless, driven through
+#     ChromeDriver (the WebDriver server, on loopback).
 #
 # Usage: services.sh install | start | selftest | stop
 #   install   builds the pinned Go servers, restic, kopia and mailpit into the cache directory (skipped
 #             when already there), installs the Debian OpenSSH packages when sshd is
-#             missing and Debian's borgbackup of the pinned version.
+#             missing, Debian's borgbackup of the pinned version, and Debian's chromium and
+#             chromium-driver (the pinned version when the archive still has it).
 #   start     starts the servers in the run directory and writes "$COFFER_CI_RUN/env".
 #   selftest  checks that each server really works (needs a started run directory).
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
-#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp; commas or
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp, browser; commas or
 #                    spaces between them): their servers are neither installed nor started
 #                    (the fault proxy needs S3, so skipping s3 skips it too; skipping restic
 #                    neither builds it nor exports COFFER_TEST_RESTIC).
@@ -39,6 +42,9 @@ RESTIC_MODULE=github.com/restic/restic
 KOPIA_VERSION=v0.22.3
 KOPIA_MODULE=github.com/kopia/kopia
 MAILPIT_VERSION=v1.33.1
+# Debian bookworm's Chromium; its security archive keeps only the newest build, so an
+# older pin that is gone is replaced by what the archive has (and the version printed).
+CHROMIUM_DEBIAN_VERSION=156.0.8078.114-1~deb12u1
 MAILPIT_MODULE=github.com/axllent/mailpit
 
 CACHE=${COFFER_CI_CACHE:-$HOME/.cache/coffer-ci}
@@ -50,6 +56,8 @@ RESTIC=$BIN/restic-$RESTIC_VERSION
 KOPIA=$BIN/kopia-$KOPIA_VERSION
 MAILPIT=$BIN/mailpit-$MAILPIT_VERSION
 BORG=/usr/bin/borg
+CHROMIUM=/usr/bin/chromium
+CHROMEDRIVER=/usr/bin/chromedriver
 
 # Fixed test credentials: the servers listen on loopback only.
 S3_ACCESS_KEY=cofferci
@@ -185,6 +193,21 @@ install_borg() {
     apt_install borg "borgbackup=$BORG_DEBIAN_VERSION"
 }
 
+# Chromium and ChromeDriver, of one version (the driver only drives its own browser).
+install_browser() {
+    local want=${CHROMIUM_DEBIAN_VERSION%%-*}
+    if [[ -x $CHROMIUM ]] && [[ -x $CHROMEDRIVER ]] &&
+        [[ $("$CHROMEDRIVER" --version 2>/dev/null) == "ChromeDriver $want "* ]]; then
+        say "chromium and chromedriver $want already installed"
+        return
+    fi
+    if ! (apt_install chromium "chromium=$CHROMIUM_DEBIAN_VERSION" "chromium-driver=$CHROMIUM_DEBIAN_VERSION") 2>/dev/null; then
+        say "chromium $CHROMIUM_DEBIAN_VERSION is no longer in the archive; installing the archive's"
+        apt_install chromium chromium chromium-driver
+    fi
+    say "browser: $("$CHROMEDRIVER" --version 2>/dev/null | cut -d' ' -f1-2)"
+}
+
 cmd_install() {
     mkdir -p "$BIN"
     if wanted s3; then
@@ -208,6 +231,9 @@ cmd_install() {
     fi
     if wanted borg; then
         install_borg
+    fi
+    if wanted browser; then
+        install_browser
     fi
     if wanted smtp; then
         # mailpit's main package is the module's root; the -X setting tells it its version.
@@ -438,6 +464,17 @@ EOF
 # self-signed server certificate would be a CA used as an end entity, which rustls refuses);
 # login required as SMTP_USER with SMTP_PASSWORD, and every message tagged with the user who
 # sent it; its HTTP API (GET /api/v1/messages) shows what arrived, kept in memory only.
+# ChromeDriver on a loopback port, accepting connections from loopback only; each test
+# starts its own headless browser session through it.
+start_chromedriver() {
+    [[ -x $CHROMEDRIVER ]] || die "chromedriver is not installed; run: $0 install"
+    free_port WEBDRIVER_PORT
+    spawn chromedriver "$RUN/chromedriver.log" "$CHROMEDRIVER" --port="$WEBDRIVER_PORT" \
+        --allowed-ips=127.0.0.1 --log-path="$RUN/chromedriver-verbose.log"
+    wait_ready chromedriver "$(pid_of chromedriver)" "$RUN/chromedriver.log" \
+        curl -sf --max-time 2 "http://127.0.0.1:$WEBDRIVER_PORT/status"
+}
+
 start_mailpit() {
     [[ -x $MAILPIT ]] || die "mailpit $MAILPIT_VERSION is not installed; run: $0 install"
     command -v openssl >/dev/null || die "openssl is needed to make mailpit's certificate (apt-get install openssl)"
@@ -509,6 +546,10 @@ write_env() {
         echo "export COFFER_TEST_SMTP_USER=$SMTP_USER"
         echo "export COFFER_TEST_SMTP_PASSWORD=$SMTP_PASSWORD"
         fi
+        if wanted browser; then
+        echo "export COFFER_TEST_WEBDRIVER=http://127.0.0.1:$WEBDRIVER_PORT"
+        echo "export COFFER_TEST_CHROMIUM=$(printf %q "$CHROMIUM")"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -523,7 +564,7 @@ cmd_start() {
     fi
     RUN=$(cd "$RUN" && pwd)
     local name
-    for name in versitygw toxiproxy sshd mailpit; do
+    for name in versitygw toxiproxy sshd mailpit chromedriver; do
         if pid_of "$name" >/dev/null; then
             die "$name is already running from $RUN; run: $0 stop"
         fi
@@ -564,6 +605,10 @@ cmd_start() {
         start_mailpit
         started+=("mailpit SMTP 127.0.0.1:$SMTP_PORT (STARTTLS), API 127.0.0.1:$SMTP_API_PORT")
     fi
+    if wanted browser; then
+        start_chromedriver
+        started+=("chromedriver 127.0.0.1:$WEBDRIVER_PORT")
+    fi
     write_env
     trap - EXIT
     local list=nothing part
@@ -601,6 +646,7 @@ stop_pid() {
 cmd_stop() {
     RUN=$(run_dir) || { say "nothing to stop (no run directory)"; return 0; }
     [[ -d $RUN ]] || { say "nothing to stop ($RUN is gone)"; return 0; }
+    stop_pid chromedriver || true
     stop_pid mailpit || true
     stop_pid sshd || true
     stop_pid toxiproxy || true
@@ -742,6 +788,16 @@ cmd_selftest() {
     fi
     if wanted smtp; then
         selftest_smtp
+    fi
+    if wanted browser; then
+        local session
+        session=$(curl -s --max-time 60 -H 'Content-Type: application/json' -d \
+            '{"capabilities":{"alwaysMatch":{"goog:chromeOptions":{"args":["--headless=new","--no-sandbox","--disable-gpu","--disable-dev-shm-usage"]}}}}' \
+            "$COFFER_TEST_WEBDRIVER/session" | grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4 || true)
+        check "browser: a headless Chromium session through $COFFER_TEST_WEBDRIVER" "${session:+started}" started
+        if [[ -n $session ]]; then
+            curl -s --max-time 10 -X DELETE "$COFFER_TEST_WEBDRIVER/session/$session" >/dev/null || true
+        fi
     fi
     if wanted kopia; then
         check "kopia: $COFFER_TEST_KOPIA --version" \

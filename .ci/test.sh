@@ -5,13 +5,16 @@
 #
 # Installs the pinned test servers (.ci/services.sh install: the Versity S3 gateway,
 # toxiproxy, OpenSSH's sshd, the restic, borg and kopia binaries that import tests read, and
-# mailpit, the SMTP server of the agent's notification tests; once, then
-# cached), starts them on 127.0.0.1, checks that
+# mailpit, the SMTP server of the agent's notification tests, and Debian's Chromium with
+# ChromeDriver for the web interface's browser test; once, then cached), starts them on
+# 127.0.0.1, checks that
 # they work, runs `cargo test --workspace --locked --no-fail-fast` with their variables
 # (docs/testing.md), and stops them however it ends (their logs are kept when a test
-# failed). Arguments are passed on to cargo test (e.g. `-p coffer --test serve`).
+# failed, and so are the browser test's screenshots, in target/ui-screenshots). Arguments
+# are passed on to cargo test (e.g. `-p coffer --test serve`).
 #
-# COFFER_TEST_SKIP=GROUP[,GROUP...] skips groups of tests by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp):
+# COFFER_TEST_SKIP=GROUP[,GROUP...] skips groups of tests by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp,
+# browser):
 # their servers are neither installed nor started, their tests pass with a notice, and
 # the summary at the end says how many were skipped. Without it, a test whose server is
 # missing fails with the reason.
@@ -25,15 +28,22 @@ echo "test servers installed in $((SECONDS - t0))s"
 
 COFFER_CI_RUN=$(mktemp -d "${TMPDIR:-/tmp}/coffer-test.XXXXXX")
 export COFFER_CI_RUN
+target_dir=${CARGO_TARGET_DIR:-target}
+[[ $target_dir == /* ]] || target_dir=$PWD/$target_dir
+export COFFER_UI_SCREENSHOTS=${COFFER_UI_SCREENSHOTS:-$target_dir/ui-screenshots}
+rm -rf "$COFFER_UI_SCREENSHOTS"
 export COFFER_TEST_SKIP_LOG=$COFFER_CI_RUN/skipped
 # Stop the servers however this script ends; keep their logs when it failed.
 stop_services() {
     local status=$?
     bash "$services" stop || true
     if [[ $status == 0 ]]; then
-        rm -rf "$COFFER_CI_RUN"
+        rm -rf "$COFFER_CI_RUN" "$COFFER_UI_SCREENSHOTS"
     else
         echo "test server logs kept in $COFFER_CI_RUN" >&2
+        if [[ -d $COFFER_UI_SCREENSHOTS ]]; then
+            echo "the browser test's screenshots are in $COFFER_UI_SCREENSHOTS" >&2
+        fi
     fi
 }
 trap stop_services EXIT

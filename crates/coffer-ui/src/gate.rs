@@ -100,17 +100,31 @@ impl Gate {
         blake3::keyed_hash(&self.key, secret)
     }
 
-    /// How long `client`'s next login attempt is to be held before it is
-    /// checked: nothing for the first [`FREE_FAILURES`] failures within
-    /// [`FAILURE_WINDOW`], then one second doubling with each, up to
-    /// [`MAX_DELAY`].
+    /// Counts a login attempt by `client` and says how long to hold it before
+    /// it is checked: nothing for the first [`FREE_FAILURES`] attempts within
+    /// [`FAILURE_WINDOW`] since its last success, then one second doubling with
+    /// each, up to [`MAX_DELAY`]. The attempt counts as soon as it arrives, so
+    /// that attempts sent at once are held in turn as much as ones sent one
+    /// after the other; a successful login clears the count.
     pub fn delay(&self, client: IpAddr, now: Instant) -> Duration {
         let mut f = self.failures.lock().expect("failures lock");
-        let Some(q) = f.get_mut(&client) else { return Duration::ZERO };
+        if f.len() >= MAX_CLIENTS && !f.contains_key(&client) {
+            // Forget the client whose last attempt is oldest.
+            let oldest = f.iter().min_by_key(|(_, q)| q.back().copied()).map(|(ip, _)| *ip);
+            if let Some(ip) = oldest {
+                f.remove(&ip);
+            }
+        }
+        let q = f.entry(client).or_default();
         while q.front().is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW) {
             q.pop_front();
         }
         let n = q.len();
+        q.push_back(now);
+        // More than the window's worth is never needed.
+        while q.len() > FREE_FAILURES + 8 {
+            q.pop_front();
+        }
         if n < FREE_FAILURES {
             return Duration::ZERO;
         }
@@ -118,25 +132,9 @@ impl Gate {
         (Duration::from_secs(1) * 2u32.pow(doublings)).min(MAX_DELAY)
     }
 
-    fn failed(&self, client: IpAddr, now: Instant) {
-        let mut f = self.failures.lock().expect("failures lock");
-        if f.len() >= MAX_CLIENTS && !f.contains_key(&client) {
-            // Forget the client whose last failure is oldest.
-            let oldest = f.iter().min_by_key(|(_, q)| q.back().copied()).map(|(ip, _)| *ip);
-            if let Some(ip) = oldest {
-                f.remove(&ip);
-            }
-        }
-        let q = f.entry(client).or_default();
-        q.push_back(now);
-        // More than the window's worth is never needed.
-        while q.len() > FREE_FAILURES + 8 {
-            q.pop_front();
-        }
-    }
-
     /// Checks `secret` (the password or the login token) for `client`; on a
-    /// match opens a session. The caller has held the attempt for [`Gate::delay`].
+    /// match opens a session. The caller has counted the attempt and held it
+    /// for [`Gate::delay`].
     pub fn login(&self, client: IpAddr, secret: &[u8], now: Instant) -> Option<Opened> {
         let given = self.hash(secret);
         let by_password = self.password.is_some_and(|p| p == given);
@@ -151,9 +149,9 @@ impl Gate {
             }
         }
         if !by_password && !used_token {
-            self.failed(client, now);
             return None;
         }
+        self.failures.lock().expect("failures lock").remove(&client);
         let id = Zeroizing::new(hex::encode(random32()));
         let csrf = hex::encode(random32());
         let mut s = self.sessions.lock().expect("sessions lock");
@@ -239,23 +237,30 @@ mod tests {
     }
 
     #[test]
-    fn guessing_is_delayed_from_the_fifth_failure_in_a_minute() {
+    fn guessing_is_delayed_from_the_fifth_attempt_in_a_minute() {
         let g = Gate::new(Some(b"pw"), SessionLimits::default());
         let other = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
         let t0 = Instant::now();
+        let attempt = |secret: &[u8], at: Instant| (g.delay(ME, at), g.login(ME, secret, at).is_some());
         for i in 0..FREE_FAILURES {
-            assert_eq!(g.delay(ME, t0), Duration::ZERO, "attempt {i}");
-            assert!(g.login(ME, b"guess", t0).is_none());
+            assert_eq!(attempt(b"guess", t0), (Duration::ZERO, false), "attempt {i}");
         }
-        assert_eq!(g.delay(ME, t0), Duration::from_secs(1), "the fifth");
-        g.login(ME, b"guess", t0);
-        assert_eq!(g.delay(ME, t0), Duration::from_secs(2));
+        assert_eq!(attempt(b"guess", t0).0, Duration::from_secs(1), "the fifth");
+        assert_eq!(attempt(b"guess", t0).0, Duration::from_secs(2));
+        // Attempts sent at once, before any is checked, are held in turn.
+        assert_eq!((g.delay(ME, t0), g.delay(ME, t0)), (Duration::from_secs(4), Duration::from_secs(8)));
         for _ in 0..10 {
-            g.login(ME, b"guess", t0);
+            attempt(b"guess", t0);
         }
         assert_eq!(g.delay(ME, t0), MAX_DELAY);
         assert_eq!(g.delay(other, t0), Duration::ZERO, "per client");
-        assert_eq!(g.delay(ME, t0 + FAILURE_WINDOW), Duration::ZERO, "a minute later");
+        assert_eq!(attempt(b"guess", t0 + FAILURE_WINDOW).0, Duration::ZERO, "a minute later");
+        // A success clears the count.
+        for _ in 0..FREE_FAILURES - 1 {
+            attempt(b"guess", t0 + FAILURE_WINDOW);
+        }
+        assert_eq!(attempt(b"pw", t0 + FAILURE_WINDOW), (Duration::from_secs(1), true));
+        assert_eq!(attempt(b"guess", t0 + FAILURE_WINDOW).0, Duration::ZERO);
     }
 
     #[test]

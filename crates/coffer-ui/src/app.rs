@@ -30,6 +30,8 @@ const SESSION_COOKIE: &str = "coffer_session";
 /// Entries of a directory per page, by default and at most.
 pub const PAGE: usize = 1000;
 const MAX_PAGE: usize = 10_000;
+/// Changes of a diff listed, at most (all are counted).
+const DIFF_LIMIT: usize = 10_000;
 /// The bytes of a download read ahead of the client.
 const DOWNLOAD_CHUNK: usize = 1 << 20;
 
@@ -239,6 +241,17 @@ impl App {
             }
             ["repos", r, "snapshots", id, "download"] | ["api", "v1", "repos", r, "snapshots", id, "content"] => {
                 self.download(r, id, entry_path).await
+            }
+            ["repos", r, "diff"] | ["api", "v1", "repos", r, "diff"] => {
+                let (from, to) = (text("from").unwrap_or_default(), text("to").unwrap_or_default());
+                let limit = number("limit", DIFF_LIMIT)?.clamp(1, DIFF_LIMIT);
+                let repo = self.repo(r)?;
+                let d = blocking(move || Ok(repo.diff(&from, &to, limit)?)).await?;
+                if api {
+                    Ok(h::json(StatusCode::OK, &diff_json(&d)))
+                } else {
+                    Ok(h::html(StatusCode::OK, pages::diff(&session.csrf, r, &d)))
+                }
             }
             ["api", "v1", "session"] => Ok(h::json(StatusCode::OK, &json!({"type": "session", "csrf": session.csrf}))),
             ["api", "v1", "jobs"] => {
@@ -527,7 +540,7 @@ pub fn tree_time(secs: i64, nanos: u32) -> String {
     jiff::Timestamp::new(secs, nanos as i32).map(|t| t.to_string()).unwrap_or_default()
 }
 
-fn kind_name(k: NodeKind) -> &'static str {
+pub fn kind_name(k: NodeKind) -> &'static str {
     match k {
         NodeKind::File => "file",
         NodeKind::Dir => "dir",
@@ -561,6 +574,22 @@ fn entry_json(dir: &[u8], n: &Node) -> Value {
         "group": n.group,
         "target": n.target.as_ref().map(|t| String::from_utf8_lossy(&t.0).into_owned()),
     })
+}
+
+fn diff_json(d: &crate::repos::Compared) -> Value {
+    let st = &d.stats;
+    let changes: Vec<Value> = d
+        .changes
+        .iter()
+        .map(|c| {
+            json!({"path": coffer_core::format::bytes::Bytes(c.path.clone()), "change": c.kind.as_str(),
+                   "kind": kind_name(c.node_kind), "fields": c.fields.iter().map(|f| f.as_str()).collect::<Vec<_>>()})
+        })
+        .collect();
+    json!({"type": "diff", "from": d.from.0, "to": d.to.0, "changes": changes, "truncated": d.truncated,
+           "stats": {"added": st.added, "removed": st.removed, "modified": st.modified,
+                     "type_changed": st.type_changed, "metadata_only": st.metadata_only,
+                     "bytes_added": st.bytes_added, "bytes_removed": st.bytes_removed}})
 }
 
 fn snapshot_json(id: &Id, s: &Snapshot) -> Value {

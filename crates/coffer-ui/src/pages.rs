@@ -191,32 +191,178 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) 
         field("tag", "Tag", &f.tag),
         field("path", "Path", &f.path)
     );
+    b.push_str(&charts(snaps));
     b.push_str(&format!(
-        "<table><caption>{} snapshots, newest first</caption><thead><tr><th scope=\"col\">Time</th><th scope=\"col\">Id</th>\
-         <th scope=\"col\">Host</th><th scope=\"col\">Paths</th><th scope=\"col\">Tags</th><th scope=\"col\">Files</th>\
-         <th scope=\"col\">Size</th><th scope=\"col\">Added</th></tr></thead><tbody>",
+        "<form method=\"get\" action=\"/repos/{}/diff\"><table><caption>{} snapshots, newest first; pick two to compare \
+         them</caption><thead><tr><th scope=\"col\">From</th><th scope=\"col\">To</th><th scope=\"col\">Time</th>\
+         <th scope=\"col\">Id</th><th scope=\"col\">Host</th><th scope=\"col\">Paths</th><th scope=\"col\">Tags</th>\
+         <th scope=\"col\">Files</th><th scope=\"col\">Size</th><th scope=\"col\">Added</th></tr></thead><tbody>",
+        esc(repo),
         snaps.len()
     ));
-    for (id, s) in snaps.iter().rev() {
+    for (i, (id, s)) in snaps.iter().rev().enumerate() {
         let files = s.summary.files_new + s.summary.files_changed + s.summary.files_unchanged;
         let signed =
             if s.signature.is_valid() { "" } else { " <span class=\"bad\">(unsigned or bad signature)</span>" };
+        let hex = id.to_hex();
+        let (from, to) = (if i == 1 { " checked" } else { "" }, if i == 0 { " checked" } else { "" });
         b.push_str(&format!(
-            "<tr><td>{}</td><td><a href=\"/repos/{}/snapshots/{}\"><code>{}</code></a>{signed}</td><td>{}</td><td>{}</td>\
+            "<tr><td><input type=\"radio\" name=\"from\" value=\"{hex}\" aria-label=\"compare from {short}\"{from}></td>\
+             <td><input type=\"radio\" name=\"to\" value=\"{hex}\" aria-label=\"compare to {short}\"{to}></td>\
+             <td>{}</td><td><a href=\"/repos/{}/snapshots/{hex}\"><code>{short}</code></a>{signed}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{files}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.time),
             esc(repo),
-            id.to_hex(),
-            id.short(),
             esc(&s.hostname),
             esc(&s.paths.join(", ")),
             esc(&s.tags.join(", ")),
             bytes(s.summary.bytes_total),
-            bytes(s.summary.bytes_added)
+            bytes(s.summary.bytes_added),
+            short = id.short(),
         ));
     }
     b.push_str("</tbody></table>");
+    if snaps.len() >= 2 {
+        b.push_str("<button type=\"submit\">Compare the two</button>");
+    }
+    b.push_str("</form>");
     layout(&format!("Snapshots of {repo}"), Some(csrf), &b)
+}
+
+/// The colours of the charts' series (hosts), in turn.
+const COLOURS: [&str; 6] = ["#0b5cad", "#c2410c", "#15803d", "#7c3aed", "#be185d", "#4b5563"];
+
+/// A snapshot placed on a chart: its time (seconds), host, id and record.
+type Point<'a> = (f64, &'a str, &'a Id, &'a Snapshot);
+
+/// The charts of a snapshot list: bytes added, backup duration and size per
+/// snapshot over time, one series per host; each point's title names its
+/// snapshot (shown on hover and read by screen readers).
+fn charts(snaps: &[&(Id, Snapshot)]) -> String {
+    let points: Vec<Point<'_>> = snaps
+        .iter()
+        .filter_map(|(id, s)| {
+            let t: jiff::Timestamp = s.time.parse().ok()?;
+            Some((t.as_millisecond() as f64 / 1000.0, s.hostname.as_str(), id, s))
+        })
+        .collect();
+    if points.len() < 2 {
+        return String::new();
+    }
+    let added = chart("Bytes added per backup", &points, |s| s.summary.bytes_added as f64, |v| bytes(v as u64));
+    let took = chart("Backup duration", &points, |s| s.summary.duration_ms as f64 / 1000.0, |v| format!("{v:.1} s"));
+    let total = chart("Size of each snapshot", &points, |s| s.summary.bytes_total as f64, |v| bytes(v as u64));
+    format!("<section class=\"charts\" aria-label=\"charts\">{added}{took}{total}</section>")
+}
+
+/// One chart, drawn as SVG with presentation attributes only (the content
+/// security policy allows no inline style).
+fn chart(title: &str, points: &[Point<'_>], value: impl Fn(&Snapshot) -> f64, shown: impl Fn(f64) -> String) -> String {
+    const W: f64 = 360.0;
+    const H: f64 = 150.0;
+    const PAD: f64 = 8.0;
+    let (t0, t1) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let top = points.iter().map(|p| value(p.3)).fold(0.0f64, f64::max).max(1e-9);
+    let x = |t: f64| if t1 > t0 { PAD + (t - t0) / (t1 - t0) * (W - 2.0 * PAD) } else { W / 2.0 };
+    let y = |v: f64| H - PAD - v / top * (H - 2.0 * PAD);
+    let mut hosts: Vec<&str> = points.iter().map(|p| p.1).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let mut svg = format!(
+        "<figure><figcaption>{} (up to {})</figcaption><svg viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\" \
+         width=\"100%\"><rect x=\"0\" y=\"0\" width=\"{W}\" height=\"{H}\" fill=\"none\" stroke=\"#8886\"/>",
+        esc(title),
+        esc(&shown(top)),
+        esc(title)
+    );
+    for (k, host) in hosts.iter().enumerate() {
+        let colour = COLOURS[k % COLOURS.len()];
+        let mine: Vec<&Point<'_>> = points.iter().filter(|p| p.1 == *host).collect();
+        let line: Vec<String> = mine.iter().map(|p| format!("{:.1},{:.1}", x(p.0), y(value(p.3)))).collect();
+        svg.push_str(&format!(
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"/>",
+            line.join(" ")
+        ));
+        for p in mine {
+            svg.push_str(&format!(
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"><title>{} {} {}: {}</title></circle>",
+                x(p.0),
+                y(value(p.3)),
+                esc(host),
+                p.2.short(),
+                esc(&p.3.time),
+                esc(&shown(value(p.3)))
+            ));
+        }
+    }
+    svg.push_str("</svg>");
+    if hosts.len() > 1 {
+        let legend: Vec<String> = hosts
+            .iter()
+            .enumerate()
+            .map(|(k, h)| {
+                format!(
+                    "<span><svg width=\"10\" height=\"10\" aria-hidden=\"true\"><rect width=\"10\" height=\"10\" \
+                     fill=\"{}\"/></svg> {}</span>",
+                    COLOURS[k % COLOURS.len()],
+                    esc(h)
+                )
+            })
+            .collect();
+        svg.push_str(&format!("<p class=\"legend\">{}</p>", legend.join(" ")));
+    }
+    svg.push_str("</figure>");
+    svg
+}
+
+/// The changes from one snapshot to another.
+pub fn diff(csrf: &str, repo: &str, d: &crate::repos::Compared) -> String {
+    let st = &d.stats;
+    let link = |(id, s): &(Id, Snapshot)| {
+        format!(
+            "<a href=\"/repos/{}/snapshots/{}\"><code>{}</code></a> ({})",
+            esc(repo),
+            id.to_hex(),
+            id.short(),
+            esc(&s.time)
+        )
+    };
+    let mut b = format!(
+        "<p>From {} to {}.</p><p>{} added ({}), {} removed ({}), {} modified, {} changed type, {} changed metadata \
+         only.</p>",
+        link(&d.from),
+        link(&d.to),
+        st.added,
+        bytes(st.bytes_added),
+        st.removed,
+        bytes(st.bytes_removed),
+        st.modified,
+        st.type_changed,
+        st.metadata_only
+    );
+    b.push_str(
+        "<table><caption>Changed entries, in path order</caption><thead><tr><th scope=\"col\">Change</th>\
+         <th scope=\"col\">Path</th><th scope=\"col\">Type</th><th scope=\"col\">What differs</th></tr></thead><tbody>",
+    );
+    for c in &d.changes {
+        let class = match c.kind.as_str() {
+            "added" => "ok",
+            "removed" => "bad",
+            _ => "run",
+        };
+        b.push_str(&format!(
+            "<tr><td><span class=\"state {class}\">{}</span></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            c.kind.as_str(),
+            shown_path(&c.path),
+            crate::app::kind_name(c.node_kind),
+            c.fields.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    b.push_str("</tbody></table>");
+    if d.truncated {
+        b.push_str(&format!("<p>Only the first {} changes are listed.</p>", d.changes.len()));
+    }
+    layout(&format!("Changes in {repo}"), Some(csrf), &b)
 }
 
 /// `n` bytes in binary units.

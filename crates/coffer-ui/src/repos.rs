@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::format::tree::{Node, NodeKind, Tree};
+use coffer_core::ops::diff::{Change, DiffStats};
 use coffer_core::repo::Repository;
 use coffer_core::repo::history::History;
 
@@ -124,6 +125,9 @@ impl RepoView {
     pub fn snapshots(&self) -> Result<Arc<Vec<(Id, Snapshot)>>, ViewError> {
         let repo = self.repo()?;
         let mut h = self.history.lock().expect("history lock");
+        // A listing fetched ahead at open (of the writers, say) would show the
+        // storage as it was then.
+        repo.drop_listings_ahead();
         if let Some((history, live)) = h.as_mut() {
             let had = history.present.clone();
             history.refresh(repo)?;
@@ -215,6 +219,36 @@ impl RepoView {
     }
 }
 
+/// The changes from one snapshot to another, the first `limit` of them.
+pub struct Compared {
+    pub from: (Id, Snapshot),
+    pub to: (Id, Snapshot),
+    pub changes: Vec<Change>,
+    pub stats: DiffStats,
+    /// More changes than `limit` were found (all are counted in `stats`).
+    pub truncated: bool,
+}
+
+impl RepoView {
+    /// The changes from snapshot `from` to snapshot `to`, the first `limit`
+    /// kept (the walk goes on to count them all).
+    pub fn diff(&self, from: &str, to: &str, limit: usize) -> Result<Compared, ViewError> {
+        let (a, b) = (self.snapshot(from)?, self.snapshot(to)?);
+        let repo = self.repo()?;
+        let mut changes = Vec::new();
+        let mut truncated = false;
+        let stats = coffer_core::ops::diff::diff(repo.as_ref(), a.1.tree, b.1.tree, &mut |c| {
+            if changes.len() < limit {
+                changes.push(c);
+            } else {
+                truncated = true;
+            }
+            Ok(())
+        })?;
+        Ok(Compared { from: a, to: b, changes, stats, truncated })
+    }
+}
+
 fn path_of(parts: &[&[u8]]) -> Vec<u8> {
     parts.join(&b'/')
 }
@@ -298,5 +332,22 @@ mod tests {
         assert!(matches!(v.list(&id, b"nothing", 0, 1), Err(ViewError::NotFound(_))));
         assert!(matches!(v.list(&"0".repeat(64), b"", 0, 1), Err(ViewError::NotFound(_))));
         assert!(matches!(v.list("zz", b"", 0, 1), Err(ViewError::BadRequest(_))));
+    }
+
+    #[test]
+    fn diffs_keep_the_first_changes_and_count_all() {
+        let r = test_repo();
+        let (a, _) = r.snapshot(&TestTree::new().file("same", &[b"s"]).file("gone", &[b"g"]).file("edit", &[b"1"]));
+        let b_tree =
+            TestTree::new().file("same", &[b"s"]).file("edit", &[b"2"]).file("new1", &[b"n"]).file("new2", &[b"m"]);
+        let (b, _) = r.snapshot(&b_tree);
+        let v = RepoView::new(RepoSource { name: "t".into(), location: "test".into(), repo: Ok(Arc::new(r.reopen())) });
+        v.repo().unwrap().load_index().unwrap();
+        let d = v.diff(&a.to_hex(), &b.to_hex(), 100).unwrap();
+        assert_eq!((d.stats.added, d.stats.removed, d.stats.modified), (2, 1, 1));
+        assert_eq!(d.changes.len(), 4);
+        assert!(!d.truncated);
+        let d = v.diff(&a.to_hex(), &b.to_hex(), 2).unwrap();
+        assert_eq!((d.changes.len(), d.truncated, d.stats.added), (2, true, 2));
     }
 }

@@ -121,6 +121,38 @@ fn sessions_csrf_and_hostile_requests() {
     let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{}/entries", "0".repeat(64)));
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 
+    // A second snapshot, one file changed and one added: the diff says so, with sizes.
+    std::fs::write(src.join("many/f00007"), b"seven, changed").unwrap();
+    std::fs::write(src.join("added.txt"), b"12345").unwrap();
+    let id2 = env.backup(&[&src]);
+    let d = ui.json(&s, &format!("/api/v1/repos/default/diff?from={id}&to={id2}"));
+    let st = &d["stats"];
+    assert_eq!(
+        (st["added"].as_u64(), st["modified"].as_u64(), st["removed"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "{d}"
+    );
+    assert_eq!(st["bytes_added"], 5, "{d}");
+    let changed: Vec<(&str, &str)> = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["change"].as_str().unwrap(), c["path"].as_str().unwrap()))
+        .collect();
+    let want_mod = format!("{}/many/f00007", src.display());
+    assert!(changed.contains(&("modified", want_mod.as_str())), "{changed:?}");
+    let page = ui.get(Some(&s), &format!("/repos/default/diff?from={id}&to={id2}")).text().unwrap();
+    assert!(page.contains("1 added (5 B)") && page.contains("f00007"), "{page}");
+    let d1 = ui.json(&s, &format!("/api/v1/repos/default/diff?from={id}&to={id2}&limit=1"));
+    assert_eq!((d1["changes"].as_array().unwrap().len(), d1["truncated"].as_bool()), (1, Some(true)), "{d1}");
+    // The snapshot list draws its charts, each point titled with its snapshot.
+    let page = ui.get(Some(&s), "/repos/default").text().unwrap();
+    assert!(page.contains("<svg") && page.contains("Bytes added per backup") && page.contains(&id2[..8]), "{page}");
+    assert_eq!(
+        ui.get(Some(&s), &format!("/api/v1/repos/default/diff?from={id}&to=nope")).status(),
+        StatusCode::BAD_REQUEST
+    );
+
     // Another Host (a page of another site resolving its name to 127.0.0.1): refused.
     let r = ui
         .client

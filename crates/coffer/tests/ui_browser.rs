@@ -223,6 +223,40 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(
     }
     shot(c, "refused-path").await;
 
+    // Change a file and run the job again; then compare the two snapshots.
+    std::fs::write(src.join("docs/notes.txt"), b"this Tuesday's notes, longer").unwrap();
+    c.goto(&format!("{base}/")).await.unwrap();
+    click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let runs = c.find_all(Locator::Css("section[aria-labelledby='runs'] tbody tr")).await.unwrap().len();
+        let row = c.find(Locator::Css("tbody tr")).await.unwrap().text().await.unwrap();
+        if runs == 2 && row.split_whitespace().any(|w| w == "ok") {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the second run did not end well: {row}"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old = c.find(Locator::Css("main")).await.unwrap();
+        c.refresh().await.unwrap();
+        while old.text().await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    click_away(c, Locator::LinkText("default")).await?;
+    shot(c, "snapshots-two").await;
+    let text = body_text(c).await;
+    if text.contains("bad signature") {
+        return Err(format!("a snapshot of this machine's is shown as unsigned: {text}"));
+    }
+    click_away(c, Locator::Css("form[action$='/diff'] button")).await?;
+    let text = body_text(c).await;
+    if !(text.contains("1 modified") && text.contains("docs/notes.txt")) {
+        return Err(format!("the diff does not show the change: {text}"));
+    }
+    shot(c, "diff").await;
+
     // Log out: the dashboard is behind the login again.
     c.goto(&format!("{base}/")).await.unwrap();
     click_away(c, Locator::Css("nav form button")).await?;

@@ -247,6 +247,12 @@ impl Repository {
         Ok(self.backend.list(kind.prefix())?)
     }
 
+    /// Forgets every listing fetched ahead: for a long-running reader (the UI),
+    /// whose next reads must see what other processes stored since.
+    pub fn drop_listings_ahead(&self) {
+        self.prefetched.lock().expect("poisoned").by_prefix.clear();
+    }
+
     /// Forgets the listing of `kind` fetched ahead (a newer one is being taken).
     pub(crate) fn drop_prefetched(&self, kind: ObjectKind) {
         self.prefetched.lock().expect("poisoned").by_prefix.remove(kind.prefix());

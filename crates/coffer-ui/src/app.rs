@@ -30,6 +30,8 @@ const SESSION_COOKIE: &str = "coffer_session";
 /// Entries of a directory per page, by default and at most.
 pub const PAGE: usize = 1000;
 const MAX_PAGE: usize = 10_000;
+/// Entries a search by name lists, at most.
+const FIND_LIMIT: usize = 1000;
 /// Changes of a diff listed, at most (all are counted).
 const DIFF_LIMIT: usize = 10_000;
 /// The bytes of a download read ahead of the client.
@@ -113,11 +115,18 @@ impl App {
     /// Answers one request; never fails (a failure is an error response).
     pub async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>, client: IpAddr) -> Response<Body> {
         let api = req.uri().path().starts_with("/api/");
-        match self.clone().route(req, client).await {
+        let began = Instant::now();
+        let mut r = match self.clone().route(req, client).await {
             Ok(r) => r,
             Err(Fail(status, message)) if api => h::json_error(status, &message),
             Err(Fail(status, message)) => h::html(status, pages::error(status, &message)),
+        };
+        // The time the server took to answer (for a download: to its first byte).
+        let took = format!("app;dur={:.1}", began.elapsed().as_secs_f64() * 1000.0);
+        if let Ok(v) = HeaderValue::from_str(&took) {
+            r.headers_mut().insert("server-timing", v);
         }
+        r
     }
 
     fn host_ok(&self, req: &Request<hyper::body::Incoming>) -> bool {
@@ -251,6 +260,34 @@ impl App {
                     Ok(h::json(StatusCode::OK, &diff_json(&d)))
                 } else {
                     Ok(h::html(StatusCode::OK, pages::diff(&session.csrf, r, &d)))
+                }
+            }
+            ["repos", r, "find"] | ["api", "v1", "repos", r, "find"] => {
+                let pattern = text("pattern").unwrap_or_default();
+                if pattern.is_empty() {
+                    return Err(fail(StatusCode::BAD_REQUEST, "give a name pattern to find: pattern=*.txt"));
+                }
+                let only = text("snapshot").filter(|s| !s.is_empty());
+                let limit = number("limit", FIND_LIMIT)?.clamp(1, FIND_LIMIT);
+                let (repo, p) = (self.repo(r)?, pattern.clone());
+                let (found, full) = blocking(move || Ok(repo.find(&p, only.as_deref(), limit)?)).await?;
+                if api {
+                    let list: Vec<Value> = found
+                        .iter()
+                        .map(|f| {
+                            let mut e = entry_json(b"", &f.node);
+                            e["path"] = json!(h::encode_query(&f.path));
+                            e["snapshot"] = json!(f.snapshot);
+                            e["time"] = json!(f.time);
+                            e
+                        })
+                        .collect();
+                    Ok(h::json(
+                        StatusCode::OK,
+                        &json!({"type": "found", "pattern": pattern, "found": list, "truncated": full}),
+                    ))
+                } else {
+                    Ok(h::html(StatusCode::OK, pages::found(&session.csrf, r, &pattern, &found, full)))
                 }
             }
             ["api", "v1", "session"] => Ok(h::json(StatusCode::OK, &json!({"type": "session", "csrf": session.csrf}))),

@@ -191,6 +191,7 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) 
         field("tag", "Tag", &f.tag),
         field("path", "Path", &f.path)
     );
+    b.push_str(&find_form(repo, ""));
     b.push_str(&charts(snaps));
     b.push_str(&format!(
         "<form method=\"get\" action=\"/repos/{}/diff\"><table><caption>{} snapshots, newest first; pick two to compare \
@@ -363,6 +364,51 @@ pub fn diff(csrf: &str, repo: &str, d: &crate::repos::Compared) -> String {
         b.push_str(&format!("<p>Only the first {} changes are listed.</p>", d.changes.len()));
     }
     layout(&format!("Changes in {repo}"), Some(csrf), &b)
+}
+
+/// Entries found by name.
+pub fn found(csrf: &str, repo: &str, pattern: &str, found: &[crate::repos::Found], full: bool) -> String {
+    let mut b = find_form(repo, pattern);
+    b.push_str(&format!(
+        "<table><caption>{} entries named {}, newest snapshot first</caption><thead><tr><th scope=\"col\">Snapshot</th>\
+         <th scope=\"col\">Path</th><th scope=\"col\">Size</th><th scope=\"col\">Modified</th><th scope=\"col\">Get</th>\
+         </tr></thead><tbody>",
+        found.len(),
+        esc(pattern)
+    ));
+    for f in found {
+        let base = format!("/repos/{}/snapshots/{}", esc(repo), f.snapshot.to_hex());
+        let dir = f.path.rsplitn(2, |b| *b == b'/').nth(1).unwrap_or_default();
+        let get = if f.node.kind == NodeKind::File {
+            format!("<a href=\"{base}/download?path={}\">Download</a>", encode_query(&f.path))
+        } else {
+            String::new()
+        };
+        b.push_str(&format!(
+            "<tr><td><code>{}</code> {}</td><td><a href=\"{base}?path={}\">{}</a></td><td>{}</td><td>{}</td><td>{get}</td></tr>",
+            f.snapshot.short(),
+            esc(&f.time),
+            encode_query(dir),
+            shown_path(&f.path),
+            if f.node.kind == NodeKind::File { bytes(f.node.size) } else { String::new() },
+            tree_time(f.node.mtime.0, f.node.mtime.1)
+        ));
+    }
+    b.push_str("</tbody></table>");
+    if full {
+        b.push_str(&format!("<p>Only the first {} are listed: narrow the pattern.</p>", found.len()));
+    }
+    layout(&format!("Find in {repo}"), Some(csrf), &b)
+}
+
+fn find_form(repo: &str, pattern: &str) -> String {
+    format!(
+        "<form method=\"get\" action=\"/repos/{}/find\" class=\"filter\" role=\"search\"><label for=\"pattern\">Find by \
+         name (*, ?, [..]; a pattern with / matches the path)<input id=\"pattern\" name=\"pattern\" value=\"{}\" required>\
+         </label><button type=\"submit\">Find</button></form>",
+        esc(repo),
+        esc(pattern)
+    )
 }
 
 /// `n` bytes in binary units.

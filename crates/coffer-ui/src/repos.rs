@@ -249,6 +249,61 @@ impl RepoView {
     }
 }
 
+/// An entry found by name: its snapshot, its path (relative to the root) and node.
+pub struct Found {
+    pub snapshot: Id,
+    pub time: String,
+    pub path: Vec<u8>,
+    pub node: Node,
+}
+
+impl RepoView {
+    /// Entries whose name matches the glob `pattern` (a pattern holding `/`
+    /// matches the whole path), in snapshot `only` or in every snapshot newest
+    /// first, at most `limit`; a snapshot whose root tree was searched already
+    /// is not searched again. Says whether the search stopped at the limit.
+    pub fn find(&self, pattern: &str, only: Option<&str>, limit: usize) -> Result<(Vec<Found>, bool), ViewError> {
+        use std::os::unix::ffi::OsStrExt;
+        let patterns = coffer_core::ops::find::NamePatterns::new(&[pattern.to_string()], false)
+            .map_err(|e| ViewError::BadRequest(e.to_string()))?;
+        let snaps: Vec<(Id, Snapshot)> = match only {
+            Some(id) => vec![self.snapshot(id)?],
+            None => self.snapshots()?.iter().rev().cloned().collect(),
+        };
+        let repo = self.repo()?;
+        let mut out = Vec::new();
+        let mut searched = std::collections::HashSet::new();
+        // The walk is stopped by an error from the callback, told from a real one by this.
+        let mut full = false;
+        for (id, snap) in snaps {
+            if !searched.insert(snap.tree) {
+                continue;
+            }
+            let r = coffer_core::ops::find::find(
+                repo,
+                snap.tree,
+                &patterns,
+                &mut |path, node| {
+                    if out.len() >= limit {
+                        full = true;
+                        return Err(coffer_core::Error::InvalidInput("the search reached its limit".into()));
+                    }
+                    let rel = path.as_os_str().as_bytes().strip_prefix(b"/").unwrap_or_default().to_vec();
+                    out.push(Found { snapshot: id, time: snap.time.clone(), path: rel, node: node.clone() });
+                    Ok(())
+                },
+                &mut |_| Ok(()),
+            );
+            match r {
+                Ok(_) => {}
+                Err(_) if full => return Ok((out, true)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((out, false))
+    }
+}
+
 fn path_of(parts: &[&[u8]]) -> Vec<u8> {
     parts.join(&b'/')
 }
@@ -332,6 +387,24 @@ mod tests {
         assert!(matches!(v.list(&id, b"nothing", 0, 1), Err(ViewError::NotFound(_))));
         assert!(matches!(v.list(&"0".repeat(64), b"", 0, 1), Err(ViewError::NotFound(_))));
         assert!(matches!(v.list("zz", b"", 0, 1), Err(ViewError::BadRequest(_))));
+    }
+
+    #[test]
+    fn names_are_found_across_snapshots_up_to_a_limit() {
+        let r = test_repo();
+        let (a, _) =
+            r.snapshot(&TestTree::new().dir("d", TestTree::new().file("report.txt", &[b"1"])).file("x.bin", &[b"x"]));
+        let (b, _) = r.snapshot(&TestTree::new().file("report.txt", &[b"2"]).file("other.txt", &[b"3"]));
+        let v = RepoView::new(RepoSource { name: "t".into(), location: "test".into(), repo: Ok(Arc::new(r.reopen())) });
+        v.repo().unwrap().load_index().unwrap();
+        let (found, full) = v.find("report.*", None, 10).unwrap();
+        let got: Vec<(Id, &[u8])> = found.iter().map(|f| (f.snapshot, f.path.as_slice())).collect();
+        assert_eq!(got, vec![(b, &b"report.txt"[..]), (a, &b"d/report.txt"[..])]);
+        assert!(!full);
+        let (found, full) = v.find("*.txt", None, 2).unwrap();
+        assert_eq!((found.len(), full), (2, true));
+        assert_eq!(v.find("*.bin", Some(&a.to_hex()), 10).unwrap().0.len(), 1);
+        assert!(matches!(v.find("[", None, 10), Err(ViewError::BadRequest(_))));
     }
 
     #[test]

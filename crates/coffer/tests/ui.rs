@@ -153,6 +153,39 @@ fn sessions_csrf_and_hostile_requests() {
         StatusCode::BAD_REQUEST
     );
 
+    // Find by name across snapshots, newest first; the same tree is searched once.
+    let f = ui.json(&s, "/api/v1/repos/default/find?pattern=f0000%5B0-2%5D");
+    let found: Vec<(&str, &str)> = f["found"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["snapshot"].as_str().unwrap(), e["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (id2.as_str(), "f00000"),
+            (&id2, "f00001"),
+            (&id2, "f00002"),
+            (&id, "f00000"),
+            (&id, "f00001"),
+            (&id, "f00002")
+        ],
+        "{f}"
+    );
+    let f = ui.json(&s, &format!("/api/v1/repos/default/find?pattern=added.txt&snapshot={id2}"));
+    let hit = &f["found"][0];
+    let r = ui.get(
+        Some(&s),
+        &format!("/api/v1/repos/default/snapshots/{id2}/content?path={}", hit["path"].as_str().unwrap()),
+    );
+    assert_eq!(r.text().unwrap(), "12345");
+    let f = ui.json(&s, "/api/v1/repos/default/find?pattern=f*&limit=10");
+    assert_eq!((f["found"].as_array().unwrap().len(), f["truncated"].as_bool()), (10, Some(true)));
+    assert_eq!(ui.get(Some(&s), "/api/v1/repos/default/find?pattern=%5B").status(), StatusCode::BAD_REQUEST);
+    let page = ui.get(Some(&s), "/repos/default/find?pattern=added.txt").text().unwrap();
+    assert!(page.contains("1 entries named added.txt") && page.contains("Download"), "{page}");
+
     // Another Host (a page of another site resolving its name to 127.0.0.1): refused.
     let r = ui
         .client

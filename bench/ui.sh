@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# bench/ui.sh: what the web interface costs and how fast it answers (docs/performance.md, "UI").
+# In one local repository: a directory of ENTRIES files, a FILE_MB MiB file of random bytes, and
+# SNAPS snapshots in all; a jobs file of JOBS jobs on that repository. Then, with `coffer ui`:
+#   (1) idle memory: the UI's RSS after start and after the measurements, against `coffer agent`'s
+#       with the same jobs file, both idle;
+#   (2) the first page (1,000 entries) of the large directory, cold (first request) and warm, as
+#       the server's own time (Server-Timing) and curl's;
+#   (3) the dashboard and the snapshot list, server time, ROUNDS each;
+#   (4) the download of the large file through the UI against `coffer dump` of it, alternating,
+#       ROUNDS each, to /dev/null: wall time and the ratio of throughputs.
+# Usage: bash bench/ui.sh [--entries N] [--file-mb N] [--snaps N] [--jobs N] [--rounds N] [--coffer PATH] [--work DIR]
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+ENTRIES=100000
+FILE_MB=1024
+SNAPS=10000
+JOBS=50
+ROUNDS=3
+WORK=${COFFER_BENCH_WORK:-$BENCH_DIR/work}
+COFFER_BIN=${COFFER_BIN:-$ROOT/target/release/coffer}
+
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --entries) ENTRIES=$2; shift 2 ;;
+        --file-mb) FILE_MB=$2; shift 2 ;;
+        --snaps) SNAPS=$2; shift 2 ;;
+        --jobs) JOBS=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --coffer) COFFER_BIN=$2; shift 2 ;;
+        --work) WORK=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "ui.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ui.sh: $*"; exit 1; }
+[[ -x $COFFER_BIN ]] || die "no coffer binary at $COFFER_BIN (cargo build --release -p coffer, or --coffer PATH)"
+command -v curl >/dev/null || die "curl is needed"
+
+RUN=$WORK/ui-$(date +%Y-%m-%dT%H%M%S)
+mkdir -p "$RUN/home" "$RUN/config" "$RUN/src/big" "$RUN/tiny"
+export HOME=$RUN/home XDG_CONFIG_HOME=$RUN/config XDG_STATE_HOME=$RUN/state
+printf 'bench-password\n' >"$RUN/pass"
+export COFFER_PASSWORD_FILE=$RUN/pass COFFER_REPOSITORY=$RUN/repo
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+log "work directory $RUN"
+
+"$COFFER_BIN" init --kdf-log-n 10 --insecure-kdf >/dev/null
+python3 - "$RUN/src/big" "$ENTRIES" <<'EOF'
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with open(os.path.join(d, f"f{i:07d}"), "w") as f:
+        f.write(str(i))
+EOF
+head -c $((FILE_MB << 20)) /dev/urandom >"$RUN/src/large.bin"
+SNAP=$("$COFFER_BIN" --json backup "$RUN/src" | python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot_id"])')
+log "backed up $ENTRIES entries and $FILE_MB MiB"
+echo x >"$RUN/tiny/x"
+made=1
+t0=$SECONDS
+while ((made < SNAPS)); do
+    # Two at a time, one per core.
+    "$COFFER_BIN" backup --host "host$((made % 4))" "$RUN/tiny" >/dev/null &
+    "$COFFER_BIN" backup --host "host$(((made + 1) % 4))" "$RUN/tiny" >/dev/null
+    wait
+    made=$((made + 2))
+done
+log "$made snapshots in all ($((SECONDS - t0)) s for the small ones)"
+
+{
+    for ((j = 0; j < JOBS; j++)); do
+        printf '[job.j%02d]\nrepository = "%s"\npassword-file = "%s"\npaths = ["%s"]\nschedule = "yearly"\n\n' \
+            "$j" "$RUN/repo" "$RUN/pass" "$RUN/tiny"
+    done
+} >"$RUN/jobs.toml"
+export COFFER_JOBS=$RUN/jobs.toml COFFER_AGENT_STATE=$RUN/state/agent.sqlite
+# A few runs in the history.
+for j in 00 01 02; do "$COFFER_BIN" run "j$j" >/dev/null; done
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+"$COFFER_BIN" agent 2>"$RUN/agent.err" &
+AGENT=$!
+PIDS+=("$AGENT")
+"$COFFER_BIN" ui --listen 127.0.0.1:0 2>"$RUN/ui.err" &
+UI=$!
+PIDS+=("$UI")
+for _ in $(seq 1 600); do grep -q 'serving http' "$RUN/ui.err" && break; sleep 0.1; done
+BASE=$(grep -o 'http://127.0.0.1:[0-9]*' "$RUN/ui.err" | head -1)
+[[ -n $BASE ]] || die "coffer ui did not start: $(cat "$RUN/ui.err")"
+sleep 10
+UI_RSS0=$(rss_kib "$UI")
+AGENT_RSS=$(rss_kib "$AGENT")
+TOKEN=$(cat "$RUN/state/coffer/ui/login-token")
+curl -sf -c "$RUN/jar" -H 'Content-Type: application/json' -d "{\"secret\": \"$TOKEN\"}" "$BASE/api/v1/login" >/dev/null
+
+# server_ms URL: the Server-Timing of one GET, in ms; curl's total time after it.
+server_ms() {
+    local out
+    out=$(curl -s -b "$RUN/jar" -o /dev/null -D - -w 'total=%{time_total}\n' "$1")
+    printf '%s %s\n' "$(grep -i '^server-timing:' <<<"$out" | sed 's/.*dur=\([0-9.]*\).*/\1/' | tr -d '\r')" \
+        "$(grep '^total=' <<<"$out" | cut -d= -f2)"
+}
+REL=${RUN#/}/src
+read -r COLD_S COLD_T < <(server_ms "$BASE/api/v1/repos/default/snapshots/$SNAP/entries?path=$REL/big&limit=1000")
+read -r WARM_S WARM_T < <(server_ms "$BASE/api/v1/repos/default/snapshots/$SNAP/entries?path=$REL/big&offset=50000&limit=1000")
+read -r PAGE_S PAGE_T < <(server_ms "$BASE/repos/default/snapshots/$SNAP?path=$REL/big")
+echo "first page of $ENTRIES entries: cold ${COLD_S} ms server (${COLD_T} s curl), warm ${WARM_S} ms (${WARM_T} s), HTML page ${PAGE_S} ms"
+for ((r = 1; r <= ROUNDS; r++)); do
+    read -r D_S D_T < <(server_ms "$BASE/")
+    read -r L_S L_T < <(server_ms "$BASE/repos/default")
+    read -r A_S A_T < <(server_ms "$BASE/api/v1/jobs")
+    echo "round $r: dashboard ($JOBS jobs, $made snapshots) ${D_S} ms server (${D_T} s curl); snapshot list ${L_S} ms; /api/v1/jobs ${A_S} ms"
+done
+
+for ((r = 1; r <= ROUNDS; r++)); do
+    for what in ui dump; do
+        t=$(date +%s.%N)
+        if [[ $what == ui ]]; then
+            curl -sf -b "$RUN/jar" -o /dev/null "$BASE/api/v1/repos/default/snapshots/$SNAP/content?path=$REL/large.bin"
+        else
+            "$COFFER_BIN" dump "$SNAP" "/$REL/large.bin" >/dev/null
+        fi
+        e=$(date +%s.%N)
+        printf -v "T_$what" '%s' "$(awk -v a="$t" -v b="$e" 'BEGIN {printf "%.2f", b - a}')"
+    done
+    echo "round $r: download through the UI ${T_ui} s, coffer dump ${T_dump} s; UI throughput / dump's = $(awk -v u="$T_ui" -v d="$T_dump" 'BEGIN {printf "%.3f", d / u}')"
+done
+sleep 5
+UI_RSS1=$(rss_kib "$UI")
+echo "idle RSS: coffer ui $((UI_RSS0 / 1024)) MiB after start, $((UI_RSS1 / 1024)) MiB after the measurements; coffer agent $((AGENT_RSS / 1024)) MiB; UI above the agent: $(((UI_RSS0 - AGENT_RSS) / 1024)) MiB, $(((UI_RSS1 - AGENT_RSS) / 1024)) MiB"

@@ -110,6 +110,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     let count = todo.len();
     for (i, snap) in todo.into_iter().enumerate() {
         let tree = KopiaTree::new(&server, snap);
+        // The files to read are read ahead, several requests in flight; a dry run reads none.
+        let tree = if a.dry_run { tree } else { tree.feeding(&memo) };
         let label = format!("kopia snapshot {} of {} ({})", snap.id, snap.start.rfc3339, snap.path);
         if a.dry_run {
             let (files, bytes) = to_read(&tree, &memo, &mut seen)?;

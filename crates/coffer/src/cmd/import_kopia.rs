@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
 use crate::cmd::import::{Shown, imported, seed, store, system_time, target, to_read, writer};
-use crate::import::kopia::{Kopia, KopiaTree};
+use crate::import::kopia::{Kopia, KopiaTree, WalkedDirs};
 use crate::{exit, output, repo_open};
 
 /// The program name recorded in snapshots imported from kopia.
@@ -101,6 +101,7 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     let server = kopia.serve()?;
     let (state, key) = writer(&repo, a.dry_run)?;
     let memo = ContentMemo::default();
+    let walked = WalkedDirs::default();
     // What the snapshot imported last holds is not read again.
     let last = done.last.as_ref().and_then(|(tree, id)| Some((*tree, listed.good.iter().find(|s| s.id == *id)?)));
     if let Some((tree, snap)) = last {
@@ -111,7 +112,7 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     for (i, snap) in todo.into_iter().enumerate() {
         let tree = KopiaTree::new(&server, snap);
         // The files to read are read ahead, several requests in flight; a dry run reads none.
-        let tree = if a.dry_run { tree } else { tree.feeding(&memo) };
+        let tree = if a.dry_run { tree } else { tree.feeding(&memo, &walked) };
         let label = format!("kopia snapshot {} of {} ({})", snap.id, snap.start.rfc3339, snap.path);
         if a.dry_run {
             let (files, bytes) = to_read(&tree, &memo, &mut seen)?;

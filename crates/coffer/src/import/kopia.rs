@@ -16,6 +16,8 @@
 
 mod feed;
 
+pub use feed::WalkedDirs;
+
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -458,8 +460,11 @@ pub struct KopiaTree<'s> {
     components: Vec<Vec<u8>>,
     /// Entries that may still be listed.
     budget: AtomicU64,
-    /// What the import knows already: files whose content it holds are not fed.
-    memo: Option<&'s ContentMemo>,
+    /// What the import knows already: files whose content it holds are not fed,
+    /// directories walked by an earlier snapshot's feed are not walked again.
+    memo: Option<(&'s ContentMemo, &'s WalkedDirs)>,
+    /// Directories the feed listed, kept for the import's own walk.
+    listings: feed::Listings,
 }
 
 impl<'s> KopiaTree<'s> {
@@ -491,13 +496,14 @@ impl<'s> KopiaTree<'s> {
             components.push(name.as_bytes().to_vec());
         }
         let budget = AtomicU64::new(Self::entries_allowed(&snap.root));
-        KopiaTree { server, root: snap.root.clone(), components, budget, memo: None }
+        KopiaTree { server, root: snap.root.clone(), components, budget, memo: None, listings: Default::default() }
     }
 
     /// Feeds the import ([`ForeignTree::feed`]) the files whose content `memo`
-    /// does not hold, read ahead with several requests in flight.
-    pub fn feeding(mut self, memo: &'s ContentMemo) -> Self {
-        self.memo = Some(memo);
+    /// does not hold, read ahead with several requests in flight, passing over the
+    /// directories `walked` holds (and adding those it walks).
+    pub fn feeding(mut self, memo: &'s ContentMemo, walked: &'s WalkedDirs) -> Self {
+        self.memo = Some((memo, walked));
         self
     }
 
@@ -587,9 +593,13 @@ impl<'s> KopiaTree<'s> {
         if above.contains(this) {
             return Err(format!("kopia's directory {object} holds itself (a cycle): it is left out"));
         }
-        let json = self.server.read(object, k::MAX_DIR_JSON, "directory")?;
-        let dir = k::parse_dir(&json, object).map_err(|e| e.to_string())?;
-        drop(json);
+        let dir = match self.listings.take(object) {
+            Some(dir) => dir,
+            None => {
+                let json = self.server.read(object, k::MAX_DIR_JSON, "directory")?;
+                k::parse_dir(&json, object).map_err(|e| e.to_string())?
+            }
+        };
         self.spend((dir.entries.len() + dir.refused.len()) as u64)?;
         let mut listing = Listing::default();
         for (name, why) in dir.refused {
@@ -640,11 +650,12 @@ impl ForeignTree for KopiaTree<'_> {
     /// once), read ahead. A file whose object fails to read is not remembered: the
     /// import opens it again when it meets it, and lists it with that error.
     fn feed(&self, store: &mut Store<'_>) -> coffer_core::error::Result<Result<(), String>> {
-        let Some(memo) = self.memo else { return Ok(Ok(())) };
+        let Some((memo, walked)) = self.memo else { return Ok(Ok(())) };
         let path: PathBuf = std::iter::once(Path::new("/"))
             .chain(self.components.iter().map(|c| Path::new(OsStr::from_bytes(c))))
             .collect();
-        let walk = feed::FileWalk::new(self.server, memo, &self.root, path, Self::entries_allowed(&self.root));
+        let known = feed::Known { memo, walked, listings: &self.listings };
+        let walk = feed::FileWalk::new(self.server, known, &self.root, path, Self::entries_allowed(&self.root));
         feed::read_ahead(self.server, walk, feed::FeedLimits::default(), |file, reader| {
             // A content that fails to read is read again by `open`, which gives its error.
             let _ = store(Fed { key: file.key, path: &file.path, reader, size: file.size })?;

@@ -393,32 +393,101 @@ impl Read for FeedReader<'_> {
     }
 }
 
+/// The directories the feeds of one import walked to their end: every file below
+/// one was then known or fed, so the walk of a later snapshot passes it over (kopia
+/// names a directory by its manifest's content: the same object is the same tree).
+/// It grows with the distinct directories imported, as the import's memo grows with
+/// the distinct files.
+#[derive(Default)]
+pub struct WalkedDirs(Mutex<HashSet<String>>);
+
+impl WalkedDirs {
+    fn contains(&self, object: &str) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains(object)
+    }
+
+    fn insert(&self, object: String) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(object);
+    }
+}
+
+/// The most bytes of directory listings the feed keeps for the import's own walk
+/// (counted as [`Listings::cost`] estimates them); beyond, that walk asks the server again.
+const LISTINGS_BYTES: u64 = 32 << 20;
+
+/// Directories the feed's walk listed, by object, until the import's own walk
+/// lists them (each is taken once; a directory met twice is asked for again).
+#[derive(Default)]
+pub(super) struct Listings(Mutex<(HashMap<String, k::Dir>, u64)>);
+
+impl Listings {
+    /// The bytes a listing holds in memory, about.
+    fn cost(dir: &k::Dir) -> u64 {
+        let entries: usize = dir.entries.iter().map(|e| e.name.len() + e.object.len() + 128).sum();
+        let refused: usize = dir.refused.iter().map(|(n, w)| n.len() + w.len() + 48).sum();
+        (entries + refused + 64) as u64
+    }
+
+    fn put(&self, object: &str, dir: &k::Dir) {
+        let cost = Self::cost(dir);
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.1 + cost <= LISTINGS_BYTES && !m.0.contains_key(object) {
+            m.0.insert(object.to_string(), dir.clone());
+            m.1 += cost;
+        }
+    }
+
+    /// The listing of directory `object`, if the feed kept it.
+    pub(super) fn take(&self, object: &str) -> Option<k::Dir> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = m.0.remove(object)?;
+        m.1 -= Self::cost(&dir);
+        Some(dir)
+    }
+}
+
+/// What the import knows, for the feed's walk.
+pub(super) struct Known<'a> {
+    /// The contents stored.
+    pub memo: &'a ContentMemo,
+    /// The directories walked by earlier feeds.
+    pub walked: &'a WalkedDirs,
+    /// Where the listings are kept for the import's walk.
+    pub listings: &'a Listings,
+}
+
 /// The files of a kopia snapshot whose content the memo does not hold, depth first
-/// in the order kopia lists them, each content once. A directory that cannot be
-/// read is passed over (the import's own walk lists it); a crafted tree is cut as
-/// the import's walk cuts it: no deeper than [`FOREIGN_MAX_DEPTH`], no directory
-/// inside itself, no more entries than `budget`.
+/// in the order kopia lists them, each content once, passing over the directories
+/// an earlier snapshot's walk went through. A directory that cannot be read is
+/// passed over (the import's own walk lists it); a crafted tree is cut as the
+/// import's walk cuts it: no deeper than [`FOREIGN_MAX_DEPTH`], no directory inside
+/// itself, no more entries than `budget`.
 pub(super) struct FileWalk<'a> {
     server: &'a super::Server,
-    memo: &'a ContentMemo,
+    known: Known<'a>,
     /// The directories entered: their path, object and entries still to see.
     stack: Vec<(PathBuf, String, std::vec::IntoIter<k::Entry>)>,
     /// The root entry, when it is a file.
     single: Option<FeedFile>,
     fed: HashSet<[u8; 32]>,
     budget: u64,
+    /// Whether a directory was passed over for what it is (unreadable, too deep,
+    /// a cycle, past the budget): the directories above it are then not recorded
+    /// as walked.
+    cut: bool,
 }
 
 impl<'a> FileWalk<'a> {
     /// The walk from the snapshot's root entry `root`, placed at `path`.
     pub(super) fn new(
         server: &'a super::Server,
-        memo: &'a ContentMemo,
+        known: Known<'a>,
         root: &k::Entry,
         path: PathBuf,
         budget: u64,
     ) -> Self {
-        let mut w = FileWalk { server, memo, stack: Vec::new(), single: None, fed: HashSet::new(), budget };
+        let mut w =
+            FileWalk { server, known, stack: Vec::new(), single: None, fed: HashSet::new(), budget, cut: false };
         match root.kind {
             EntryType::Dir => w.enter(path, &root.object),
             EntryType::File => w.single = w.wanted(root, path),
@@ -428,24 +497,34 @@ impl<'a> FileWalk<'a> {
     }
 
     fn enter(&mut self, path: PathBuf, object: &str) {
-        if self.stack.len() >= FOREIGN_MAX_DEPTH || self.stack.iter().any(|(_, o, _)| o == object) {
+        if self.known.walked.contains(object) {
             return;
         }
-        let Ok(json) = self.server.read(object, k::MAX_DIR_JSON, "directory") else { return };
-        let Ok(dir) = k::parse_dir(&json, object) else { return };
+        if self.stack.len() >= FOREIGN_MAX_DEPTH || self.stack.iter().any(|(_, o, _)| o == object) {
+            self.cut = true;
+            return;
+        }
+        let dir =
+            self.server.read(object, k::MAX_DIR_JSON, "directory").ok().and_then(|j| k::parse_dir(&j, object).ok());
+        let Some(dir) = dir else {
+            self.cut = true;
+            return;
+        };
         let n = (dir.entries.len() + dir.refused.len()) as u64;
         let Some(left) = self.budget.checked_sub(n) else {
             self.budget = 0;
+            self.cut = true;
             return;
         };
         self.budget = left;
+        self.known.listings.put(object, &dir);
         self.stack.push((path, object.to_string(), dir.entries.into_iter()));
     }
 
     /// The file of entry `e` at `path`, unless its content is known or fed already.
     fn wanted(&mut self, e: &k::Entry, path: PathBuf) -> Option<FeedFile> {
         let key = super::content_key(&e.object);
-        if self.memo.knows(&key) || !self.fed.insert(key) {
+        if self.known.memo.knows(&key) || !self.fed.insert(key) {
             return None;
         }
         Some(FeedFile { key, path, size: e.size, object: e.object.clone() })
@@ -468,7 +547,10 @@ impl Iterator for FileWalk<'_> {
         loop {
             let (dir, _, entries) = self.stack.last_mut()?;
             let Some(e) = entries.next() else {
-                self.stack.pop();
+                let (_, object, _) = self.stack.pop().expect("not empty");
+                if !self.cut {
+                    self.known.walked.insert(object);
+                }
                 continue;
             };
             if !kept_name(&e.name) {

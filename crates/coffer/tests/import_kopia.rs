@@ -83,8 +83,13 @@ impl Kopia {
     }
 
     fn import(&self, env: &Env, extra: &[&str], password: &str) -> Output {
+        self.import_spec(env, extra, &format!("kopia:{}", self.config.display()), password)
+    }
+
+    /// `coffer import EXTRA SPEC` with kopia's environment.
+    fn import_spec(&self, env: &Env, extra: &[&str], spec: &str, password: &str) -> Output {
         let mut c = env.cmd();
-        c.env("COFFER_KOPIA", &self.bin).arg("import").args(extra).arg(format!("kopia:{}", self.config.display()));
+        c.env("COFFER_KOPIA", &self.bin).arg("import").args(extra).arg(spec);
         self.environment(&mut c, password);
         c.output().unwrap()
     }
@@ -340,6 +345,50 @@ fn a_tree_of_many_files_imports_through_the_read_ahead() {
     assert_eq!(mine.len(), files as usize);
     assert_eq!(mine, theirs);
     assert_eq!(std::fs::read(under(&c, &src).join("large-b")).unwrap(), random_bytes((5 << 20) + 123, 8));
+}
+
+/// `kopia:CONFIG::SNAPSHOT_ID` imports that snapshot alone; the whole repository
+/// imported after it imports the others; an id the repository does not hold is
+/// named.
+#[test]
+fn one_kopia_snapshot_is_imported_by_its_id() {
+    let env = Env::new();
+    let Some(k) = Kopia::init(&env) else { return };
+    let src = env.path("src");
+    make_source(&src);
+    k.snapshot(&src, "monday", "day:monday");
+    std::fs::write(src.join("f4"), random_bytes(33_333, 4444)).unwrap();
+    k.snapshot(&src, "tuesday", "day:tuesday");
+    let manifests = k.snapshots();
+    let second = manifests[1]["id"].as_str().unwrap();
+    let config = k.config.display().to_string();
+
+    let out = k.import_spec(&env, &[], &format!("kopia:{config}::{second}"), PASSWORD);
+    assert_success(&out);
+    assert!(text(&out.stdout).contains("1 snapshots, 0 imported before, 1 to import"), "{}", text(&out.stdout));
+    let snaps = snapshots(&env);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(snaps[0]["imported_from"]["snapshot"], second);
+    let (c, x) = (env.path("coffer"), env.path("kopia"));
+    assert_success(&env.run(&["-q", "restore", &snapshot_ids(&env)[0], "--target", c.to_str().unwrap()]));
+    k.restore(second, &x);
+    let files = |t: BTreeMap<Vec<u8>, String>| -> BTreeMap<Vec<u8>, String> {
+        t.into_iter().filter(|(_, v)| v.starts_with("file ")).collect()
+    };
+    assert_eq!(files(describe(&under(&c, &src))), files(describe(&x)));
+
+    // Run again by id it imports nothing; the whole repository then imports the other.
+    let again = k.import_spec(&env, &[], &format!("kopia:{config}::{second}"), PASSWORD);
+    assert_success(&again);
+    assert!(text(&again.stdout).contains("1 imported before, 0 to import"), "{}", text(&again.stdout));
+    let all = k.import(&env, &[], PASSWORD);
+    assert_success(&all);
+    assert!(text(&all.stdout).contains("2 snapshots, 1 imported before, 1 to import"), "{}", text(&all.stdout));
+    assert_eq!(snapshot_ids(&env).len(), 2);
+
+    let out = k.import_spec(&env, &[], &format!("kopia:{config}::0123456789abcdef"), PASSWORD);
+    let err = assert_code(&out, 1);
+    assert!(err.contains("no snapshot \"0123456789abcdef\""), "{err}");
 }
 
 /// kopia's data packs: the blobs of its file system storage under `p/`.

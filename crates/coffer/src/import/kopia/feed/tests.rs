@@ -222,3 +222,42 @@ fn reads_ask_for_a_block_or_what_is_left_and_a_byte() {
     assert_eq!(next_want(1 << 40, false, 1024), 1024);
     assert_eq!(next_want(0, true, 1024), 1024);
 }
+
+fn entry(name: &str) -> k::Entry {
+    k::Entry {
+        name: name.into(),
+        kind: EntryType::File,
+        go_mode: 0o644,
+        size: 1,
+        mtime: (0, 0),
+        uid: 0,
+        gid: 0,
+        object: format!("k{name}"),
+        below: None,
+    }
+}
+
+#[test]
+fn listings_are_kept_once_within_their_bound() {
+    let l = Listings::default();
+    let small = k::Dir { entries: vec![entry("a"), entry("b")], refused: Vec::new() };
+    l.put("d1", &small);
+    assert_eq!(l.take("d1"), Some(small.clone()));
+    assert_eq!(l.take("d1"), None, "taken once");
+    // A listing larger than the bound is not kept; what fits still is.
+    let huge = k::Dir { entries: (0..300_000).map(|i| entry(&format!("{i:0>40}"))).collect(), refused: Vec::new() };
+    assert!(Listings::cost(&huge) > LISTINGS_BYTES);
+    l.put("big", &huge);
+    assert_eq!(l.take("big"), None);
+    l.put("d2", &small);
+    assert_eq!(l.take("d2"), Some(small));
+    assert_eq!(l.0.lock().unwrap().1, 0, "nothing counted once all is taken");
+}
+
+#[test]
+fn walked_directories_are_remembered() {
+    let w = WalkedDirs::default();
+    assert!(!w.contains("kdir"));
+    w.insert("kdir".into());
+    assert!(w.contains("kdir"));
+}

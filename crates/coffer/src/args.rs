@@ -145,9 +145,10 @@ pub enum Command {
     /// (--from-repo), sending only what this one lacks.
     #[command(after_help = EXIT_CODES)]
     Copy(CopyArgs),
-    /// Import every snapshot of a restic repository (restic:LOCATION) or every
-    /// archive of a borg repository (borg:REPO[::ARCHIVE]), oldest first; run
-    /// again, only those not imported before.
+    /// Import every snapshot of a restic repository (restic:LOCATION), every
+    /// archive of a borg repository (borg:REPO[::ARCHIVE]) or every snapshot of
+    /// a kopia repository (kopia:[CONFIG_FILE][::SNAPSHOT_ID]), oldest first;
+    /// run again, only those not imported before.
     #[command(after_help = EXIT_CODES)]
     Import(ImportArgs),
     /// Store a tar archive (a file, or `-` for standard input) as a snapshot:
@@ -455,9 +456,10 @@ pub struct ImportArgs {
     /// The repository to import: restic:LOCATION, where LOCATION is any
     /// location coffer reads (a directory, s3:…, sftp:…), or
     /// borg:REPO[::ARCHIVE] as borg takes it (through the installed borg, or
-    /// the one COFFER_BORG names), or kopia:[CONFIG_FILE], a kopia repository
-    /// by its kopia config file (kopia's default one when none is named;
-    /// through the installed kopia, or the one COFFER_KOPIA names).
+    /// the one COFFER_BORG names), or kopia:[CONFIG_FILE][::SNAPSHOT_ID], a
+    /// kopia repository by its kopia config file (kopia's default one when none
+    /// is named; through the installed kopia, or the one COFFER_KOPIA names),
+    /// or only the snapshot of that manifest id.
     #[arg(value_name = "SOURCE")]
     pub source: String,
     /// Read the source repository's passphrase from this file (first line).

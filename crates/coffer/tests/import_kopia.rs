@@ -83,8 +83,13 @@ impl Kopia {
     }
 
     fn import(&self, env: &Env, extra: &[&str], password: &str) -> Output {
+        self.import_spec(env, extra, &format!("kopia:{}", self.config.display()), password)
+    }
+
+    /// `coffer import EXTRA SPEC` with kopia's environment.
+    fn import_spec(&self, env: &Env, extra: &[&str], spec: &str, password: &str) -> Output {
         let mut c = env.cmd();
-        c.env("COFFER_KOPIA", &self.bin).arg("import").args(extra).arg(format!("kopia:{}", self.config.display()));
+        c.env("COFFER_KOPIA", &self.bin).arg("import").args(extra).arg(spec);
         self.environment(&mut c, password);
         c.output().unwrap()
     }
@@ -292,6 +297,98 @@ fn a_damaged_kopia_file_is_left_out_and_listed() {
     assert_success(&env.run(&["-q", "restore", &snapshot_ids(&env)[1], "--target", c.to_str().unwrap()]));
     assert_eq!(std::fs::read(under(&c, &src).join("good")).unwrap(), random_bytes(1000, 1));
     assert!(!under(&c, &src).join("bad").exists(), "a file kopia cannot read is not restored as if whole");
+}
+
+/// Many small files in many directories, copies of one content, an empty file and
+/// files larger than a block of the read-ahead: all come through the read-ahead
+/// (several requests in flight, handed over in order) and restore as kopia restores
+/// them; each content is read once.
+#[test]
+fn a_tree_of_many_files_imports_through_the_read_ahead() {
+    let env = Env::new();
+    let Some(k) = Kopia::init(&env) else { return };
+    let src = env.path("src");
+    for d in 0..12u64 {
+        let dir = src.join(format!("d{d:02}"));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        for f in 0..40u64 {
+            let n = (d * 40 + f) as usize;
+            std::fs::write(dir.join(format!("f{f:02}")), random_bytes(n * 13 % 9000, d * 100 + f)).unwrap();
+        }
+        std::fs::write(dir.join("sub").join("same"), b"one content, twelve names").unwrap();
+    }
+    std::fs::write(src.join("empty"), b"").unwrap();
+    // Larger than a block (1 MiB), streamed a block at a time.
+    std::fs::write(src.join("large-a"), random_bytes(3 << 20, 7)).unwrap();
+    std::fs::write(src.join("large-b"), random_bytes((5 << 20) + 123, 8)).unwrap();
+    k.snapshot(&src, "many", "n:1");
+    let manifests = k.snapshots();
+
+    let out = k.import(&env, &["--json"], PASSWORD);
+    assert_success(&out);
+    let lines: Vec<serde_json::Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let done: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "imported").collect();
+    assert_eq!(done.len(), 1, "{lines:?}");
+    assert_eq!(done[0]["incomplete"], false, "{}", done[0]);
+    let summary = &done[0]["summary"];
+    // 480 small files and the two large ones read; the twelve copies are one
+    // content, read once (the empty file is a content too).
+    let files = 12 * 40 + 2 + 12 + 1;
+    assert_eq!(summary["files_new"].as_u64().unwrap() + summary["files_unchanged"].as_u64().unwrap(), files);
+    let (c, x) = (env.path("coffer"), env.path("kopia"));
+    assert_success(&env.run(&["-q", "restore", &snapshot_ids(&env)[0], "--target", c.to_str().unwrap()]));
+    k.restore(manifests[0]["id"].as_str().unwrap(), &x);
+    let undated = |t: BTreeMap<Vec<u8>, String>| -> BTreeMap<Vec<u8>, String> {
+        t.into_iter().filter(|(_, v)| !v.starts_with("dir ")).collect()
+    };
+    let (mine, theirs) = (undated(describe(&under(&c, &src))), undated(describe(&x)));
+    assert_eq!(mine.len(), files as usize);
+    assert_eq!(mine, theirs);
+    assert_eq!(std::fs::read(under(&c, &src).join("large-b")).unwrap(), random_bytes((5 << 20) + 123, 8));
+}
+
+/// `kopia:CONFIG::SNAPSHOT_ID` imports that snapshot alone; the whole repository
+/// imported after it imports the others; an id the repository does not hold is
+/// named.
+#[test]
+fn one_kopia_snapshot_is_imported_by_its_id() {
+    let env = Env::new();
+    let Some(k) = Kopia::init(&env) else { return };
+    let src = env.path("src");
+    make_source(&src);
+    k.snapshot(&src, "monday", "day:monday");
+    std::fs::write(src.join("f4"), random_bytes(33_333, 4444)).unwrap();
+    k.snapshot(&src, "tuesday", "day:tuesday");
+    let manifests = k.snapshots();
+    let second = manifests[1]["id"].as_str().unwrap();
+    let config = k.config.display().to_string();
+
+    let out = k.import_spec(&env, &[], &format!("kopia:{config}::{second}"), PASSWORD);
+    assert_success(&out);
+    assert!(text(&out.stdout).contains("1 snapshots, 0 imported before, 1 to import"), "{}", text(&out.stdout));
+    let snaps = snapshots(&env);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(snaps[0]["imported_from"]["snapshot"], second);
+    let (c, x) = (env.path("coffer"), env.path("kopia"));
+    assert_success(&env.run(&["-q", "restore", &snapshot_ids(&env)[0], "--target", c.to_str().unwrap()]));
+    k.restore(second, &x);
+    let files = |t: BTreeMap<Vec<u8>, String>| -> BTreeMap<Vec<u8>, String> {
+        t.into_iter().filter(|(_, v)| v.starts_with("file ")).collect()
+    };
+    assert_eq!(files(describe(&under(&c, &src))), files(describe(&x)));
+
+    // Run again by id it imports nothing; the whole repository then imports the other.
+    let again = k.import_spec(&env, &[], &format!("kopia:{config}::{second}"), PASSWORD);
+    assert_success(&again);
+    assert!(text(&again.stdout).contains("1 imported before, 0 to import"), "{}", text(&again.stdout));
+    let all = k.import(&env, &[], PASSWORD);
+    assert_success(&all);
+    assert!(text(&all.stdout).contains("2 snapshots, 1 imported before, 1 to import"), "{}", text(&all.stdout));
+    assert_eq!(snapshot_ids(&env).len(), 2);
+
+    let out = k.import_spec(&env, &[], &format!("kopia:{config}::0123456789abcdef"), PASSWORD);
+    let err = assert_code(&out, 1);
+    assert!(err.contains("no snapshot \"0123456789abcdef\""), "{err}");
 }
 
 /// kopia's data packs: the blobs of its file system storage under `p/`.

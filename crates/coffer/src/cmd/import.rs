@@ -38,8 +38,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs) -> Result<u8> {
         bail!(
             "{:?} does not say what to import: give restic:LOCATION (LOCATION is any location coffer reads: a \
              directory, s3:…, sftp:…), borg:REPO[::ARCHIVE] (as borg takes them; borg must be installed) or \
-             kopia:[CONFIG_FILE] (kopia's config file of the repository, else its default one; kopia must be \
-             installed)",
+             kopia:[CONFIG_FILE][::SNAPSHOT_ID] (kopia's config file of the repository, else its default one; \
+             kopia must be installed)",
             a.source
         );
     };

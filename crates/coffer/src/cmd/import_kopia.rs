@@ -1,11 +1,11 @@
-//! `coffer import kopia:[CONFIG_FILE]`: every snapshot of a kopia repository
-//! stored as a snapshot, oldest first, through the user's `kopia`
-//! (docs/design.md#import-from-kopia). Run again, it imports only the snapshots
+//! `coffer import kopia:[CONFIG_FILE][::SNAPSHOT_ID]`: every snapshot of a kopia
+//! repository (or the one named) stored as a snapshot, oldest first, through the
+//! user's `kopia` (docs/design.md#import-from-kopia). Run again, it imports only the snapshots
 //! not imported before, found by the manifest ids the snapshots record.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use coffer_core::format::snapshot::ImportedFrom;
 use coffer_core::ops::backup::{BackupOptions, ContentMemo, ForeignSource};
 use coffer_import::kopia::{Snapshot, parse_snapshots, parse_status};
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::args::{GlobalArgs, ImportArgs};
 use crate::cmd::import::{Shown, imported, seed, store, system_time, target, to_read, writer};
-use crate::import::kopia::{Kopia, KopiaTree};
+use crate::import::kopia::{Kopia, KopiaTree, WalkedDirs};
 use crate::{exit, output, repo_open};
 
 /// The program name recorded in snapshots imported from kopia.
@@ -67,7 +67,18 @@ fn tags(s: &Snapshot) -> Vec<String> {
     out
 }
 
+/// `CONFIG_FILE[::SNAPSHOT_ID]`: the config file (empty for kopia's default one) and
+/// the one snapshot named, if one is.
+fn split_spec(spec: &str) -> (&str, Option<&str>) {
+    match spec.rsplit_once("::") {
+        Some((c, id)) if !id.is_empty() => (c, Some(id)),
+        Some((c, _)) => (c, None),
+        None => (spec, None),
+    }
+}
+
 pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
+    let (spec, only) = split_spec(spec);
     let config = if spec.is_empty() { default_config()? } else { PathBuf::from(spec) };
     let program = std::env::var_os("COFFER_KOPIA").map(PathBuf::from).unwrap_or_else(|| "kopia".into());
     let password = crate::password::read_import_source_if_given(a.from_password_file.as_deref())?;
@@ -75,7 +86,22 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     let status = kopia.output(&["repository", "status", "--json"], STATUS_LIMIT)?;
     let status = parse_status(&status).context("cannot read what `kopia repository status --json` printed")?;
     let listed = kopia.output(&["snapshot", "list", "--all", "--json"], LIST_LIMIT)?;
-    let listed = parse_snapshots(&listed).context("cannot read the snapshot list kopia printed")?;
+    let mut listed = parse_snapshots(&listed).context("cannot read the snapshot list kopia printed")?;
+    // Every snapshot stays known for what the one imported last holds; only the one
+    // named is imported.
+    let all = std::mem::take(&mut listed.good);
+    if let Some(id) = only {
+        listed.damaged.retain(|(d, _)| d == id);
+        listed.good = all.iter().filter(|s| s.id == id).cloned().collect();
+        if listed.good.is_empty() && listed.damaged.is_empty() {
+            bail!(
+                "the kopia repository holds no snapshot {id:?}; `kopia snapshot list --all --manifest-id` lists \
+                 them (the id is the manifest's, the first column)"
+            );
+        }
+    } else {
+        listed.good = all.clone();
+    }
     let mut incomplete = false;
     for (id, why) in &listed.damaged {
         incomplete = true;
@@ -101,8 +127,9 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     let server = kopia.serve()?;
     let (state, key) = writer(&repo, a.dry_run)?;
     let memo = ContentMemo::default();
+    let walked = WalkedDirs::default();
     // What the snapshot imported last holds is not read again.
-    let last = done.last.as_ref().and_then(|(tree, id)| Some((*tree, listed.good.iter().find(|s| s.id == *id)?)));
+    let last = done.last.as_ref().and_then(|(tree, id)| Some((*tree, all.iter().find(|s| s.id == *id)?)));
     if let Some((tree, snap)) = last {
         seed(global, &repo, &memo, tree, &KopiaTree::new(&server, snap));
     }
@@ -110,6 +137,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     let count = todo.len();
     for (i, snap) in todo.into_iter().enumerate() {
         let tree = KopiaTree::new(&server, snap);
+        // The files to read are read ahead, several requests in flight; a dry run reads none.
+        let tree = if a.dry_run { tree } else { tree.feeding(&memo, &walked) };
         let label = format!("kopia snapshot {} of {} ({})", snap.id, snap.start.rfc3339, snap.path);
         if a.dry_run {
             let (files, bytes) = to_read(&tree, &memo, &mut seen)?;
@@ -150,4 +179,19 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
     drop(server);
     repo_open::report_bad_copies(global, &repo);
     Ok(if incomplete { exit::INCOMPLETE } else { exit::OK })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_is_named_after_two_colons() {
+        assert_eq!(split_spec(""), ("", None));
+        assert_eq!(split_spec("/a/repository.config"), ("/a/repository.config", None));
+        assert_eq!(split_spec("/a/repository.config::"), ("/a/repository.config", None));
+        assert_eq!(split_spec("/a/repository.config::f00d"), ("/a/repository.config", Some("f00d")));
+        assert_eq!(split_spec("::f00d"), ("", Some("f00d")));
+        assert_eq!(split_spec("/odd::name/repository.config::f00d"), ("/odd::name/repository.config", Some("f00d")));
+    }
 }

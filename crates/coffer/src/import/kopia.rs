@@ -10,9 +10,17 @@
 //! repository's storage, and keeps its server from running maintenance or
 //! scheduled snapshots); the copy lives in a private temporary directory with
 //! the socket, removed when the import ends.
+//!
+//! The files a snapshot's import stores are read ahead, several requests in
+//! flight ([`feed`]), and handed over through [`ForeignTree::feed`].
+
+mod feed;
+
+pub use feed::WalkedDirs;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +29,7 @@ use std::time::Duration;
 
 use coffer_core::format::bytes::Bytes;
 use coffer_core::format::tree::{Node, NodeKind, Timestamp};
-use coffer_core::ops::backup::{ForeignEntry, ForeignTree, Listing, Payload};
+use coffer_core::ops::backup::{ContentMemo, Fed, ForeignEntry, ForeignTree, Listing, Payload, Store};
 use coffer_import::kopia::{self as k, EntryType};
 use zeroize::Zeroizing;
 
@@ -402,6 +410,14 @@ impl Server {
     }
 }
 
+impl feed::Objects for Server {
+    type Body = reqwest::blocking::Response;
+
+    fn get(&self, object: &str) -> Result<Self::Body, String> {
+        Server::get(self, object)
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if self.stderr.is_some() {
@@ -444,6 +460,11 @@ pub struct KopiaTree<'s> {
     components: Vec<Vec<u8>>,
     /// Entries that may still be listed.
     budget: AtomicU64,
+    /// What the import knows already: files whose content it holds are not fed,
+    /// directories walked by an earlier snapshot's feed are not walked again.
+    memo: Option<(&'s ContentMemo, &'s WalkedDirs)>,
+    /// Directories the feed listed, kept for the import's own walk.
+    listings: feed::Listings,
 }
 
 impl<'s> KopiaTree<'s> {
@@ -474,8 +495,21 @@ impl<'s> KopiaTree<'s> {
             };
             components.push(name.as_bytes().to_vec());
         }
-        let recorded = snap.root.below.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
-        KopiaTree { server, root: snap.root.clone(), components, budget: AtomicU64::new(recorded + ENTRIES_SLACK + 1) }
+        let budget = AtomicU64::new(Self::entries_allowed(&snap.root));
+        KopiaTree { server, root: snap.root.clone(), components, budget, memo: None, listings: Default::default() }
+    }
+
+    /// Feeds the import ([`ForeignTree::feed`]) the files whose content `memo`
+    /// does not hold, read ahead with several requests in flight, passing over the
+    /// directories `walked` holds (and adding those it walks).
+    pub fn feeding(mut self, memo: &'s ContentMemo, walked: &'s WalkedDirs) -> Self {
+        self.memo = Some((memo, walked));
+        self
+    }
+
+    /// The entries a snapshot of root entry `root` may list.
+    fn entries_allowed(root: &k::Entry) -> u64 {
+        root.below.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES) + ENTRIES_SLACK + 1
     }
 
     /// The paths the snapshot records: its path, or `/`.
@@ -559,9 +593,13 @@ impl<'s> KopiaTree<'s> {
         if above.contains(this) {
             return Err(format!("kopia's directory {object} holds itself (a cycle): it is left out"));
         }
-        let json = self.server.read(object, k::MAX_DIR_JSON, "directory")?;
-        let dir = k::parse_dir(&json, object).map_err(|e| e.to_string())?;
-        drop(json);
+        let dir = match self.listings.take(object) {
+            Some(dir) => dir,
+            None => {
+                let json = self.server.read(object, k::MAX_DIR_JSON, "directory")?;
+                k::parse_dir(&json, object).map_err(|e| e.to_string())?
+            }
+        };
         self.spend((dir.entries.len() + dir.refused.len()) as u64)?;
         let mut listing = Listing::default();
         for (name, why) in dir.refused {
@@ -606,6 +644,24 @@ impl ForeignTree for KopiaTree<'_> {
     fn open<'a>(&'a self, file: &[u8]) -> Result<Box<dyn Read + Send + 'a>, String> {
         let object = std::str::from_utf8(file).map_err(|_| "a file handle that is not an object id")?;
         Ok(Box::new(self.server.get(object)?))
+    }
+
+    /// The files the import has not stored yet, in the tree's order (each content
+    /// once), read ahead. A file whose object fails to read is not remembered: the
+    /// import opens it again when it meets it, and lists it with that error.
+    fn feed(&self, store: &mut Store<'_>) -> coffer_core::error::Result<Result<(), String>> {
+        let Some((memo, walked)) = self.memo else { return Ok(Ok(())) };
+        let path: PathBuf = std::iter::once(Path::new("/"))
+            .chain(self.components.iter().map(|c| Path::new(OsStr::from_bytes(c))))
+            .collect();
+        let known = feed::Known { memo, walked, listings: &self.listings };
+        let walk = feed::FileWalk::new(self.server, known, &self.root, path, Self::entries_allowed(&self.root));
+        feed::read_ahead(self.server, walk, feed::FeedLimits::default(), |file, reader| {
+            // A content that fails to read is read again by `open`, which gives its error.
+            let _ = store(Fed { key: file.key, path: &file.path, reader, size: file.size })?;
+            Ok::<(), coffer_core::error::Error>(())
+        })?;
+        Ok(Ok(()))
     }
 }
 

@@ -39,7 +39,27 @@ pub struct AgentSettings {
     pub textfile: Option<PathBuf>,
     /// `state = "FILE"`: the state database (None: the binary's default).
     pub state: Option<PathBuf>,
+    /// `ui = true` (127.0.0.1:8347) or `ui = "ADDR:PORT"`: serve the web interface.
+    pub ui: Option<std::net::SocketAddr>,
+    /// `ui-password-file = "FILE"`: the UI's password (its first line).
+    pub ui_password_file: Option<PathBuf>,
+    /// `ui-tls = "generate"`, or `ui-tls-cert`/`ui-tls-key`: the UI's TLS.
+    pub ui_tls: UiTls,
 }
+
+/// The web interface's TLS, as `[agent]` gives it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum UiTls {
+    #[default]
+    None,
+    /// A self-signed certificate made once in the state directory.
+    Generate,
+    /// A certificate chain and its key (PEM files).
+    Files { cert: PathBuf, key: PathBuf },
+}
+
+/// The UI's address when `ui = true`.
+pub const DEFAULT_UI: &str = "127.0.0.1:8347";
 
 /// The kinds of run a job has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -334,7 +354,17 @@ const FORGET_KEYS: &[&str] = &[
 const HOOK_KEYS: &[&str] = &["before", "after-success", "after-failure", "finally", "timeout"];
 const NOTIFY_KEYS: &[&str] =
     &["url", "preset", "smtp", "from", "to", "username", "password-file", "cacert", "rate-limit"];
-const AGENT_KEYS: &[&str] = &["metrics", "metrics-remote", "textfile", "state"];
+const AGENT_KEYS: &[&str] = &[
+    "metrics",
+    "metrics-remote",
+    "textfile",
+    "state",
+    "ui",
+    "ui-password-file",
+    "ui-tls",
+    "ui-tls-cert",
+    "ui-tls-key",
+];
 
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
 const RETRY_DELAY: Duration = Duration::from_secs(60);
@@ -1017,6 +1047,39 @@ fn read_agent(mut t: Table) -> Result<AgentSettings, ConfigError> {
     }
     agent.textfile = t.get("textfile").map(|i| i.path()).transpose()?;
     agent.state = t.get("state").map(|i| i.path()).transpose()?;
+    if let Some(item) = t.get("ui") {
+        let given = match item.as_bool() {
+            Some(false) => None,
+            Some(true) => Some(DEFAULT_UI),
+            None => {
+                Some(item.str().map_err(|_| item.error("expected true, false or an address such as 127.0.0.1:8347"))?)
+            }
+        };
+        if let Some(s) = given {
+            let addr: std::net::SocketAddr = s.trim().parse().map_err(|_| {
+                item.error(format!("{s:?} is not an address and port: give one such as 127.0.0.1:8347, or true"))
+            })?;
+            agent.ui = Some(addr);
+        }
+    }
+    agent.ui_password_file = t.get("ui-password-file").map(|i| i.path()).transpose()?;
+    let cert = t.get("ui-tls-cert");
+    let key = t.get("ui-tls-key");
+    if let Some(item) = t.get("ui-tls") {
+        if item.str()? != "generate" {
+            return Err(item.error("the only value is \"generate\"; or give ui-tls-cert and ui-tls-key"));
+        }
+        if let Some(c) = &cert {
+            return Err(c.error("ui-tls = \"generate\" and ui-tls-cert both given: keep one"));
+        }
+        agent.ui_tls = UiTls::Generate;
+    }
+    match (cert, key) {
+        (Some(c), Some(k)) => agent.ui_tls = UiTls::Files { cert: c.path()?, key: k.path()? },
+        (Some(c), None) => return Err(c.error("ui-tls-cert needs ui-tls-key, the certificate's private key")),
+        (None, Some(k)) => return Err(k.error("ui-tls-key needs ui-tls-cert, the certificate it is the key of")),
+        (None, None) => {}
+    }
     t.finish()?;
     Ok(agent)
 }

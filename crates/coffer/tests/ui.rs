@@ -373,3 +373,60 @@ fn jobs_are_shown_and_run_from_the_ui() {
     let runs = ui.json(&s, "/api/v1/jobs")["runs"].clone();
     assert_eq!(runs[0]["trigger"], "manual", "{runs}");
 }
+
+#[test]
+fn the_agent_serves_the_ui_when_asked() {
+    use std::io::BufRead;
+    let env = Env::new();
+    std::fs::write(env.path("pass"), format!("{PASSWORD}\n")).unwrap();
+    let jobs = |ui: &str| {
+        format!(
+            "[agent]\nui = {ui:?}\n\n[job.home]\nrepository = {:?}\npassword-file = {:?}\npaths = [{:?}]\nschedule = \"yearly\"\n",
+            env.repo().display().to_string(),
+            env.path("pass").display().to_string(),
+            env.path("src").display().to_string()
+        )
+    };
+    let agent = |text: &str| {
+        std::fs::write(env.path("jobs.toml"), text).unwrap();
+        let mut c = env.cmd();
+        c.env("COFFER_JOBS", env.path("jobs.toml"))
+            .env("COFFER_AGENT_STATE", env.path("state/agent.sqlite"))
+            .env("XDG_STATE_HOME", env.path("state"))
+            .env("XDG_CONFIG_HOME", env.path("config"))
+            .arg("agent");
+        c
+    };
+    // Beyond loopback without TLS and a password: the agent does not start.
+    let out = agent(&jobs("0.0.0.0:0")).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("not a loopback address"), "{}", text(&out.stderr));
+
+    let mut child = agent(&jobs("127.0.0.1:0"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let base = loop {
+        let Some(Ok(line)) = lines.next() else { panic!("the agent ended: {seen:?}") };
+        seen.push(line.clone());
+        if let Some(i) = line.find("ui at ") {
+            break line[i + 6..].trim_end_matches('/').to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    // The agent's log is no place for the token: it only says where it is.
+    assert!(!seen.iter().any(|l| l.contains("login token ") && !l.contains("is in")), "{seen:?}");
+    let token = std::fs::read_to_string(env.path("state/coffer/ui/login-token")).unwrap();
+    let client = reqwest::blocking::Client::new();
+    let r = client.post(format!("{base}/api/v1/login")).json(&json!({"secret": token.trim()})).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let v: serde_json::Value =
+        client.get(format!("{base}/api/v1/jobs")).header("cookie", cookie).send().unwrap().json().unwrap();
+    assert!(v["jobs"].as_array().unwrap().iter().any(|k| k["job"] == "home"), "{v}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

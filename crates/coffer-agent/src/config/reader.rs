@@ -190,6 +190,11 @@ impl<'a> Item<'a> {
         self.value.as_bool().ok_or_else(|| self.wrong_type("true or false"))
     }
 
+    /// The value if it is true or false, else None.
+    pub fn as_bool(&self) -> Option<bool> {
+        self.value.as_bool()
+    }
+
     pub fn int(&self, range: RangeInclusive<i64>) -> Result<i64, ConfigError> {
         let expected = format!("an integer from {} to {}", range.start(), range.end());
         let i = self.value.as_integer().ok_or_else(|| self.wrong_type(&expected))?;

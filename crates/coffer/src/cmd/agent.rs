@@ -311,6 +311,34 @@ fn agent(a: &JobsArgs) -> Result<u8> {
         }
         None => None,
     };
+    if let Some(listen) = first.agent.ui {
+        let settings = &first.agent;
+        let serving = crate::cmd::ui::Serving {
+            listen,
+            tls_files: match &settings.ui_tls {
+                coffer_agent::config::UiTls::Files { cert, key } => Some((cert.clone(), key.clone())),
+                _ => None,
+            },
+            tls_generate: settings.ui_tls == coffer_agent::config::UiTls::Generate,
+            hostnames: Vec::new(),
+            password_file: settings.ui_password_file.clone(),
+            sessions: coffer_ui::SessionLimits::default(),
+            show_token: false,
+        };
+        let l = Arc::clone(&log);
+        let ui_log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(move |line| l(format!("ui: {line}")));
+        // The UI shows the jobs as they were at start; a reload (SIGHUP) does not reach it.
+        let ui = crate::cmd::ui::bind(None, &serving, Some(((*first).clone(), Arc::clone(&ctx))), Arc::clone(&ui_log))?;
+        log(format!("ui at {}", crate::cmd::ui::url(&ui, settings.ui_tls != coffer_agent::config::UiTls::None)));
+        std::thread::Builder::new()
+            .name("coffer-agent-ui".into())
+            .spawn(move || {
+                if let Err(e) = ui.run() {
+                    ui_log(format!("stopped: {e}"));
+                }
+            })
+            .context("cannot start the UI's thread")?;
+    }
     let jobs_args = a.jobs.clone();
     let (cfg, st, l) = (Arc::clone(&shared), state.clone(), Arc::clone(&log));
     let options = DaemonOptions {

@@ -92,92 +92,139 @@ fn read_password(file: &std::path::Path) -> Result<Zeroizing<Vec<u8>>> {
     Ok(Zeroizing::new(line.to_vec()))
 }
 
-pub fn run(global: &GlobalArgs, a: &UiArgs) -> Result<u8> {
+/// How the UI is served, by `coffer ui` or by the agent (`[agent] ui`).
+pub struct Serving {
+    pub listen: SocketAddr,
+    /// A certificate chain and its key (PEM).
+    pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// A self-signed certificate, made once into the state directory.
+    pub tls_generate: bool,
+    pub hostnames: Vec<String>,
+    pub password_file: Option<PathBuf>,
+    pub sessions: SessionLimits,
+    /// Print the first login token (`coffer ui` on a terminal); the agent, whose
+    /// standard error is a log, only says where it is.
+    pub show_token: bool,
+}
+
+/// The repositories shown: the global options' (when given) as `default`, then
+/// each job's, once per location.
+fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Config>) -> Result<Vec<RepoSource>> {
     let mut repos: Vec<RepoSource> = Vec::new();
     let mut seen_locations = std::collections::HashSet::new();
-    let (loc, _) = repo_open::location(global)?;
-    let here = loc.to_string();
-    seen_locations.insert(here.clone());
-    repos.push(RepoSource { name: "default".into(), location: here, repo: open(global) });
-    let jobs = if a.no_jobs {
-        None
-    } else {
-        let (config, ctx) = agent::load_for_ui(&a.jobs)?;
-        for job in config.jobs.values() {
-            let g = match job_global(job) {
-                Ok(g) => g,
-                Err(e) => {
-                    let name = name_of(&job.name);
-                    repos.push(RepoSource { name, location: job.repository_label(), repo: Err(format!("{e:#}")) });
-                    continue;
-                }
-            };
-            let location = match repo_open::location(&g) {
-                Ok((l, _)) => l.to_string(),
-                Err(e) => format!("({e})"),
-            };
-            if !seen_locations.insert(location.clone()) {
+    if let Some(g) = global {
+        let (loc, _) = repo_open::location(g)?;
+        seen_locations.insert(loc.to_string());
+        repos.push(RepoSource { name: "default".into(), location: loc.to_string(), repo: open(g) });
+    }
+    for job in config.iter().flat_map(|c| c.jobs.values()) {
+        let mut name = name_of(&job.name);
+        while repos.iter().any(|r| r.name == name) {
+            name.push('_');
+        }
+        let g = match job_global(job) {
+            Ok(g) => g,
+            Err(e) => {
+                repos.push(RepoSource { name, location: job.repository_label(), repo: Err(format!("{e:#}")) });
                 continue;
             }
-            let mut name = name_of(&job.name);
-            while repos.iter().any(|r| r.name == name) {
-                name.push('_');
-            }
+        };
+        let location = match repo_open::location(&g) {
+            Ok((l, _)) => l.to_string(),
+            Err(e) => format!("({e})"),
+        };
+        if seen_locations.insert(location.clone()) {
             repos.push(RepoSource { name, location, repo: open(&g) });
         }
-        let log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|line| eprintln!("coffer ui: {line}"));
-        Some(coffer_ui::Jobs { config, ctx: Arc::new(ctx), log })
-    };
+    }
+    Ok(repos)
+}
+
+/// Opens what the UI shows and binds it. `log` tells what the user is to know.
+pub fn bind(
+    global: Option<&GlobalArgs>,
+    s: &Serving,
+    jobs: Option<(coffer_agent::config::Config, Arc<coffer_agent::run::RunContext>)>,
+    log: Arc<dyn Fn(String) + Send + Sync>,
+) -> Result<Ui> {
+    let repos = sources(global, jobs.as_ref().map(|j| &j.0))?;
     for r in &repos {
         if let Err(e) = &r.repo {
-            repo_open::warn(global, &format!("repository {} ({}): {e}", r.name, r.location));
+            log(format!("warning: repository {} ({}): {e}", r.name, r.location));
         }
     }
-    let tls = if a.tls_generate || a.tls_cert.is_some() {
+    let jobs = jobs.map(|(config, ctx)| coffer_ui::Jobs { config, ctx, log: log.clone() });
+    let tls = if s.tls_generate || s.tls_files.is_some() {
         let dir = repo_open::state_base()?.join("ui");
         coffer_server::state::ensure_dir(&dir)?;
-        let given = a.tls_cert.as_deref().zip(a.tls_key.as_deref());
-        let id = coffer_server::tls::identity(&dir, given, &a.hostnames)?;
-        eprintln!("coffer ui: TLS certificate {} (SHA-256 fingerprint {})", id.cert_path.display(), id.fingerprint);
+        let given = s.tls_files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        let id = coffer_server::tls::identity(&dir, given, &s.hostnames)?;
+        log(format!("TLS certificate {} (SHA-256 fingerprint {})", id.cert_path.display(), id.fingerprint));
         Some(id.config)
     } else {
         None
     };
-    let password = a.password_file.as_deref().map(read_password).transpose()?;
+    let password = s.password_file.as_deref().map(read_password).transpose()?;
     let shown = repo_open::state_base()?.join("ui").join("login-token");
-    let first = std::sync::atomic::AtomicBool::new(true);
+    let first = std::sync::atomic::AtomicBool::new(s.show_token);
     let opts = UiOptions {
-        listen: a.listen,
+        listen: s.listen,
         tls,
         password,
-        sessions: SessionLimits { idle: a.session_idle, lifetime: a.session_lifetime },
+        sessions: s.sessions,
         max_connections: 64,
         on_token: Arc::new(move |token: &str| {
             // The token is shown once, at start, on the terminal; later ones only
             // go to the file (mode 0600), never to a log.
             let written = write_private(&shown, token.as_bytes());
             if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                eprintln!("coffer ui: login token {token}");
+                log(format!("login token {token}"));
             }
             match written {
-                Ok(()) => eprintln!("coffer ui: the login token in force is in {}", shown.display()),
-                Err(e) => eprintln!("coffer ui: cannot write the login token to {}: {e}", shown.display()),
+                Ok(()) => log(format!("the login token in force is in {}", shown.display())),
+                Err(e) => log(format!("cannot write the login token to {}: {e}", shown.display())),
             }
         }),
     };
-    let ui = match Ui::bind(opts, repos, jobs) {
-        Ok(ui) => ui,
-        Err(e @ (coffer_ui::UiError::Exposed(..) | coffer_ui::UiError::BadName(_))) => {
-            crate::output::error(global.json, &anyhow::Error::new(e), exit::USAGE);
-            return Ok(exit::USAGE);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let scheme = if a.tls_generate || a.tls_cert.is_some() { "https" } else { "http" };
+    Ok(Ui::bind(opts, repos, jobs)?)
+}
+
+/// The URL a bound UI is reached at.
+pub fn url(ui: &Ui, tls: bool) -> String {
     let addr = ui.local_addr();
     let host =
         if addr.ip().is_loopback() && addr.is_ipv4() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
-    eprintln!("coffer ui: serving {scheme}://{host}/");
+    format!("{}://{host}/", if tls { "https" } else { "http" })
+}
+
+pub fn run(global: &GlobalArgs, a: &UiArgs) -> Result<u8> {
+    let serving = Serving {
+        listen: a.listen,
+        tls_files: a.tls_cert.clone().zip(a.tls_key.clone()),
+        tls_generate: a.tls_generate,
+        hostnames: a.hostnames.clone(),
+        password_file: a.password_file.clone(),
+        sessions: SessionLimits { idle: a.session_idle, lifetime: a.session_lifetime },
+        show_token: true,
+    };
+    let jobs = if a.no_jobs {
+        None
+    } else {
+        let (config, ctx) = agent::load_for_ui(&a.jobs)?;
+        Some((config, Arc::new(ctx)))
+    };
+    let log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|line| eprintln!("coffer ui: {line}"));
+    let ui = match bind(Some(global), &serving, jobs, log) {
+        Ok(ui) => ui,
+        Err(e)
+            if matches!(e.downcast_ref(), Some(coffer_ui::UiError::Exposed(..) | coffer_ui::UiError::BadName(_))) =>
+        {
+            crate::output::error(global.json, &e, exit::USAGE);
+            return Ok(exit::USAGE);
+        }
+        Err(e) => return Err(e),
+    };
+    eprintln!("coffer ui: serving {}", url(&ui, serving.tls_generate || serving.tls_files.is_some()));
     ui.run()?;
     Ok(exit::OK)
 }

@@ -10,6 +10,9 @@
 #   (4) the download of the large file through the UI against `coffer dump` of it, alternating,
 #       ROUNDS each, to /dev/null: wall time and the ratio of throughputs.
 # Usage: bash bench/ui.sh [--entries N] [--file-mb N] [--snaps N] [--jobs N] [--rounds N] [--coffer PATH] [--work DIR]
+#        [--reuse RUN_DIR]  (measure again on the repository an earlier run made there)
+# Each small snapshot's backup reads the history, so making N of them costs time growing with N^2:
+# 10,000 take about half an hour on two cores.
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,8 +24,9 @@ JOBS=50
 ROUNDS=3
 WORK=${COFFER_BENCH_WORK:-$BENCH_DIR/work}
 COFFER_BIN=${COFFER_BIN:-$ROOT/target/release/coffer}
+REUSE=
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --entries) ENTRIES=$2; shift 2 ;;
@@ -32,6 +36,7 @@ while [[ $# -gt 0 ]]; do
         --rounds) ROUNDS=$2; shift 2 ;;
         --coffer) COFFER_BIN=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
+        --reuse) REUSE=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "ui.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -42,7 +47,7 @@ die() { log "ui.sh: $*"; exit 1; }
 [[ -x $COFFER_BIN ]] || die "no coffer binary at $COFFER_BIN (cargo build --release -p coffer, or --coffer PATH)"
 command -v curl >/dev/null || die "curl is needed"
 
-RUN=$WORK/ui-$(date +%Y-%m-%dT%H%M%S)
+RUN=${REUSE:-$WORK/ui-$(date +%Y-%m-%dT%H%M%S)}
 mkdir -p "$RUN/home" "$RUN/config" "$RUN/src/big" "$RUN/tiny"
 export HOME=$RUN/home XDG_CONFIG_HOME=$RUN/config XDG_STATE_HOME=$RUN/state
 printf 'bench-password\n' >"$RUN/pass"
@@ -52,29 +57,33 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 log "work directory $RUN"
 
-"$COFFER_BIN" init --kdf-log-n 10 --insecure-kdf >/dev/null
-python3 - "$RUN/src/big" "$ENTRIES" <<'EOF'
-import os, sys
+if [[ -z $REUSE ]]; then
+    "$COFFER_BIN" init --kdf-log-n 10 --insecure-kdf >/dev/null
+    python3 -c 'import os, sys
 d, n = sys.argv[1], int(sys.argv[2])
 for i in range(n):
-    with open(os.path.join(d, f"f{i:07d}"), "w") as f:
-        f.write(str(i))
-EOF
-head -c $((FILE_MB << 20)) /dev/urandom >"$RUN/src/large.bin"
-SNAP=$("$COFFER_BIN" --json backup "$RUN/src" | python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot_id"])')
-log "backed up $ENTRIES entries and $FILE_MB MiB"
-echo x >"$RUN/tiny/x"
-made=1
-t0=$SECONDS
-while ((made < SNAPS)); do
-    # Two at a time, one per core.
-    "$COFFER_BIN" backup --host "host$((made % 4))" "$RUN/tiny" >/dev/null &
-    "$COFFER_BIN" backup --host "host$(((made + 1) % 4))" "$RUN/tiny" >/dev/null
-    wait
-    made=$((made + 2))
-done
-log "$made snapshots in all ($((SECONDS - t0)) s for the small ones)"
-
+    open(os.path.join(d, "f%07d" % i), "w").write(str(i))' "$RUN/src/big" "$ENTRIES"
+    head -c $((FILE_MB << 20)) /dev/urandom >"$RUN/src/large.bin"
+    SNAP=$("$COFFER_BIN" --json backup "$RUN/src" | python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot_id"])')
+    log "backed up $ENTRIES entries and $FILE_MB MiB"
+    echo x >"$RUN/tiny/x"
+    made=1
+    t0=$SECONDS
+    while ((made < SNAPS)); do
+        # Two at a time, one per core.
+        "$COFFER_BIN" backup --host "host$((made % 4))" "$RUN/tiny" >/dev/null &
+        "$COFFER_BIN" backup --host "host$(((made + 1) % 4))" "$RUN/tiny" >/dev/null
+        wait
+        made=$((made + 2))
+    done
+    log "$made snapshots in all ($((SECONDS - t0)) s for the small ones)"
+else
+    SNAP=$("$COFFER_BIN" --json snapshots | python3 -c 'import json,sys
+d=json.load(sys.stdin)
+print([x["id"] for x in d if not x["snapshot"]["hostname"].startswith("host")][0])')
+    made=$(ls "$RUN/repo/snapshots" | wc -l)
+    log "reusing $RUN: $made snapshots"
+fi
 {
     for ((j = 0; j < JOBS; j++)); do
         printf '[job.j%02d]\nrepository = "%s"\npassword-file = "%s"\npaths = ["%s"]\nschedule = "yearly"\n\n' \

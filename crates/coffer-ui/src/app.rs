@@ -129,6 +129,12 @@ impl App {
         r
     }
 
+    /// Drops what an idle UI need not hold (the decoded trees unused for a
+    /// minute); says whether anything was dropped.
+    pub fn expire(&self, now: Instant) -> bool {
+        self.repos.iter().fold(false, |any, r| r.expire_trees(now) || any)
+    }
+
     fn host_ok(&self, req: &Request<hyper::body::Incoming>) -> bool {
         let Some(hosts) = &self.hosts else { return true };
         let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok());

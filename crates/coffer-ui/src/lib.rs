@@ -44,6 +44,9 @@ pub struct UiOptions {
     /// Called with each new login token: the first at [`Ui::bind`], then each
     /// time one has been used.
     pub on_token: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Called after memory was let go (the decoded trees of an idle UI): the
+    /// binary may hand it back to the system.
+    pub on_released: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// Why the UI cannot be served.
@@ -70,6 +73,7 @@ pub struct Ui {
     app: Arc<app::App>,
     tls: Option<Arc<rustls::ServerConfig>>,
     max_connections: usize,
+    on_released: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl Ui {
@@ -106,7 +110,13 @@ impl Ui {
             tls: opts.tls.is_some(),
             on_token: opts.on_token,
         }));
-        Ok(Ui { listener, app, tls: opts.tls, max_connections: opts.max_connections.max(1) })
+        Ok(Ui {
+            listener,
+            app,
+            tls: opts.tls,
+            max_connections: opts.max_connections.max(1),
+            on_released: opts.on_released,
+        })
     }
 
     /// The address it listens on.
@@ -128,6 +138,15 @@ impl Ui {
         let addr = self.local_addr();
         let listener =
             tokio::net::TcpListener::from_std(self.listener).map_err(|source| UiError::Listen { addr, source })?;
+        let (idle_app, released) = (self.app.clone(), self.on_released.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                if idle_app.expire(std::time::Instant::now()) {
+                    released();
+                }
+            }
+        });
         let acceptor = self.tls.map(tokio_rustls::TlsAcceptor::from);
         let slots = Arc::new(tokio::sync::Semaphore::new(self.max_connections));
         loop {

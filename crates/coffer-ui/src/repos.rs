@@ -156,6 +156,11 @@ impl RepoView {
             .ok_or_else(|| ViewError::NotFound(format!("repository {} has no snapshot {}", self.name, want.short())))
     }
 
+    /// Drops the decoded trees if unused for [`TREE_CACHE_IDLE`]; says whether it did.
+    pub fn expire_trees(&self, now: std::time::Instant) -> bool {
+        self.trees.lock().expect("tree cache lock").expire(now)
+    }
+
     fn tree(&self, id: &Id) -> Result<Arc<Tree>, ViewError> {
         if let Some(t) = self.trees.lock().expect("tree cache lock").get(id) {
             return Ok(t);
@@ -309,17 +314,34 @@ fn path_of(parts: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Decoded trees, the least recently inserted dropped first once the entries
-/// kept pass [`TREE_CACHE_NODES`].
+/// kept pass [`TREE_CACHE_NODES`], all of them once unused for [`TREE_CACHE_IDLE`].
 #[derive(Default)]
 struct TreeCache {
     map: HashMap<Id, Arc<Tree>>,
     order: VecDeque<Id>,
     nodes: usize,
+    used: Option<std::time::Instant>,
 }
 
+/// The tree cache is emptied when unused this long, so that an idle UI holds
+/// no more than its snapshot lists.
+pub const TREE_CACHE_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl TreeCache {
-    fn get(&self, id: &Id) -> Option<Arc<Tree>> {
+    fn get(&mut self, id: &Id) -> Option<Arc<Tree>> {
+        self.used = Some(std::time::Instant::now());
         self.map.get(id).cloned()
+    }
+
+    /// Empties the cache if unused for [`TREE_CACHE_IDLE`]; says whether it did.
+    fn expire(&mut self, now: std::time::Instant) -> bool {
+        match self.used {
+            Some(t) if now.duration_since(t) >= TREE_CACHE_IDLE && !self.map.is_empty() => {
+                *self = TreeCache::default();
+                true
+            }
+            _ => false,
+        }
     }
 
     fn insert(&mut self, id: Id, t: Arc<Tree>) {
@@ -387,6 +409,12 @@ mod tests {
         assert!(matches!(v.list(&id, b"nothing", 0, 1), Err(ViewError::NotFound(_))));
         assert!(matches!(v.list(&"0".repeat(64), b"", 0, 1), Err(ViewError::NotFound(_))));
         assert!(matches!(v.list("zz", b"", 0, 1), Err(ViewError::BadRequest(_))));
+        // Unused for a minute, the decoded trees are let go; they load again when asked.
+        let now = std::time::Instant::now();
+        assert!(!v.expire_trees(now), "just used");
+        assert!(v.expire_trees(now + TREE_CACHE_IDLE));
+        assert!(!v.expire_trees(now + TREE_CACHE_IDLE), "nothing left");
+        assert_eq!(v.list(&id, b"sub", 0, 10).unwrap().total, 25);
     }
 
     #[test]

@@ -170,6 +170,20 @@ impl History {
         remembered.iter().filter(|r| !self.present.contains(r) && !forgotten.contains_key(r)).copied().collect()
     }
 
+    /// Lists the storage again when heads in `remembered` are missing from the
+    /// listing this history was loaded from. `remembered` may have been read
+    /// after that listing was taken (at open, or by [`History::load`]), and
+    /// another command of this client may have stored a snapshot and remembered
+    /// it in between: a listing taken now holds it (a command remembers a head
+    /// after storing it), so what is still missing then is really gone.
+    pub fn relist_if_missing(&mut self, repo: &Repository, remembered: &[Id]) -> Result<()> {
+        if !self.missing_heads(remembered).is_empty() {
+            repo.drop_listings_ahead();
+            self.refresh(repo)?;
+        }
+        Ok(())
+    }
+
     /// Checks the links, the signatures, and that every head in `remembered` (what
     /// this client saw last time) is still accounted for.
     pub fn verify(&self, remembered: &[Id]) -> Findings {
@@ -268,9 +282,12 @@ impl History {
     }
 
     /// Verifies against the heads this client remembers and, when no rollback or
-    /// loss is found, remembers the current heads. Returns the findings.
-    pub fn sync_remembered(&self, state: &LocalState) -> Result<Findings> {
+    /// loss is found, remembers the current heads. Returns the findings. The
+    /// heads are read after this history was listed: a head missing from that
+    /// listing is looked for in a new one ([`History::relist_if_missing`]).
+    pub fn sync_remembered(&mut self, repo: &Repository, state: &LocalState) -> Result<Findings> {
         let remembered = state.read_ids(HEADS_FILE)?;
+        self.relist_if_missing(repo, &remembered)?;
         self.sync_remembered_as_read(state, &remembered)
     }
 
@@ -416,6 +433,34 @@ mod tests {
                 f();
             }
         }
+    }
+
+    /// Heads read after the history was listed, naming a snapshot another
+    /// command of this client stored in between, are no rollback; a head that
+    /// is really gone still is.
+    #[test]
+    fn heads_remembered_after_the_listing_are_looked_for_in_a_new_one() {
+        use crate::local_state::LocalState;
+        use crate::testing::{TestTree, test_repo};
+        let t = test_repo();
+        let dir = tempfile::tempdir().unwrap();
+        let state = LocalState::new(dir.path(), &Id([7; 32]));
+        let (first, _) = t.snapshot(&TestTree::new().file("a", &[b"1"]));
+        let mut h = History::load(&t.repo).unwrap();
+        // Meanwhile: another backup of this client stores its snapshot and remembers it.
+        let (second, _) = t.snapshot(&TestTree::new().file("a", &[b"2"]));
+        state.write_ids(HEADS_FILE, &[second]).unwrap();
+        let remembered = state.read_ids(HEADS_FILE).unwrap();
+        assert_eq!(h.missing_heads(&remembered), vec![second], "the listing predates the head");
+        let f = h.sync_remembered(&t.repo, &state).unwrap();
+        assert!(f.errors.is_empty(), "{:?}", f.errors);
+        assert!(h.present.contains(&first) && h.present.contains(&second));
+        // A head nothing lists, even anew, is reported.
+        let lost = Id([9; 32]);
+        state.write_ids(HEADS_FILE, &[second, lost]).unwrap();
+        let mut h = History::load(&t.repo).unwrap();
+        let f = h.sync_remembered(&t.repo, &state).unwrap();
+        assert!(f.errors.iter().any(|e| e.starts_with("rolled back") && e.contains(&lost.short())), "{:?}", f.errors);
     }
 
     /// A backup that links to a tombstone written while it ran, later forgotten

@@ -184,7 +184,7 @@ fn remove(repo: &Repository, history: &History, ids: &[Id]) -> Result<Id> {
     let state = repo_open::local_state(repo)?;
     let key = repo.writer_key(&state)?;
     let tombstone = forget(repo, history, ids, &key)?;
-    History::load(repo)?.sync_remembered(&state)?;
+    History::load(repo)?.sync_remembered(repo, &state)?;
     Ok(tombstone)
 }
 

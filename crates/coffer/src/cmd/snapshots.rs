@@ -20,8 +20,8 @@ pub fn run(global: &GlobalArgs, a: &SnapshotsArgs) -> Result<u8> {
     let repo =
         repo_open::open_ahead(global, &path, repo_open::Ahead::List(&[ObjectKind::Snapshot, ObjectKind::Tombstone]))?.0;
     let filter = SnapshotFilter::from(&a.filter);
-    let history = History::load(&repo)?;
-    let findings = history.sync_remembered(&repo_open::local_state(&repo)?)?;
+    let mut history = History::load(&repo)?;
+    let findings = history.sync_remembered(&repo, &repo_open::local_state(&repo)?)?;
     let snaps: Vec<_> = history.live_snapshots().into_iter().filter(|(_, s)| filter.matches(s)).collect();
     // Groups in key order, each oldest first (the order of the history).
     let group_by = a.group_by.or(a.latest.map(|_| GroupBy::default()));

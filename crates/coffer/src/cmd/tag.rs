@@ -39,7 +39,7 @@ pub fn run(global: &GlobalArgs, a: &TagArgs) -> Result<u8> {
     let state = repo_open::local_state(&repo)?;
     let key = repo.writer_key(&state)?;
     let (done, tombstone) = tag(&repo, &history, &ids, &change, &key)?;
-    History::load(&repo)?.sync_remembered(&state)?;
+    History::load(&repo)?.sync_remembered(&repo, &state)?;
     if global.json {
         let changed: Vec<_> = done
             .iter()

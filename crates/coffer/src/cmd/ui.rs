@@ -173,6 +173,10 @@ pub fn bind(
         password,
         sessions: s.sessions,
         max_connections: 64,
+        // SAFETY: malloc_trim only hands free memory back to the system.
+        on_released: Arc::new(|| unsafe {
+            libc::malloc_trim(0);
+        }),
         on_token: Arc::new(move |token: &str| {
             // The token is shown once, at start, on the terminal; later ones only
             // go to the file (mode 0600), never to a log.

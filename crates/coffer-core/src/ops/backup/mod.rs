@@ -412,7 +412,10 @@ fn run(
     let mut history = History::load(repo)?;
     let mut history_intact = true;
     if let Some(state) = &opts.state {
-        for e in history.verify(&state.read_ids(HEADS_FILE)?).errors {
+        let remembered = state.read_ids(HEADS_FILE)?;
+        // Another backup of this client may have stored its snapshot since the listing.
+        history.relist_if_missing(repo, &remembered)?;
+        for e in history.verify(&remembered).errors {
             history_intact = false;
             progress.warn(Path::new("history"), &e);
         }

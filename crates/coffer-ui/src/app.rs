@@ -132,7 +132,11 @@ impl App {
     /// Drops what an idle UI need not hold (the decoded trees unused for a
     /// minute); says whether anything was dropped.
     pub fn expire(&self, now: Instant) -> bool {
-        self.repos.iter().fold(false, |any, r| r.expire_trees(now) || any)
+        let mut any = false;
+        for r in &self.repos {
+            any |= r.expire_trees(now);
+        }
+        any
     }
 
     fn host_ok(&self, req: &Request<hyper::body::Incoming>) -> bool {

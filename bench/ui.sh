@@ -145,4 +145,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 sleep 5
 UI_RSS1=$(rss_kib "$UI")
-echo "idle RSS: coffer ui $((UI_RSS0 / 1024)) MiB after start, $((UI_RSS1 / 1024)) MiB after the measurements; coffer agent $((AGENT_RSS / 1024)) MiB; UI above the agent: $(((UI_RSS0 - AGENT_RSS) / 1024)) MiB, $(((UI_RSS1 - AGENT_RSS) / 1024)) MiB"
+# The decoded trees are let go after a minute unused (checked every 15 s).
+sleep 80
+UI_RSS2=$(rss_kib "$UI")
+AGENT_RSS=$(rss_kib "$AGENT")
+echo "idle RSS: coffer ui $((UI_RSS0 / 1024)) MiB after start, $((UI_RSS1 / 1024)) MiB after the measurements, $((UI_RSS2 / 1024)) MiB 80 s later; coffer agent $((AGENT_RSS / 1024)) MiB; UI above the agent: $(((UI_RSS0 - AGENT_RSS) / 1024)), $(((UI_RSS1 - AGENT_RSS) / 1024)), $(((UI_RSS2 - AGENT_RSS) / 1024)) MiB"

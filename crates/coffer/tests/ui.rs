@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::ui::{Session, UI_PASSWORD, serve};
+use common::ui::{Session, UI_PASSWORD, serve, with_home_job};
 use common::*;
 use reqwest::StatusCode;
 use reqwest::blocking::Client;
@@ -304,21 +304,10 @@ fn beyond_loopback_it_needs_tls_and_a_password() {
 #[test]
 fn jobs_are_shown_and_run_from_the_ui() {
     let env = Env::new();
-    std::fs::write(env.path("pass"), format!("{PASSWORD}\n")).unwrap();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a"), random_bytes(100_000, 3)).unwrap();
-    let jobs = format!(
-        "[job.home]\nrepository = {:?}\npassword-file = {:?}\npaths = [{:?}]\nschedule = \"daily\"\n",
-        env.repo().display().to_string(),
-        env.path("pass").display().to_string(),
-        src.display().to_string()
-    );
-    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
-    let mut cmd = env.cmd();
-    cmd.env("COFFER_JOBS", env.path("jobs.toml"))
-        .env("COFFER_AGENT_STATE", env.path("state/agent.sqlite"))
-        .env("XDG_CONFIG_HOME", env.path("config"));
+    let cmd = with_home_job(&env, &src);
     let ui = serve(cmd, &env.path("state"), &[]);
     let s = ui.login(&ui.token()).unwrap();
     let v = ui.json(&s, "/api/v1/jobs");

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use coffer_backend::testing::servers::{Server, absent};
-use common::ui::{UI_PASSWORD, serve};
+use common::ui::{UI_PASSWORD, serve, with_home_job};
 use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
@@ -61,6 +61,31 @@ async fn click_away(c: &Client, what: Locator<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs the job `home` from the dashboard and reloads it until the job's row
+/// says `ok` and the recent runs number `runs`; a failed run is an error.
+async fn run_and_wait(c: &Client, runs: usize) -> Result<(), String> {
+    click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        c.wait().for_element(Locator::Id("jobs")).await.unwrap();
+        let listed = c.find_all(Locator::Css("section[aria-labelledby='runs'] tbody tr")).await.unwrap().len();
+        let row = c.find(Locator::Css("tbody tr")).await.unwrap().text().await.unwrap();
+        if listed == runs && row.split_whitespace().any(|w| w == "ok") {
+            return Ok(());
+        }
+        if row.contains("failed") || Instant::now() > deadline {
+            shot(c, &format!("run-{runs}")).await;
+            return Err(format!("run {runs} did not end well: {row}"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old = c.find(Locator::Css("main")).await.unwrap();
+        c.refresh().await.unwrap();
+        while old.text().await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 async fn body_text(c: &Client) -> String {
     c.find(Locator::Css("main")).await.unwrap().text().await.unwrap()
 }
@@ -80,24 +105,13 @@ fn a_user_logs_in_runs_a_job_browses_and_downloads() {
         return absent(Server::Browser);
     };
     let env = Env::new();
-    std::fs::write(env.path("pass"), format!("{PASSWORD}\n")).unwrap();
     std::fs::write(env.path("ui-pass"), format!("{UI_PASSWORD}\n")).unwrap();
     let src = env.path("src");
     std::fs::create_dir_all(src.join("docs")).unwrap();
     let content = random_bytes(3 << 20, 9);
     std::fs::write(src.join("docs/report.bin"), &content).unwrap();
     std::fs::write(src.join("docs/notes.txt"), b"last Tuesday's notes").unwrap();
-    let jobs = format!(
-        "[job.home]\nrepository = {:?}\npassword-file = {:?}\npaths = [{:?}]\nschedule = \"daily\"\n",
-        env.repo().display().to_string(),
-        env.path("pass").display().to_string(),
-        src.display().to_string()
-    );
-    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
-    let mut cmd = env.cmd();
-    cmd.env("COFFER_JOBS", env.path("jobs.toml"))
-        .env("COFFER_AGENT_STATE", env.path("state/agent.sqlite"))
-        .env("XDG_CONFIG_HOME", env.path("config"));
+    let cmd = with_home_job(&env, &src);
     let pass = env.path("ui-pass");
     let ui = serve(cmd, &env.path("state"), &["--ui-password-file", pass.to_str().unwrap()]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -162,25 +176,7 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(
     }
 
     // Run the backup now; reload until it has ended.
-    click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        c.wait().for_element(Locator::Id("jobs")).await.unwrap();
-        let row = c.find(Locator::Css("tbody tr")).await.unwrap().text().await.unwrap();
-        if row.split_whitespace().any(|w| w == "ok") {
-            break;
-        }
-        if row.contains("failed") || Instant::now() > deadline {
-            shot(c, "run").await;
-            return Err(format!("the run did not end well: {row}"));
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let old = c.find(Locator::Css("main")).await.unwrap();
-        c.refresh().await.unwrap();
-        while old.text().await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    run_and_wait(c, 1).await?;
     shot(c, "dashboard-after-run").await;
 
     // Browse: the repository, its snapshot, down to the file.
@@ -226,24 +222,7 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(
     // Change a file and run the job again; then compare the two snapshots.
     std::fs::write(src.join("docs/notes.txt"), b"this Tuesday's notes, longer").unwrap();
     c.goto(&format!("{base}/")).await.unwrap();
-    click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let runs = c.find_all(Locator::Css("section[aria-labelledby='runs'] tbody tr")).await.unwrap().len();
-        let row = c.find(Locator::Css("tbody tr")).await.unwrap().text().await.unwrap();
-        if runs == 2 && row.split_whitespace().any(|w| w == "ok") {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("the second run did not end well: {row}"));
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let old = c.find(Locator::Css("main")).await.unwrap();
-        c.refresh().await.unwrap();
-        while old.text().await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    run_and_wait(c, 2).await?;
     click_away(c, Locator::LinkText("default")).await?;
     shot(c, "snapshots-two").await;
     let text = body_text(c).await;

@@ -94,3 +94,22 @@ impl Served {
         Ok(Session { cookie, csrf: v["csrf"].as_str().unwrap().to_string() })
     }
 }
+
+/// Writes a jobs file with one job, `home`, backing up `src` daily into `env`'s
+/// repository (its passphrase in a file), and returns `env`'s command with the
+/// jobs file, the agent's state database and a configuration directory of its own.
+pub fn with_home_job(env: &super::Env, src: &Path) -> Command {
+    std::fs::write(env.path("pass"), format!("{}\n", super::PASSWORD)).unwrap();
+    let jobs = format!(
+        "[job.home]\nrepository = {:?}\npassword-file = {:?}\npaths = [{:?}]\nschedule = \"daily\"\n",
+        env.repo().display().to_string(),
+        env.path("pass").display().to_string(),
+        src.display().to_string()
+    );
+    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
+    let mut cmd = env.cmd();
+    cmd.env("COFFER_JOBS", env.path("jobs.toml"))
+        .env("COFFER_AGENT_STATE", env.path("state/agent.sqlite"))
+        .env("XDG_CONFIG_HOME", env.path("config"));
+    cmd
+}

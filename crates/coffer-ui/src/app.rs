@@ -653,7 +653,14 @@ fn repo_json(r: &RepoView) -> Value {
             }
             let latest =
                 snaps.iter().max_by(|a, b| a.1.time.cmp(&b.1.time)).map(|(id, s)| json!({"id": id, "time": s.time}));
-            json!({"name": r.name, "location": r.location, "snapshots": snaps.len(), "hosts": hosts, "latest": latest})
+            // What the snapshots hold against what the packs store (from the index,
+            // no tree read): the deduplication and compression ratio together.
+            let logical: u64 = snaps.iter().map(|(_, s)| s.summary.bytes_total).sum();
+            let stored: Option<u64> =
+                r.repo().ok().map(|repo| repo.index().iter().map(|e| u64::from(e.entry.length)).sum());
+            let ratio = stored.filter(|&b| b > 0).map(|b| logical as f64 / b as f64);
+            json!({"name": r.name, "location": r.location, "snapshots": snaps.len(), "hosts": hosts, "latest": latest,
+                   "logical_bytes": logical, "stored_bytes": stored, "ratio": ratio})
         }
         Err(e) => json!({"name": r.name, "location": r.location, "error": e.to_string()}),
     }

@@ -143,19 +143,25 @@ pub fn dashboard(csrf: &str, jobs: &[KindStatus], runs: &[Run], repos: &[Value])
     } else {
         b.push_str(
             "<table><caption>Repositories</caption><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Location</th>\
-             <th scope=\"col\">Snapshots</th><th scope=\"col\">Hosts</th><th scope=\"col\">Latest</th></tr></thead><tbody>",
+             <th scope=\"col\">Snapshots</th><th scope=\"col\">Hosts</th><th scope=\"col\">Latest</th>\
+             <th scope=\"col\">Stored</th><th scope=\"col\">Saving</th></tr></thead><tbody>",
         );
         for r in repos {
             let name = r["name"].as_str().unwrap_or_default();
             let row = match r.get("error") {
-                Some(e) => format!("<td colspan=\"3\" class=\"bad\">{}</td>", esc(e.as_str().unwrap_or_default())),
+                Some(e) => format!("<td colspan=\"5\" class=\"bad\">{}</td>", esc(e.as_str().unwrap_or_default())),
                 None => {
                     let hosts: Vec<String> = r["hosts"]
                         .as_object()
                         .map(|m| m.iter().map(|(h, n)| format!("{} ({n})", esc(h))).collect())
                         .unwrap_or_default();
+                    let stored = r["stored_bytes"].as_u64().map_or("—".to_string(), bytes);
+                    let saving = match (r["ratio"].as_f64(), r["logical_bytes"].as_u64()) {
+                        (Some(x), Some(l)) => format!("{x:.1}× ({} in snapshots)", bytes(l)),
+                        _ => "—".to_string(),
+                    };
                     format!(
-                        "<td>{}</td><td>{}</td><td>{}</td>",
+                        "<td>{}</td><td>{}</td><td>{}</td><td>{stored}</td><td>{saving}</td>",
                         r["snapshots"],
                         hosts.join(", "),
                         esc(r["latest"]["time"].as_str().unwrap_or("—"))

@@ -74,6 +74,11 @@ fn sessions_csrf_and_hostile_requests() {
     let s = ui.login(UI_PASSWORD).expect("the password opens a session");
     let repos = ui.json(&s, "/api/v1/repos");
     assert_eq!(repos["repositories"][0]["snapshots"], 1, "{repos}");
+    // What the snapshots hold (big.bin alone is 5 MiB) against what the packs store.
+    let (logical, stored) =
+        (repos["repositories"][0]["logical_bytes"].as_u64(), repos["repositories"][0]["stored_bytes"].as_u64());
+    assert!(logical.is_some_and(|l| l >= 5 << 20) && stored.is_some_and(|b| b > 0), "{repos}");
+    assert!(repos["repositories"][0]["ratio"].as_f64().is_some_and(|x| x > 0.0), "{repos}");
 
     // Reading: a page of a large directory, then the next; the entry's path is
     // what the next request gives back.

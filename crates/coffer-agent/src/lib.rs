@@ -12,6 +12,7 @@ pub mod calendar;
 pub mod config;
 pub mod daemon;
 pub mod hooks;
+pub mod live;
 pub mod metrics;
 pub mod notify;
 pub mod run;

@@ -17,6 +17,7 @@ use crate::config::{CheckData, Event, Job, Kind, NotifierConfig};
 use crate::hooks::{HookEnv, HookRecord, run_hook};
 use crate::notify::{Dispatcher, Message};
 use crate::state::{Db, Finish, Outcome, Run, RunId, StateError, Trigger};
+use crate::live::Writer;
 use crate::steps::{StepResult, Steps, Stop};
 
 /// Exit code of a backup that wrote its snapshot but could not read some entries.
@@ -154,7 +155,10 @@ pub fn run(ctx: &RunContext, req: &Request<'_>) -> Result<Report, RunError> {
             summary: None,
             error: Some(format!("skipped: {e}")),
         },
-        _ => steps(ctx, &db, job, req.kind),
+        _ => {
+            let mut live = Writer::new(&ctx.lock_dir, &job.name, req.kind, started, expected_bytes(&db, job, req.kind));
+            steps(ctx, &db, job, req.kind, &mut live)
+        }
     };
     let ended = ctx.clock.now();
     env.status = Some(done.outcome);
@@ -238,10 +242,24 @@ fn args(kind: &str, rest: impl IntoIterator<Item = String>) -> Vec<String> {
     std::iter::once(kind.to_string()).chain(rest).collect()
 }
 
-fn steps(ctx: &RunContext, db: &Db, job: &Job, kind: Kind) -> Done {
+/// The bytes the last successful run of `kind` processed (a backup's
+/// `bytes_total`), for an ETA.
+fn expected_bytes(db: &Db, job: &Job, kind: Kind) -> Option<u64> {
+    let last = db.last_success(&job.name, kind).ok()??;
+    last.summary?.get("summary")?.get("bytes_total")?.as_u64()
+}
+
+/// Runs one step, its progress written to `live`.
+fn step(ctx: &RunContext, job: &Job, live: &mut Writer, args: &[String]) -> StepResult {
+    let name = args.first().cloned().unwrap_or_default();
+    live.step(&name);
+    ctx.steps.run(job, args, &ctx.stop, &mut |v| live.update(&name, v))
+}
+
+fn steps(ctx: &RunContext, db: &Db, job: &Job, kind: Kind, live: &mut Writer) -> Done {
     match kind {
-        Kind::Backup => backup(ctx, job),
-        Kind::Prune => Done::of(ctx.steps.run(job, &args("prune", []), &ctx.stop), false),
+        Kind::Backup => backup(ctx, job, live),
+        Kind::Prune => Done::of(step(ctx, job, live, &args("prune", [])), false),
         Kind::Check => {
             let subset = match &job.check_data {
                 CheckData::None => None,
@@ -260,16 +278,16 @@ fn steps(ctx: &RunContext, db: &Db, job: &Job, kind: Kind) -> Done {
                 },
             };
             let rest = subset.into_iter().flat_map(|s| ["--read-data-subset".to_string(), s]);
-            Done::of(ctx.steps.run(job, &args("check", rest), &ctx.stop), false)
+            Done::of(step(ctx, job, live, &args("check", rest)), false)
         }
     }
 }
 
 /// `backup`, then `forget` with the job's policy; the summary gains `forget`
 /// (its counts) and `stats` (for the metrics).
-fn backup(ctx: &RunContext, job: &Job) -> Done {
+fn backup(ctx: &RunContext, job: &Job, live: &mut Writer) -> Done {
     let rest = job.backup_args.iter().cloned().chain(["--".to_string()]).chain(job.paths.iter().cloned());
-    let mut done = Done::of(ctx.steps.run(job, &args("backup", rest), &ctx.stop), true);
+    let mut done = Done::of(step(ctx, job, live, &args("backup", rest)), true);
     done.snapshot =
         done.summary.as_ref().and_then(|s| s.get("snapshot_id")).and_then(Value::as_str).map(str::to_string);
     if let Some(Value::Object(map)) = &mut done.summary {
@@ -279,7 +297,7 @@ fn backup(ctx: &RunContext, job: &Job) -> Done {
         return done;
     }
     if let Some(forget) = &job.forget_args {
-        let step = ctx.steps.run(job, &args("forget", forget.iter().cloned()), &ctx.stop);
+        let step = step(ctx, job, live, &args("forget", forget.iter().cloned()));
         if let Some(Value::Object(map)) = &mut done.summary
             && let Some(doc) = &step.document
         {

@@ -18,6 +18,8 @@ use crate::config::{Ionice, Job};
 pub const MAX_OUTPUT: u64 = 64 << 20;
 /// How much of a step's standard error is kept for messages: its last 4 KiB.
 pub const ERROR_TAIL: usize = 4096;
+/// How often a step prints a progress status line (`--progress-interval`).
+pub const STATUS_INTERVAL: &str = "1s";
 
 /// Exit code of a coffer command ended by SIGINT.
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -50,9 +52,13 @@ impl StepResult {
     }
 }
 
-/// Carries out one step of a job: `coffer GLOBAL_ARGS --json ARGS`.
+/// Called with each progress status line a step prints (module [`crate::live`]).
+pub type OnProgress<'a> = &'a mut (dyn FnMut(&serde_json::Value) + Send);
+
+/// Carries out one step of a job: `coffer GLOBAL_ARGS --json ARGS`, telling
+/// `progress` of its status lines as they come.
 pub trait Steps: Send + Sync {
-    fn run(&self, job: &Job, args: &[String], stop: &Stop) -> StepResult;
+    fn run(&self, job: &Job, args: &[String], stop: &Stop, progress: OnProgress<'_>) -> StepResult;
 }
 
 /// The stop signal of the runs going on: set once, it makes every step going on
@@ -121,7 +127,7 @@ pub struct ProcessSteps {
 }
 
 impl Steps for ProcessSteps {
-    fn run(&self, job: &Job, args: &[String], stop: &Stop) -> StepResult {
+    fn run(&self, job: &Job, args: &[String], stop: &Stop, progress: OnProgress<'_>) -> StepResult {
         if stop.stopped() {
             return StepResult {
                 exit_code: None,
@@ -133,6 +139,7 @@ impl Steps for ProcessSteps {
         let mut cmd = Command::new(&self.exe);
         cmd.args(&job.global_args)
             .arg("--json")
+            .args(["--progress-interval", STATUS_INTERVAL])
             .args(args)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -154,19 +161,21 @@ impl Steps for ProcessSteps {
         let pid = child.id();
         stop.add(pid);
         let stderr = child.stderr.take();
-        let tail = std::thread::spawn(move || stderr.map(read_tail).unwrap_or_default());
-        let mut out = Vec::new();
-        let read = child.stdout.take().map(|s| s.take(MAX_OUTPUT).read_to_end(&mut out));
-        let status = child.wait();
-        stop.remove(pid);
-        let err_text = tail.join().unwrap_or_default();
+        let (status, read, err_text) = std::thread::scope(|scope| {
+            let tail = scope.spawn(move || stderr.map(|e| read_stderr(e, progress)).unwrap_or_default());
+            let mut out = Vec::new();
+            let read = child.stdout.take().map(|s| s.take(MAX_OUTPUT).read_to_end(&mut out).map(|_| out));
+            let status = child.wait();
+            stop.remove(pid);
+            (status, read, tail.join().unwrap_or_default())
+        });
         let status = match status {
             Ok(s) => s,
             Err(e) => return StepResult::not_started(format!("cannot wait for {}: {e}", what())),
         };
         use std::os::unix::process::ExitStatusExt;
         let document = match read {
-            Some(Ok(_)) => serde_json::from_slice(&out).ok(),
+            Some(Ok(out)) => serde_json::from_slice(&out).ok(),
             _ => None,
         };
         let error = if status.success() {
@@ -209,21 +218,39 @@ fn error_message(stderr: &str) -> Option<String> {
     })
 }
 
-/// Reads `r` to its end, keeping its last [`ERROR_TAIL`] bytes.
-fn read_tail(mut r: impl Read) -> String {
+/// Reads a step's standard error to its end: each progress status line goes to
+/// `progress`; of the other lines the last [`ERROR_TAIL`] bytes are kept.
+fn read_stderr(mut r: impl Read, progress: OnProgress<'_>) -> String {
     let mut kept: Vec<u8> = Vec::new();
+    let mut line: Vec<u8> = Vec::new();
     let mut buf = [0u8; 8192];
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                kept.extend_from_slice(&buf[..n]);
+    let mut take = |line: &mut Vec<u8>, kept: &mut Vec<u8>| {
+        match std::str::from_utf8(line).ok().and_then(crate::live::status_line) {
+            Some(v) => progress(&v),
+            None => {
+                kept.extend_from_slice(line);
                 if kept.len() > 2 * ERROR_TAIL {
                     kept.drain(..kept.len() - ERROR_TAIL);
                 }
             }
         }
+        line.clear();
+    };
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                for part in buf[..n].split_inclusive(|b| *b == b'\n') {
+                    line.extend_from_slice(part);
+                    // A line longer than the tail is no status line: kept as text.
+                    if part.ends_with(b"\n") || line.len() > ERROR_TAIL {
+                        take(&mut line, &mut kept);
+                    }
+                }
+            }
+        }
     }
+    take(&mut line, &mut kept);
     if kept.len() > ERROR_TAIL {
         kept.drain(..kept.len() - ERROR_TAIL);
     }
@@ -274,11 +301,22 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_keeps_the_end() {
+    fn the_tail_keeps_the_end_and_progress_lines_go_to_the_callback() {
         let text = "x".repeat(10_000) + "END";
-        let t = read_tail(text.as_bytes());
+        let t = read_stderr(text.as_bytes(), &mut |_| panic!("no status line"));
         assert_eq!(t.len(), ERROR_TAIL);
         assert!(t.ends_with("END"));
+        let mut text = String::from("starting\n");
+        for i in 0..2000 {
+            text.push_str(&format!("{{\"type\":\"status\",\"action\":\"progress\",\"bytes_done\":{i}}}\n"));
+        }
+        text.push_str("{\"type\":\"error\",\"message\":\"boom\"}\n");
+        let mut seen = Vec::new();
+        let t = read_stderr(text.as_bytes(), &mut |v| seen.push(v["bytes_done"].as_u64().unwrap()));
+        assert_eq!(seen, (0..2000).collect::<Vec<_>>());
+        // The status lines do not push the error out of the tail.
+        assert_eq!(t, "starting\n{\"type\":\"error\",\"message\":\"boom\"}\n");
+        assert_eq!(error_message(&t).as_deref(), Some("boom"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::Clock;
 use crate::config::{Config, Job};
 use crate::notify::{Dispatcher, DispatcherOptions, MemoryNotices};
 use crate::run::RunContext;
-use crate::steps::{StepResult, Steps, Stop};
+use crate::steps::{OnProgress, StepResult, Steps, Stop};
 
 /// A clock the test moves.
 pub struct TestClock(pub AtomicI64);
@@ -27,7 +27,8 @@ pub struct FakeSteps {
     pub code: Mutex<i32>,
 }
 impl Steps for FakeSteps {
-    fn run(&self, _job: &Job, args: &[String], _stop: &Stop) -> StepResult {
+    fn run(&self, _job: &Job, args: &[String], _stop: &Stop, progress: OnProgress<'_>) -> StepResult {
+        progress(&serde_json::json!({"type": "status", "action": "progress", "bytes_done": 1}));
         self.calls.lock().unwrap().push(args.to_vec());
         let code = *self.code.lock().unwrap();
         let doc = serde_json::json!({"type": "summary", "snapshot_id": "abc", "summary": {}});

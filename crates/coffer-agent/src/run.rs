@@ -15,9 +15,9 @@ use serde_json::Value;
 use crate::Clock;
 use crate::config::{CheckData, Event, Job, Kind, NotifierConfig};
 use crate::hooks::{HookEnv, HookRecord, run_hook};
+use crate::live::Writer;
 use crate::notify::{Dispatcher, Message};
 use crate::state::{Db, Finish, Outcome, Run, RunId, StateError, Trigger};
-use crate::live::Writer;
 use crate::steps::{StepResult, Steps, Stop};
 
 /// Exit code of a backup that wrote its snapshot but could not read some entries.

@@ -20,11 +20,13 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+use crate::events::Item;
 use crate::gate::{self, Gate};
 use crate::http::{self as h, Body, esc};
 use crate::jobs::{Jobs, StartError};
 use crate::pages;
 use crate::repos::{Page, RepoView, ViewError};
+use crate::restores::{Order, Restores};
 
 const SESSION_COOKIE: &str = "coffer_session";
 /// Entries of a directory per page, by default and at most.
@@ -38,6 +40,7 @@ const DIFF_LIMIT: usize = 10_000;
 const DOWNLOAD_CHUNK: usize = 1 << 20;
 
 const STYLE: &str = include_str!("../assets/style.css");
+const SCRIPT: &str = include_str!("../assets/ui.js");
 
 /// What [`App::new`] is made of.
 pub struct AppParts {
@@ -60,10 +63,11 @@ pub struct App {
     /// The origins a POST may come from.
     origins: Vec<String>,
     on_token: Arc<dyn Fn(&str) + Send + Sync>,
+    restores: Restores,
 }
 
-/// The dashboard's jobs, recent runs and repositories.
-type Dashboard = (Vec<coffer_agent::status::KindStatus>, Vec<coffer_agent::state::Run>, Vec<Value>);
+/// The dashboard's jobs, what runs now, recent runs and repositories.
+type Dashboard = (Vec<coffer_agent::status::KindStatus>, Vec<Item>, Vec<coffer_agent::state::Run>, Vec<Value>);
 
 /// A request's session.
 struct Session {
@@ -109,6 +113,7 @@ impl App {
             hosts: if p.tls { None } else { Some(names) },
             origins,
             on_token: p.on_token,
+            restores: Restores::default(),
         }
     }
 
@@ -203,6 +208,9 @@ impl App {
             (&Method::GET, ["assets", "style.css"]) => {
                 return Ok(h::respond(StatusCode::OK, "text/css; charset=utf-8", h::full(STYLE)));
             }
+            (&Method::GET, ["assets", "ui.js"]) => {
+                return Ok(h::respond(StatusCode::OK, "text/javascript; charset=utf-8", h::full(SCRIPT)));
+            }
             (&Method::GET, ["login"]) => return Ok(h::html(StatusCode::OK, pages::login(None))),
             (&Method::POST, ["login"]) => return self.login(req, client, false).await,
             (&Method::POST, ["api", "v1", "login"]) => return self.login(req, client, true).await,
@@ -241,8 +249,43 @@ impl App {
         let entry_path = query.get("path").cloned().unwrap_or_default();
         match segs.as_slice() {
             [""] => {
-                let (jobs, runs, repos) = self.clone().blocking(move |a| a.dashboard_data()).await?;
-                Ok(h::html(StatusCode::OK, pages::dashboard(&session.csrf, &jobs, &runs, &repos)))
+                let (jobs, live, runs, repos) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                Ok(h::html(StatusCode::OK, pages::dashboard(&session.csrf, &jobs, &live, &runs, &repos)))
+            }
+            ["repos", r, "snapshots", id, "restore"] => {
+                let (repo, id2) = (self.repo(r)?, id.to_string());
+                let snap = blocking(move || Ok(repo.snapshot(&id2)?)).await?;
+                crate::repos::components(&entry_path).map_err(Fail::from)?;
+                Ok(h::html(StatusCode::OK, pages::restore::form(&session.csrf, r, &snap, &entry_path, "", None)))
+            }
+            ["restores"] => {
+                let all: Vec<Value> = self.restores.all().iter().map(|t| t.to_json()).collect();
+                Ok(h::html(StatusCode::OK, pages::restore::list(&session.csrf, &all)))
+            }
+            ["restores", n] | ["api", "v1", "restores", n] => {
+                let t = n.parse().ok().and_then(|n| self.restores.get(n));
+                let t =
+                    t.ok_or_else(|| fail(StatusCode::NOT_FOUND, format!("no restore #{n} in this UI's history")))?;
+                let v = t.to_json();
+                if api {
+                    return Ok(h::json(StatusCode::OK, &v));
+                }
+                let end = t.end();
+                let outcome = end.as_ref().and_then(|e| e.result.as_ref().ok());
+                let live = end.is_none().then(|| crate::events::restore_item(&t));
+                Ok(h::html(StatusCode::OK, pages::restore::task(&session.csrf, &v, &t.order, outcome, live.as_ref())))
+            }
+            ["api", "v1", "restores"] => {
+                let all: Vec<Value> = self.restores.all().iter().map(|t| t.to_json()).collect();
+                Ok(h::json(StatusCode::OK, &json!({"type": "restores", "restores": all})))
+            }
+            ["api", "v1", "events"] => {
+                let me = self.clone();
+                let items: Arc<dyn Fn() -> Vec<Item> + Send + Sync> = Arc::new(move || me.live_items());
+                let (me, id) = (self.clone(), session.id.clone());
+                let alive: Arc<dyn Fn() -> bool + Send + Sync> = Arc::new(move || me.gate.alive(&id, Instant::now()));
+                let rx = crate::events::stream(items, alive);
+                Ok(h::respond(StatusCode::OK, "text/event-stream", ChannelBody(rx).boxed()))
             }
             ["repos", r] => {
                 let filter = Filter { host: text("host"), tag: text("tag"), path: text("path") };
@@ -302,15 +345,25 @@ impl App {
             }
             ["api", "v1", "session"] => Ok(h::json(StatusCode::OK, &json!({"type": "session", "csrf": session.csrf}))),
             ["api", "v1", "jobs"] => {
-                let (jobs, runs, _) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                let (jobs, live, runs, _) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                let kinds: Vec<Value> = jobs
+                    .iter()
+                    .map(|k| {
+                        let mut v = pages::kind_json(k);
+                        let key = format!("job:{}", k.job);
+                        if let Some(i) = live.iter().find(|i| i.key == key && k.running.is_some()) {
+                            v["progress"] = i.figures.clone();
+                        }
+                        v
+                    })
+                    .collect();
                 Ok(h::json(
                     StatusCode::OK,
-                    &json!({"type": "jobs", "jobs": jobs.iter().map(pages::kind_json).collect::<Vec<_>>(),
-                    "runs": runs.iter().map(pages::run_json).collect::<Vec<_>>()}),
+                    &json!({"type": "jobs", "jobs": kinds, "runs": runs.iter().map(pages::run_json).collect::<Vec<_>>()}),
                 ))
             }
             ["api", "v1", "repos"] => {
-                let (_, _, repos) = self.clone().blocking(move |a| a.dashboard_data()).await?;
+                let (_, _, _, repos) = self.clone().blocking(move |a| a.dashboard_data()).await?;
                 Ok(h::json(StatusCode::OK, &json!({"type": "repositories", "repositories": repos})))
             }
             ["api", "v1", "repos", r, "snapshots"] => {
@@ -343,7 +396,7 @@ impl App {
         blocking(move || f(&self)).await
     }
 
-    /// The dashboard's jobs, recent runs and repositories.
+    /// The dashboard's jobs, what runs now, recent runs and repositories.
     fn dashboard_data(&self) -> Result<Dashboard, Fail> {
         let state = |e: coffer_agent::state::StateError| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
         let (jobs, runs) = match &self.jobs {
@@ -351,7 +404,45 @@ impl App {
             None => (Vec::new(), Vec::new()),
         };
         let repos = self.repos.iter().map(|r| repo_json(r)).collect();
-        Ok((jobs, runs, repos))
+        Ok((jobs, self.live_items(), runs, repos))
+    }
+
+    /// What runs now: the jobs' runs, then the restores started here.
+    fn live_items(&self) -> Vec<Item> {
+        let jobs = self.jobs.iter().flat_map(|j| j.live_all()).map(|p| crate::events::job_item(&p));
+        jobs.chain(self.restores.running().iter().map(|t| crate::events::restore_item(t))).collect()
+    }
+
+    /// A restore asked for by a form or the API: checked, then a dry run
+    /// (`run` false) or started.
+    async fn restore(&self, r: &str, id: &str, order: RestoreAsk, run: bool) -> Result<Restored, Fail> {
+        let overwrite = crate::restores::parse_overwrite(&order.overwrite).ok_or_else(|| {
+            fail(
+                StatusCode::BAD_REQUEST,
+                format!("overwrite {:?} is not refuse, never, if-changed, if-newer or always", order.overwrite),
+            )
+        })?;
+        crate::repos::components(&order.path).map_err(Fail::from)?;
+        let view = self.repo(r)?;
+        let id2 = id.to_string();
+        let (snap_id, snap) = blocking(move || Ok(view.snapshot(&id2)?)).await?;
+        let o =
+            Order { repo: r.to_string(), snapshot: snap_id, path: order.path, target: order.target.into(), overwrite };
+        o.check().map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
+        let repo = self.repo(r)?.repo().map_err(Fail::from)?.clone();
+        if !run {
+            let o2 = o.clone();
+            let outcome = blocking(move || {
+                crate::restores::dry_run(&repo, &snap, &o2).map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))
+            })
+            .await?;
+            return Ok(Restored::Preview(o, outcome));
+        }
+        let task = self
+            .restores
+            .start(repo, snap, o)
+            .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start the restore: {e}")))?;
+        Ok(Restored::Started(task))
     }
 
     async fn login(
@@ -447,6 +538,51 @@ impl App {
                     h::see_other("/")
                 })
             }
+            ["repos", r, "snapshots", id, "restore"] => {
+                let text = |k: &str| form.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+                let ask = RestoreAsk {
+                    path: form.get("path").cloned().unwrap_or_default(),
+                    target: text("target"),
+                    overwrite: Some(text("overwrite")).filter(|o| !o.is_empty()).unwrap_or_else(|| "refuse".into()),
+                };
+                let run = text("step") == "run";
+                let (path, target) = (ask.path.clone(), ask.target.clone());
+                match self.restore(r, id, ask, run).await {
+                    Ok(Restored::Preview(o, outcome)) => {
+                        Ok(h::html(StatusCode::OK, pages::restore::preview(&session.csrf, &o, &outcome)))
+                    }
+                    Ok(Restored::Started(t)) => Ok(h::see_other(&format!("/restores/{}", t.id))),
+                    // A mistake in the form: the form again, saying what is wrong.
+                    Err(Fail(status, message)) if status == StatusCode::BAD_REQUEST => {
+                        let (view, id2) = (self.repo(r)?, id.to_string());
+                        let snap = blocking(move || Ok(view.snapshot(&id2)?)).await?;
+                        let page = pages::restore::form(&session.csrf, r, &snap, &path, &target, Some(&message));
+                        Ok(h::html(StatusCode::BAD_REQUEST, page))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            ["api", "v1", "repos", r, "snapshots", id, "restore"] => {
+                let v: Value = serde_json::from_slice(body).map_err(|_| {
+                    fail(StatusCode::BAD_REQUEST, "the body is not JSON: {\"target\": \"/path\", \"path\": \"dir\", …}")
+                })?;
+                let s = |k: &str| v[k].as_str().map(str::to_string);
+                let ask = RestoreAsk {
+                    path: s("path").unwrap_or_default().into_bytes(),
+                    target: s("target")
+                        .ok_or_else(|| fail(StatusCode::BAD_REQUEST, "give the target: an absolute path"))?,
+                    overwrite: s("overwrite").unwrap_or_else(|| "refuse".into()),
+                };
+                let dry = v["dry_run"].as_bool().unwrap_or(false);
+                Ok(match self.restore(r, id, ask, !dry).await? {
+                    Restored::Preview(_, o) => {
+                        let mut d = o.to_json();
+                        d["type"] = json!("dry_run");
+                        h::json(StatusCode::OK, &d)
+                    }
+                    Restored::Started(t) => h::json(StatusCode::ACCEPTED, &t.to_json()),
+                })
+            }
             _ => Err(fail(StatusCode::NOT_FOUND, "nothing is served here")),
         }
     }
@@ -529,6 +665,19 @@ impl App {
         hs.insert(header::CONTENT_DISPOSITION, disposition(&name));
         Ok(resp)
     }
+}
+
+/// A restore as a form or the API asks for it, not checked yet.
+struct RestoreAsk {
+    path: Vec<u8>,
+    target: String,
+    overwrite: String,
+}
+
+/// What [`App::restore`] did.
+enum Restored {
+    Preview(Order, crate::restores::Outcome),
+    Started(Arc<crate::restores::Task>),
 }
 
 /// Runs `f` on a blocking thread; a panic there is an internal error.

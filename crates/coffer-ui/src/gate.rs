@@ -180,6 +180,14 @@ impl Gate {
         Some(v.csrf.clone())
     }
 
+    /// Whether session `id` is still open, without counting this as a use (a
+    /// page's event stream does not keep an idle session open).
+    pub fn alive(&self, id: &str, now: Instant) -> bool {
+        let mut s = self.sessions.lock().expect("sessions lock");
+        self.expire(&mut s, now);
+        s.contains_key(self.hash(id.as_bytes()).as_bytes())
+    }
+
     /// Ends session `id`.
     pub fn logout(&self, id: &str) {
         self.sessions.lock().expect("sessions lock").remove(self.hash(id.as_bytes()).as_bytes());

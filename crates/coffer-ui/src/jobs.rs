@@ -6,10 +6,14 @@
 use std::sync::Arc;
 
 use coffer_agent::config::{Config, Kind};
+use coffer_agent::live::LiveProgress;
 use coffer_agent::run::{self, Request, RunContext};
 use coffer_agent::state::{Db, Run, StateError, Trigger};
 use coffer_agent::status::{self, KindStatus};
 use jiff::Timestamp;
+
+/// A progress file older than this is taken for one left behind.
+pub const LIVE_FRESH: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The jobs file and the context runs are made in.
 pub struct Jobs {
@@ -77,6 +81,22 @@ impl Jobs {
             Some(db) => db.runs(job, limit)?,
             None => Vec::new(),
         })
+    }
+
+    /// The progress of `job`'s run going on, if its file was written in the
+    /// last [`LIVE_FRESH`] (a file left by a process that was killed is not shown).
+    pub fn live(&self, job: &str) -> Option<LiveProgress> {
+        let path = coffer_agent::live::path(&self.ctx.lock_dir, job);
+        let age = std::fs::metadata(&path).ok()?.modified().ok()?.elapsed().unwrap_or_default();
+        if age > LIVE_FRESH {
+            return None;
+        }
+        coffer_agent::live::read(&self.ctx.lock_dir, job)
+    }
+
+    /// The progress of every job's run going on.
+    pub fn live_all(&self) -> Vec<LiveProgress> {
+        self.config.jobs.keys().filter_map(|j| self.live(j)).collect()
     }
 
     /// Starts a run of `kind` of `job` on a thread of its own; it is recorded in

@@ -11,11 +11,13 @@
 //! session; every state-changing request needs the session's CSRF token.
 
 pub mod app;
+pub mod events;
 pub mod gate;
 pub mod http;
 pub mod jobs;
 pub mod pages;
 pub mod repos;
+pub mod restores;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -16,10 +16,19 @@ use crate::app::{Filter, child_path, shown_path, tree_time};
 use crate::http::{encode_query, esc};
 use crate::repos::Page;
 
+pub mod restore;
+
 fn layout(title: &str, csrf: Option<&str>, body: &str) -> String {
+    layout_live(title, csrf, body, false)
+}
+
+/// A page; with `live`, one showing something going on, which a browser without
+/// script reloads every few seconds (`ui.js` updates it in place instead).
+fn layout_live(title: &str, csrf: Option<&str>, body: &str, live: bool) -> String {
+    let refresh = if live { "<noscript><meta http-equiv=\"refresh\" content=\"3\"></noscript>" } else { "" };
     let nav = match csrf {
         Some(c) => format!(
-            "<nav aria-label=\"main\"><a href=\"/\">Dashboard</a>\
+            "<nav aria-label=\"main\"><a href=\"/\">Dashboard</a><a href=\"/restores\">Restores</a>\
              <form method=\"post\" action=\"/logout\" class=\"inline\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
              <button type=\"submit\">Log out</button></form></nav>",
             esc(c)
@@ -29,7 +38,8 @@ fn layout(title: &str, csrf: Option<&str>, body: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · coffer</title><link rel=\"stylesheet\" href=\"/assets/style.css\"></head>\
+         <title>{} · coffer</title><link rel=\"stylesheet\" href=\"/assets/style.css\">{refresh}\
+         <script src=\"/assets/ui.js\" defer></script></head>\
          <body><a class=\"skip\" href=\"#main\">Skip to content</a><header><span class=\"brand\">coffer</span>{nav}</header>\
          <main id=\"main\" tabindex=\"-1\"><h1>{}</h1>{body}</main></body></html>\n",
         esc(title),
@@ -80,10 +90,29 @@ fn state_of(k: &KindStatus) -> (&'static str, &'static str) {
     }
 }
 
-/// The dashboard: jobs (overdue first), recent runs, repositories.
-pub fn dashboard(csrf: &str, jobs: &[KindStatus], runs: &[Run], repos: &[Value]) -> String {
+/// What is going on, with its figures: updated in place by `ui.js`.
+pub fn live_figures(item: &crate::events::Item) -> String {
+    let value = item.fraction.map_or(String::new(), |f| format!(" value=\"{f:.3}\""));
+    format!(
+        "<span data-live=\"{}\"><span class=\"figures\" aria-live=\"polite\">{}</span> \
+         <progress max=\"1\"{value} aria-label=\"progress\"></progress></span>",
+        esc(&item.key),
+        esc(&item.text)
+    )
+}
+
+/// The dashboard: jobs (overdue first), with the figures of those running
+/// (`live`), recent runs, repositories.
+pub fn dashboard(
+    csrf: &str,
+    jobs: &[KindStatus],
+    live: &[crate::events::Item],
+    runs: &[Run],
+    repos: &[Value],
+) -> String {
     let mut b = String::new();
-    b.push_str("<section aria-labelledby=\"jobs\"><h2 id=\"jobs\">Jobs</h2>");
+    // `data-watch`: a run starting elsewhere makes ui.js draw the page again.
+    b.push_str("<section aria-labelledby=\"jobs\" data-watch=\"/\"><h2 id=\"jobs\">Jobs</h2>");
     if jobs.is_empty() {
         b.push_str("<p>No jobs are configured (see <code>coffer agent</code>).</p>");
     } else {
@@ -94,12 +123,17 @@ pub fn dashboard(csrf: &str, jobs: &[KindStatus], runs: &[Run], repos: &[Value])
         );
         for k in jobs {
             let (state, class) = state_of(k);
+            let key = format!("job:{}", k.job);
+            let figures = match live.iter().find(|i| i.key == key && k.running.is_some()) {
+                Some(i) => format!(" {}", live_figures(i)),
+                None => String::new(),
+            };
             let last = k
                 .last
                 .as_ref()
                 .map_or("—".to_string(), |r| format!("{} ({})", time(Some(r.started)), esc(r.outcome.as_str())));
             b.push_str(&format!(
-                "<tr class=\"{class}\"><th scope=\"row\">{}</th><td>{}</td><td><span class=\"state {class}\">{state}</span></td>\
+                "<tr class=\"{class}\"><th scope=\"row\">{}</th><td>{}</td><td><span class=\"state {class}\">{state}</span>{figures}</td>\
                  <td>{last}</td><td>{}</td><td>{}</td><td><form method=\"post\" action=\"/jobs/{}/run\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"kind\" value=\"{}\">\
                  <button type=\"submit\" aria-label=\"Run {} of {} now\">Run</button></form></td></tr>",
@@ -178,7 +212,7 @@ pub fn dashboard(csrf: &str, jobs: &[KindStatus], runs: &[Run], repos: &[Value])
         b.push_str("</tbody></table>");
     }
     b.push_str("</section>");
-    layout("Dashboard", Some(csrf), &b)
+    layout_live("Dashboard", Some(csrf), &b, jobs.iter().any(|k| k.running.is_some()))
 }
 
 fn field(id: &str, label: &str, value: &Option<String>) -> String {
@@ -445,11 +479,14 @@ pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &
             crumbs.push_str(&format!(" / <a href=\"{base}?path={}\">{}</a>", encode_query(&so_far), shown_path(part)));
         }
     }
+    let here_q = if dir.is_empty() { String::new() } else { format!("?path={}", encode_query(dir)) };
     let mut b = format!(
-        "<nav aria-label=\"breadcrumb\" class=\"crumbs\">{crumbs}</nav><p>Snapshot <code>{}</code> of {}, {}.</p>",
+        "<nav aria-label=\"breadcrumb\" class=\"crumbs\">{crumbs}</nav><p>Snapshot <code>{}</code> of {}, {}. \
+         <a href=\"{base}/restore{here_q}\">Restore {}</a></p>",
         id.short(),
         esc(&s.hostname),
-        esc(&s.time)
+        esc(&s.time),
+        if dir.is_empty() { "all of it".to_string() } else { "this directory".to_string() }
     );
     let end = page.offset + page.entries.len();
     b.push_str(&format!(
@@ -463,10 +500,16 @@ pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &
         let p = encode_query(&child_path(dir, n));
         let name = shown_path(&n.name.0);
         let (shown, get) = match n.kind {
-            NodeKind::Dir => (format!("<a href=\"{base}?path={p}\">{name}/</a>"), String::new()),
+            NodeKind::Dir => (
+                format!("<a href=\"{base}?path={p}\">{name}/</a>"),
+                format!("<a href=\"{base}/restore?path={p}\" aria-label=\"Restore {name}\">Restore</a>"),
+            ),
             NodeKind::File => (
                 name.clone(),
-                format!("<a href=\"{base}/download?path={p}\" aria-label=\"Download {name}\">Download</a>"),
+                format!(
+                    "<a href=\"{base}/download?path={p}\" aria-label=\"Download {name}\">Download</a> \
+                     <a href=\"{base}/restore?path={p}\" aria-label=\"Restore {name}\">Restore</a>"
+                ),
             ),
             NodeKind::Symlink => (
                 format!(

@@ -422,10 +422,13 @@ impl App {
                 format!("overwrite {:?} is not refuse, never, if-changed, if-newer or always", order.overwrite),
             )
         })?;
-        crate::repos::components(&order.path).map_err(Fail::from)?;
-        let view = self.repo(r)?;
-        let id2 = id.to_string();
-        let (snap_id, snap) = blocking(move || Ok(view.snapshot(&id2)?)).await?;
+        let (view, id2, p) = (self.repo(r)?, id.to_string(), order.path.clone());
+        // A path not in the snapshot is refused before any task starts.
+        let (snap_id, snap) = blocking(move || {
+            view.entry(&id2, &p)?;
+            Ok(view.snapshot(&id2)?)
+        })
+        .await?;
         let o =
             Order { repo: r.to_string(), snapshot: snap_id, path: order.path, target: order.target.into(), overwrite };
         o.check().map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
@@ -541,7 +544,8 @@ impl App {
             ["repos", r, "snapshots", id, "restore"] => {
                 let text = |k: &str| form.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
                 let ask = RestoreAsk {
-                    path: form.get("path").cloned().unwrap_or_default(),
+                    // The path as the listing gives it: percent-encoded bytes.
+                    path: crate::http::decode_value(form.get("path").map_or(&b""[..], |v| v)),
                     target: text("target"),
                     overwrite: Some(text("overwrite")).filter(|o| !o.is_empty()).unwrap_or_else(|| "refuse".into()),
                 };
@@ -568,7 +572,7 @@ impl App {
                 })?;
                 let s = |k: &str| v[k].as_str().map(str::to_string);
                 let ask = RestoreAsk {
-                    path: s("path").unwrap_or_default().into_bytes(),
+                    path: crate::http::decode_value(s("path").unwrap_or_default().as_bytes()),
                     target: s("target")
                         .ok_or_else(|| fail(StatusCode::BAD_REQUEST, "give the target: an absolute path"))?,
                     overwrite: s("overwrite").unwrap_or_else(|| "refuse".into()),

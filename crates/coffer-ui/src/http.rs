@@ -119,6 +119,11 @@ pub fn encode_query(bytes: &[u8]) -> String {
     percent_encoding::percent_encode(bytes, SET).to_string()
 }
 
+/// Undoes [`encode_query`]: how a path given back by a listing or a form is read.
+pub fn decode_value(s: &[u8]) -> Vec<u8> {
+    percent_encoding::percent_decode(s).collect()
+}
+
 /// Why a body could not be read.
 #[derive(Debug)]
 pub enum BodyError {

@@ -211,6 +211,12 @@ impl RepoView {
         Ok(Page { total: t.nodes.len(), offset: start, entries: t.nodes[start..end].to_vec() })
     }
 
+    /// The entry at `path` (None for the snapshot's root), or NotFound.
+    pub fn entry(&self, snapshot: &str, path: &[u8]) -> Result<Option<Node>, ViewError> {
+        let (_, snap) = self.snapshot(snapshot)?;
+        Ok(self.locate(snap.tree, path)?.1)
+    }
+
     /// The regular file at `path`: its node, for [`coffer_core::ops::dump::ContentReader`].
     pub fn file(&self, snapshot: &str, path: &[u8]) -> Result<(Arc<Repository>, Node, PathBuf), ViewError> {
         let (_, snap) = self.snapshot(snapshot)?;

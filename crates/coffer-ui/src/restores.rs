@@ -84,7 +84,7 @@ impl Order {
     fn to_json(&self) -> Value {
         json!({
             "repository": self.repo, "snapshot": self.snapshot.to_hex(),
-            "path": String::from_utf8_lossy(&self.path), "target": self.target,
+            "path": crate::http::encode_query(&self.path), "target": self.target,
             "overwrite": overwrite_name(self.overwrite),
         })
     }

@@ -424,3 +424,181 @@ fn the_agent_serves_the_ui_when_asked() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Polls restore `n` until it ends; its JSON.
+fn restore_end(ui: &common::ui::Served, s: &Session, n: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = ui.json(s, &format!("/api/v1/restores/{n}"));
+        if v["state"] != "running" {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "restore {n} did not end: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn restores_run_from_the_ui_after_a_dry_run() {
+    let (env, src, id) = repository();
+    let ui = serve(env.cmd(), &env.path("state"), &["--no-jobs"]);
+    let s = ui.login(&ui.token()).unwrap();
+    let api = format!("/api/v1/repos/default/snapshots/{id}/restore");
+    let many = format!("{}/many", rel(&src));
+    let target = env.path("back");
+
+    // Hostile or mistaken orders: refused, nothing written.
+    let order = |t: &str, p: &str| json!({"target": t, "path": p, "dry_run": true});
+    assert_eq!(ui.post(&s, &api, None, order(target.to_str().unwrap(), &many)).status(), StatusCode::FORBIDDEN);
+    for (t, p) in [
+        ("back", many.as_str()),
+        ("/tmp/../etc", many.as_str()),
+        (target.to_str().unwrap(), "../.."),
+        (target.to_str().unwrap(), "/etc"),
+    ] {
+        let r = ui.post(&s, &api, Some(&s.csrf), order(t, p));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{t} {p}");
+        assert!(r.text().unwrap().contains("\"message\""), "{t} {p}");
+    }
+    let r = ui.post(&s, &api, Some(&s.csrf), json!({"target": target, "path": many, "overwrite": "sometimes"}));
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = ui.post(&s, &api, Some(&s.csrf), order(target.to_str().unwrap(), &format!("{many}/none")));
+    assert_eq!(r.status(), StatusCode::NOT_FOUND, "{}", r.text().unwrap());
+    assert!(!target.exists());
+
+    // A dry run counts and writes nothing; the run restores the same.
+    let dry: serde_json::Value =
+        ui.post(&s, &api, Some(&s.csrf), order(target.to_str().unwrap(), &many)).json().unwrap();
+    assert_eq!((dry["type"].as_str(), dry["files"].as_u64()), (Some("dry_run"), Some(2500)), "{dry}");
+    assert!(!target.exists(), "a dry run writes nothing");
+    let r = ui.post(&s, &api, Some(&s.csrf), json!({"target": target, "path": many}));
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let n = r.json::<serde_json::Value>().unwrap()["id"].as_u64().unwrap();
+    let v = restore_end(&ui, &s, n);
+    assert_eq!((v["state"].as_str(), v["result"]["files"].as_u64()), (Some("done"), Some(2500)), "{v}");
+    for i in [0, 1234, 2499] {
+        let name = format!("f{i:05}");
+        assert_eq!(std::fs::read(target.join(&name)).unwrap(), std::fs::read(src.join("many").join(&name)).unwrap());
+    }
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 2500);
+    // Into the same target again: refused by default, and said so.
+    let r = ui.post(&s, &api, Some(&s.csrf), json!({"target": target, "path": many}));
+    let v = restore_end(&ui, &s, r.json::<serde_json::Value>().unwrap()["id"].as_u64().unwrap());
+    assert_eq!(v["state"], "failed", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("not empty"), "{v}");
+    // With overwrite = if-changed, a changed file is put back and the others kept.
+    std::fs::write(target.join("f00007"), b"changed").unwrap();
+    let r = ui.post(&s, &api, Some(&s.csrf), json!({"target": target, "path": many, "overwrite": "if-changed"}));
+    let v = restore_end(&ui, &s, r.json::<serde_json::Value>().unwrap()["id"].as_u64().unwrap());
+    assert_eq!(v["state"], "done", "{v}");
+    assert_eq!(std::fs::read(target.join("f00007")).unwrap(), b"7");
+    assert_eq!(v["result"]["skipped"], 2499, "{v}");
+
+    // The forms: the dry run's page offers the run, which goes to the task's page.
+    let form = format!("/repos/default/snapshots/{id}/restore");
+    let page = ui.get(Some(&s), &format!("{form}?path={}", rel(&src))).text().unwrap();
+    assert!(page.contains("name=\"target\"") && page.contains("dry-run"), "{page}");
+    let target2 = env.path("back2");
+    let post = |fields: &[(&str, &str)]| {
+        ui.client.post(ui.url(&form)).header("cookie", &s.cookie).form(fields).send().unwrap()
+    };
+    let root = rel(&src);
+    let t2 = target2.to_str().unwrap();
+    let r = post(&[("path", &root), ("target", t2), ("step", "run")]);
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "no CSRF token");
+    let r = post(&[("csrf", &s.csrf), ("path", &root), ("target", "relative"), ("step", "dry-run")]);
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().unwrap().contains("not an absolute path"));
+    let r = post(&[("csrf", &s.csrf), ("path", &root), ("target", t2), ("step", "dry-run")]);
+    assert_eq!(r.status(), StatusCode::OK);
+    let page = r.text().unwrap();
+    assert!(page.contains("Restore now") && page.contains("2503 files"), "{page}");
+    assert!(!target2.exists());
+    let r = post(&[("csrf", &s.csrf), ("path", &root), ("target", t2), ("step", "run")]);
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let to = r.headers()["location"].to_str().unwrap().to_string();
+    let n: u64 = to.strip_prefix("/restores/").unwrap().parse().unwrap();
+    let v = restore_end(&ui, &s, n);
+    assert_eq!(v["state"], "done", "{v}");
+    assert!(std::fs::read(target2.join("big.bin")).unwrap() == std::fs::read(src.join("big.bin")).unwrap());
+    use std::os::unix::ffi::OsStrExt;
+    assert_eq!(std::fs::read(target2.join(std::ffi::OsStr::from_bytes(b"caf\xe9"))).unwrap(), b"latin-1");
+    let page = ui.get(Some(&s), &to).text().unwrap();
+    assert!(page.contains("done") && page.contains(t2), "{page}");
+    let list = ui.json(&s, "/api/v1/restores");
+    assert_eq!(list["restores"].as_array().unwrap().len(), 4, "{list}");
+    assert_eq!(list["restores"][0]["id"], n);
+    assert_eq!(ui.get(Some(&s), "/api/v1/restores/99").status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn a_running_job_shows_its_progress() {
+    use std::io::BufRead;
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(6 << 20, 4)).unwrap();
+    let cmd = with_home_job(&env, &src);
+    // At 1 MiB/s the backup takes about six seconds.
+    let mut jobs = std::fs::read_to_string(env.path("jobs.toml")).unwrap();
+    jobs.push_str("limit-upload = 1024\n");
+    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
+    let ui = serve(cmd, &env.path("state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let events = ui.get(Some(&s), "/api/v1/events");
+    assert_eq!(events.status(), StatusCode::OK);
+    assert!(events.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let r = ui.post(&s, "/api/v1/jobs/home/run", Some(&s.csrf), json!({"kind": "backup"}));
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+
+    // The jobs list gives the run's figures while it goes on.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let progress = loop {
+        let v = ui.json(&s, "/api/v1/jobs");
+        let k = v["jobs"].as_array().unwrap().iter().find(|k| k["job"] == "home" && k["kind"] == "backup").cloned();
+        let p = k.unwrap()["progress"].clone();
+        if p["bytes_done"].as_u64().is_some_and(|b| b > 0) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no progress shown: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(progress["step"], "backup", "{progress}");
+    // The page shows it too.
+    let page = ui.get(Some(&s), "/").text().unwrap();
+    assert!(page.contains("data-live=\"job:home\"") && page.contains("<progress"), "{page}");
+
+    // The event stream carries it.
+    let mut lines = std::io::BufReader::new(events).lines();
+    let live = loop {
+        let line = lines.next().expect("the stream ended").unwrap();
+        if let Some(d) = line.strip_prefix("data: ") {
+            let v: serde_json::Value = serde_json::from_str(d).unwrap();
+            if let Some(i) = v["live"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|i| i["key"] == "job:home" && i["figures"]["bytes_done"].as_u64() > Some(0))
+            {
+                break i.clone();
+            }
+        }
+        assert!(Instant::now() < deadline, "no event for the job");
+    };
+    assert!(live["text"].as_str().unwrap().contains("MiB"), "{live}");
+    assert_eq!(live["page"], "/");
+    // Once it ends, no figures are left behind.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = ui.json(&s, "/api/v1/jobs");
+        let k = v["jobs"].as_array().unwrap().iter().find(|k| k["job"] == "home" && k["kind"] == "backup").cloned();
+        let k = k.unwrap();
+        if k["running"].is_null() && !k["last"].is_null() {
+            assert!(k["progress"].is_null(), "{k}");
+            assert_eq!(k["last"]["outcome"], "success", "{k}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run did not end: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

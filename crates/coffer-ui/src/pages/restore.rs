@@ -43,7 +43,7 @@ pub fn form(csrf: &str, repo: &str, snap: &(Id, Snapshot), path: &[u8], target: 
         esc(&s.time),
         action(repo, id),
         esc(csrf),
-        esc(&String::from_utf8_lossy(path)),
+        crate::http::encode_query(path),
         esc(target),
     );
     layout("Restore", Some(csrf), &b)
@@ -90,7 +90,7 @@ pub fn preview(csrf: &str, order: &Order, o: &Outcome) -> String {
         outcome_list(o, true),
         action(&order.repo, &order.snapshot),
         esc(csrf),
-        esc(&String::from_utf8_lossy(&order.path)),
+        crate::http::encode_query(&order.path),
         esc(&order.target.display().to_string()),
         overwrite_name(order.overwrite),
         action(&order.repo, &order.snapshot),

@@ -1,7 +1,8 @@
 //! `coffer ui` in a real browser (Chromium, headless, through ChromeDriver,
 //! which the test command starts: `COFFER_TEST_WEBDRIVER`). A user's path
-//! through the pages: log in, see the configured job, run it and see it end,
-//! browse the snapshot it made, download a file and compare its bytes; and what
+//! through the pages: log in, see the configured job, run it and watch it go on
+//! and end, browse the snapshot it made, download a file and compare its bytes,
+//! restore a directory after a dry run and compare it; and what
 //! a hostile page or a guesser meets. A screenshot of each page is written to
 //! `COFFER_UI_SCREENSHOTS` (default: the test's target directory), kept for
 //! when a test fails.
@@ -112,12 +113,16 @@ fn a_user_logs_in_runs_a_job_browses_and_downloads() {
     std::fs::write(src.join("docs/report.bin"), &content).unwrap();
     std::fs::write(src.join("docs/notes.txt"), b"last Tuesday's notes").unwrap();
     let cmd = with_home_job(&env, &src);
+    // At 1 MiB/s the first backup takes about three seconds: long enough to watch.
+    let mut jobs = std::fs::read_to_string(env.path("jobs.toml")).unwrap();
+    jobs.push_str("limit-upload = 1024\n");
+    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
     let pass = env.path("ui-pass");
     let ui = serve(cmd, &env.path("state"), &["--ui-password-file", pass.to_str().unwrap()]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let result = rt.block_on(async {
         let c = browser(&webdriver).await;
-        let result = journey(&c, &ui.base, &src, &content).await;
+        let result = journey(&c, &ui.base, &src, &content, &env.path("restored")).await;
         shot(&c, "last").await;
         let _ = c.close().await;
         result
@@ -127,7 +132,38 @@ fn a_user_logs_in_runs_a_job_browses_and_downloads() {
     }
 }
 
-async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(), String> {
+/// Runs the job `home` from the dashboard and, without reloading, watches its
+/// figures go by and its row say `ok` once the page has redrawn itself.
+async fn run_and_watch(c: &Client) -> Result<(), String> {
+    click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut seen = None;
+    loop {
+        // The page may be redrawn between two looks: every look starts afresh.
+        if seen.is_none()
+            && let Ok(e) = c.find(Locator::Css("[data-live='job:home'] .figures")).await
+            && let Ok(t) = e.text().await
+            && t.contains("MiB")
+        {
+            shot(c, "dashboard-running").await;
+            seen = Some(t);
+        }
+        let row = match c.find(Locator::Css("tbody tr")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if seen.is_some() && row.split_whitespace().any(|w| w == "ok") {
+            return Ok(());
+        }
+        if row.contains("failed") || Instant::now() > deadline {
+            shot(c, "run-watched").await;
+            return Err(format!("the run was not seen going on and ending (figures {seen:?}): {row}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn journey(c: &Client, base: &str, src: &Path, content: &[u8], target: &Path) -> Result<(), String> {
     // Without a session, the login page.
     c.goto(&format!("{base}/")).await.map_err(|e| e.to_string())?;
     let url = c.current_url().await.unwrap();
@@ -175,8 +211,8 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(
         return Err(format!("a POST without a CSRF token got {status}"));
     }
 
-    // Run the backup now; reload until it has ended.
-    run_and_wait(c, 1).await?;
+    // Run the backup now and watch it end, the page kept current by itself.
+    run_and_watch(c).await?;
     shot(c, "dashboard-after-run").await;
 
     // Browse: the repository, its snapshot, down to the file.
@@ -235,6 +271,40 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8]) -> Result<(
         return Err(format!("the diff does not show the change: {text}"));
     }
     shot(c, "diff").await;
+
+    // Restore the directory: the form, the dry run's figures, then the restore.
+    c.back().await.unwrap();
+    click_away(c, Locator::Css("tbody tr td a")).await?;
+    for part in src.iter().skip(1).chain([std::ffi::OsStr::new("docs")]) {
+        click_away(c, Locator::LinkText(&format!("{}/", part.to_string_lossy()))).await?;
+    }
+    click_away(c, Locator::LinkText("Restore this directory")).await?;
+    c.find(Locator::Id("target")).await.unwrap().send_keys(&target.display().to_string()).await.unwrap();
+    click_away(c, Locator::Css("button[value='dry-run']")).await?;
+    let text = body_text(c).await;
+    if !text.contains("2 files") || target.exists() {
+        return Err(format!("the dry run's page is wrong, or it wrote: {text}"));
+    }
+    shot(c, "restore-preview").await;
+    click_away(c, Locator::Css("button[value='run']")).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = body_text(c).await;
+        if text.contains("done") {
+            break;
+        }
+        if text.contains("failed") || Instant::now() > deadline {
+            return Err(format!("the restore did not end well: {text}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    shot(c, "restored").await;
+    let got = std::fs::read(target.join("report.bin")).map_err(|e| format!("report.bin not restored: {e}"))?;
+    if got != content
+        || std::fs::read(target.join("notes.txt")).ok().as_deref() != Some(&b"this Tuesday's notes, longer"[..])
+    {
+        return Err("the restored files differ from the snapshot's".into());
+    }
 
     // Log out: the dashboard is behind the login again.
     c.goto(&format!("{base}/")).await.unwrap();

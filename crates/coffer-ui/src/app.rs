@@ -5,21 +5,18 @@
 //! Pages under `/`, JSON under `/api/v1/`.
 
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
 use coffer_agent::config::Kind;
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::format::tree::{Node, NodeKind};
-use coffer_core::ops::dump::ContentReader;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+use crate::downloads::{self, ChannelBody, blocking};
 use crate::events::Item;
 use crate::gate::{self, Gate};
 use crate::http::{self as h, Body, esc};
@@ -36,8 +33,6 @@ const MAX_PAGE: usize = 10_000;
 const FIND_LIMIT: usize = 1000;
 /// Changes of a diff listed, at most (all are counted).
 const DIFF_LIMIT: usize = 10_000;
-/// The bytes of a download read ahead of the client.
-const DOWNLOAD_CHUNK: usize = 1 << 20;
 
 const STYLE: &str = include_str!("../assets/style.css");
 const SCRIPT: &str = include_str!("../assets/ui.js");
@@ -76,7 +71,7 @@ struct Session {
 }
 
 /// A failed request: its status and message.
-struct Fail(StatusCode, String);
+pub struct Fail(pub StatusCode, pub String);
 
 impl From<ViewError> for Fail {
     fn from(e: ViewError) -> Self {
@@ -90,7 +85,7 @@ impl From<ViewError> for Fail {
     }
 }
 
-fn fail(status: StatusCode, message: impl Into<String>) -> Fail {
+pub fn fail(status: StatusCode, message: impl Into<String>) -> Fail {
     Fail(status, message.into())
 }
 
@@ -126,6 +121,11 @@ impl App {
             Err(Fail(status, message)) if api => h::json_error(status, &message),
             Err(Fail(status, message)) => h::html(status, pages::error(status, &message)),
         };
+        // A body left unread ends the connection: say so, so that the client
+        // does not send its next request on it.
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         // The time the server took to answer (for a download: to its first byte).
         let took = format!("app;dur={:.1}", began.elapsed().as_secs_f64() * 1000.0);
         if let Ok(v) = HeaderValue::from_str(&took) {
@@ -302,7 +302,15 @@ impl App {
                 Ok(h::html(StatusCode::OK, pages::browse(&session.csrf, r, &snap, &entry_path, &page, limit)))
             }
             ["repos", r, "snapshots", id, "download"] | ["api", "v1", "repos", r, "snapshots", id, "content"] => {
-                self.download(r, id, entry_path).await
+                downloads::file(self.repo(r)?, id.to_string(), entry_path).await
+            }
+            ["repos", r, "snapshots", id, "archive"] | ["api", "v1", "repos", r, "snapshots", id, "archive"] => {
+                let format = match text("format").as_deref() {
+                    None | Some("tar") => coffer_archive::Format::Tar,
+                    Some("zip") => coffer_archive::Format::Zip,
+                    Some(f) => return Err(fail(StatusCode::BAD_REQUEST, format!("format={f:?}: give tar or zip"))),
+                };
+                downloads::archive(self.repo(r)?, id.to_string(), entry_path, format).await
             }
             ["repos", r, "diff"] | ["api", "v1", "repos", r, "diff"] => {
                 let (from, to) = (text("from").unwrap_or_default(), text("to").unwrap_or_default());
@@ -590,85 +598,6 @@ impl App {
             _ => Err(fail(StatusCode::NOT_FOUND, "nothing is served here")),
         }
     }
-
-    /// A file's content, streamed as it is read and verified. The length is
-    /// sent first: a download cut short by damage found on the way is one the
-    /// client sees is incomplete.
-    async fn download(&self, r: &str, id: &str, path: Vec<u8>) -> Result<Response<Body>, Fail> {
-        let (repo, id) = (self.repo(r)?, id.to_string());
-        let p = path.clone();
-        let (repo, node, shown) = blocking(move || Ok(repo.file(&id, &p)?)).await?;
-        // The first chunk is read before answering, so that a file whose
-        // content cannot be read at all gets an error status, not a cut stream.
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-        let size = node.size;
-        let name = shown.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
-        tokio::task::spawn_blocking(move || {
-            use std::io::Read;
-            let mut reader = match ContentReader::new(&repo, &node, &shown) {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = first_tx.send(Err(e.to_string()));
-                    return;
-                }
-            };
-            let mut first = Some(first_tx);
-            loop {
-                let mut buf = vec![0u8; DOWNLOAD_CHUNK];
-                let mut filled = 0;
-                let result = loop {
-                    match reader.read(&mut buf[filled..]) {
-                        Ok(0) => break Ok(()),
-                        Ok(n) => {
-                            filled += n;
-                            if filled == buf.len() {
-                                break Ok(());
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => break Err(e),
-                    }
-                };
-                match result {
-                    Err(e) => {
-                        if let Some(f) = first.take() {
-                            let _ = f.send(Err(e.to_string()));
-                        } else {
-                            let _ = tx.blocking_send(Err(e));
-                        }
-                        return;
-                    }
-                    Ok(()) => {
-                        if let Some(f) = first.take() {
-                            let _ = f.send(Ok(()));
-                        }
-                        if filled == 0 {
-                            return;
-                        }
-                        buf.truncate(filled);
-                        if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                            // The client went away.
-                            return;
-                        }
-                        if filled < DOWNLOAD_CHUNK {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-        match first_rx.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(fail(StatusCode::BAD_GATEWAY, e)),
-            Err(_) => return Err(fail(StatusCode::INTERNAL_SERVER_ERROR, "the download stopped")),
-        }
-        let mut resp = h::respond(StatusCode::OK, "application/octet-stream", ChannelBody(rx).boxed());
-        let hs = resp.headers_mut();
-        hs.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
-        hs.insert(header::CONTENT_DISPOSITION, disposition(&name));
-        Ok(resp)
-    }
 }
 
 /// A restore as a form or the API asks for it, not checked yet.
@@ -682,38 +611,6 @@ struct RestoreAsk {
 enum Restored {
     Preview(Order, crate::restores::Outcome),
     Started(Arc<crate::restores::Task>),
-}
-
-/// Runs `f` on a blocking thread; a panic there is an internal error.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Fail> + Send + 'static) -> Result<T, Fail> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(_) => Err(fail(StatusCode::INTERNAL_SERVER_ERROR, "the request's work failed unexpectedly")),
-    }
-}
-
-/// `attachment`, with the name as ASCII (others replaced) and exactly (RFC 5987).
-fn disposition(name: &str) -> HeaderValue {
-    let ascii: String =
-        name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
-    let exact = percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
-    HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{exact}"))
-        .unwrap_or_else(|_| HeaderValue::from_static("attachment"))
-}
-
-/// A body fed by a channel.
-struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
-
-impl http_body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
-        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(http_body::Frame::data)))
-    }
 }
 
 /// The snapshot filter of a page or API call: each given field must match.

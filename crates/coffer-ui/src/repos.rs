@@ -8,6 +8,7 @@
 //! normalised.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -217,6 +218,27 @@ impl RepoView {
         Ok(self.locate(snap.tree, path)?.1)
     }
 
+    /// The directory at `path` (the root when empty), for an archive of it:
+    /// its tree, its own entry (none for the root) and its path in the snapshot.
+    pub fn dir(&self, snapshot: &str, path: &[u8]) -> Result<Directory, ViewError> {
+        let (id, snap) = self.snapshot(snapshot)?;
+        let (tree, entry) = match self.locate(snap.tree, path)? {
+            (root, None) => (root, None),
+            (_, Some(n)) => match (n.kind, n.subtree) {
+                (NodeKind::Dir, Some(t)) => (t, Some(n)),
+                _ => {
+                    return Err(ViewError::BadRequest(format!("{} is not a directory", String::from_utf8_lossy(path))));
+                }
+            },
+        };
+        let name = match &entry {
+            Some(n) => String::from_utf8_lossy(&n.name.0).into_owned(),
+            None => format!("{}-{}", snap.hostname, id.short()),
+        };
+        let prefix = PathBuf::from("/").join(std::ffi::OsStr::from_bytes(path));
+        Ok(Directory { repo: self.repo()?.clone(), tree, entry, prefix, name })
+    }
+
     /// The regular file at `path`: its node, for [`coffer_core::ops::dump::ContentReader`].
     pub fn file(&self, snapshot: &str, path: &[u8]) -> Result<(Arc<Repository>, Node, PathBuf), ViewError> {
         let (_, snap) = self.snapshot(snapshot)?;
@@ -228,6 +250,18 @@ impl RepoView {
             _ => Err(ViewError::BadRequest(format!("{} is not a regular file", String::from_utf8_lossy(path)))),
         }
     }
+}
+
+/// A directory of a snapshot, found by [`RepoView::dir`].
+pub struct Directory {
+    pub repo: Arc<Repository>,
+    pub tree: Id,
+    /// Its own entry; none for the snapshot's root.
+    pub entry: Option<Node>,
+    /// Its path in the snapshot, from `/`.
+    pub prefix: PathBuf,
+    /// The archive's name: the directory's, or host and snapshot for the root.
+    pub name: String,
 }
 
 /// The changes from one snapshot to another, the first `limit` of them.

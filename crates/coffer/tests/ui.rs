@@ -602,3 +602,107 @@ fn a_running_job_shows_its_progress() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn directories_download_as_tar_and_zip() {
+    use std::io::Read;
+    let (env, src, id) = repository();
+    let ui = serve(env.cmd(), &env.path("state"), &["--no-jobs"]);
+    let s = ui.login(&ui.token()).unwrap();
+    let base = format!("/api/v1/repos/default/snapshots/{id}/archive?path={}", rel(&src));
+
+    // tar: every entry, names exact (one is not UTF-8), contents whole.
+    let r = ui.get(Some(&s), &format!("{base}&format=tar"));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "application/x-tar");
+    assert!(r.headers()["content-disposition"].to_str().unwrap().starts_with("attachment; filename=\"src.tar\""));
+    let body = r.bytes().unwrap();
+    let mut tar = tar::Archive::new(&body[..]);
+    let mut files = 0;
+    for e in tar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().into_owned();
+        let inside =
+            name.strip_prefix(rel(&src)).unwrap_or_else(|_| panic!("{} is outside the directory", name.display()));
+        if e.header().entry_type().is_file() {
+            let mut got = Vec::new();
+            e.read_to_end(&mut got).unwrap();
+            assert!(got == std::fs::read(src.join(inside)).unwrap(), "{} differs", name.display());
+            files += 1;
+        }
+    }
+    assert_eq!(files, 2500 + 3, "every file is in the tar");
+
+    // zip of a subdirectory: its files, each readable and the same.
+    let r = ui.get(Some(&s), &format!("{base}/many&format=zip"));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "application/zip");
+    assert!(r.headers()["content-disposition"].to_str().unwrap().starts_with("attachment; filename=\"many.zip\""));
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(r.bytes().unwrap())).unwrap();
+    let mut files = 0;
+    for i in 0..zip.len() {
+        let mut f = zip.by_index(i).unwrap();
+        if f.is_file() {
+            let name = f.name().unwrap().to_string();
+            let mut got = String::new();
+            f.read_to_string(&mut got).unwrap();
+            let n: usize = name.rsplit('f').next().unwrap().parse().unwrap();
+            assert_eq!(got, n.to_string(), "{name}");
+            files += 1;
+        }
+    }
+    assert_eq!(files, 2500);
+
+    // The snapshot's root is named after its host and snapshot; the page links to both formats.
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/archive"));
+    let d = r.headers()["content-disposition"].to_str().unwrap().to_string();
+    assert!(d.contains(&format!("-{}.tar\"", &id[..8])), "{d}");
+    let page = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}?path={}", rel(&src))).text().unwrap();
+    assert!(page.contains("/archive?path=") && page.contains("format=zip"), "{page}");
+
+    // Climbing out, a file, an unknown format: refused before any byte.
+    for bad in ["..", "a/../..", "/etc", "%2Fetc"] {
+        let r = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}/archive?path={bad}"));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let r = ui.get(Some(&s), &format!("{base}/big.bin&format=tar"));
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(ui.get(Some(&s), &format!("{base}&format=rar")).status(), StatusCode::BAD_REQUEST);
+    assert_eq!(ui.get(Some(&s), &format!("{base}/nothing")).status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn a_download_cut_by_damage_is_seen_as_incomplete() {
+    // Two files, backed up one after the other: the second's content is in packs of its own.
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.bin"), random_bytes(3 << 20, 2)).unwrap();
+    env.backup(&[&src]);
+    let before = files_under(&env.repo().join("data"));
+    std::fs::write(src.join("z.bin"), random_bytes(3 << 20, 3)).unwrap();
+    let id = env.backup(&[&src]);
+    let new: Vec<PathBuf> = files_under(&env.repo().join("data")).into_iter().filter(|p| !before.contains(p)).collect();
+    let pack = new.iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).expect("a new data pack");
+    let mut b = std::fs::read(pack).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x20;
+    std::fs::write(pack, b).unwrap();
+
+    let ui = serve(env.cmd(), &env.path("state"), &["--no-jobs"]);
+    let s = ui.login(&ui.token()).unwrap();
+    // a.bin is whole; the archive of both starts, then breaks off at z.bin.
+    let a = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/content?path={}/a.bin", rel(&src)));
+    assert!(a.bytes().unwrap() == std::fs::read(src.join("a.bin")).unwrap());
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/archive?path={}", rel(&src)));
+    assert_eq!(r.status(), StatusCode::OK, "the archive's start is readable");
+    assert!(r.bytes().is_err(), "the damaged archive's body ends in an error, not a short archive");
+    // z.bin alone: its damage is found before the first byte, or cuts the download short.
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/content?path={}/z.bin", rel(&src)));
+    if r.status() == StatusCode::OK {
+        assert!(r.bytes().is_err(), "a short file is not taken for whole");
+    } else {
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+        assert!(r.text().unwrap().contains("pack"), "the error names the pack");
+    }
+}

@@ -480,13 +480,15 @@ pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &
         }
     }
     let here_q = if dir.is_empty() { String::new() } else { format!("?path={}", encode_query(dir)) };
+    let here_a = if dir.is_empty() { "?".to_string() } else { format!("?path={}&amp;", encode_query(dir)) };
+    let what = if dir.is_empty() { "all of it" } else { "this directory" };
     let mut b = format!(
         "<nav aria-label=\"breadcrumb\" class=\"crumbs\">{crumbs}</nav><p>Snapshot <code>{}</code> of {}, {}. \
-         <a href=\"{base}/restore{here_q}\">Restore {}</a></p>",
+         <a href=\"{base}/restore{here_q}\">Restore {what}</a>; download {what} as \
+         <a href=\"{base}/archive{here_a}format=tar\">tar</a> or <a href=\"{base}/archive{here_a}format=zip\">zip</a></p>",
         id.short(),
         esc(&s.hostname),
         esc(&s.time),
-        if dir.is_empty() { "all of it".to_string() } else { "this directory".to_string() }
     );
     let end = page.offset + page.entries.len();
     b.push_str(&format!(
@@ -502,7 +504,11 @@ pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &
         let (shown, get) = match n.kind {
             NodeKind::Dir => (
                 format!("<a href=\"{base}?path={p}\">{name}/</a>"),
-                format!("<a href=\"{base}/restore?path={p}\" aria-label=\"Restore {name}\">Restore</a>"),
+                format!(
+                    "<a href=\"{base}/archive?path={p}&amp;format=tar\" aria-label=\"Download {name} as tar\">tar</a> \
+                     <a href=\"{base}/archive?path={p}&amp;format=zip\" aria-label=\"Download {name} as zip\">zip</a> \
+                     <a href=\"{base}/restore?path={p}\" aria-label=\"Restore {name}\">Restore</a>"
+                ),
             ),
             NodeKind::File => (
                 name.clone(),

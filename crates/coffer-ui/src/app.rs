@@ -22,6 +22,7 @@ use crate::gate::{self, Gate};
 use crate::http::{self as h, Body, esc};
 use crate::jobs::{Jobs, StartError};
 use crate::pages;
+use crate::preview::{self, Preview};
 use crate::repos::{Page, RepoView, ViewError};
 use crate::restores::{Order, Restores};
 
@@ -302,7 +303,24 @@ impl App {
                 Ok(h::html(StatusCode::OK, pages::browse(&session.csrf, r, &snap, &entry_path, &page, limit)))
             }
             ["repos", r, "snapshots", id, "download"] | ["api", "v1", "repos", r, "snapshots", id, "content"] => {
-                downloads::file(self.repo(r)?, id.to_string(), entry_path).await
+                downloads::file(self.repo(r)?, id.to_string(), entry_path, downloads::Disposition::Attachment).await
+            }
+            ["repos", r, "snapshots", id, "image"] | ["api", "v1", "repos", r, "snapshots", id, "image"] => {
+                downloads::file(self.repo(r)?, id.to_string(), entry_path, downloads::Disposition::Image).await
+            }
+            ["repos", r, "snapshots", id, "preview"] | ["api", "v1", "repos", r, "snapshots", id, "preview"] => {
+                let (view, id2, p) = (self.repo(r)?, id.to_string(), entry_path.clone());
+                let (snap, node, shown) = blocking(move || {
+                    let snap = view.snapshot(&id2)?;
+                    let (repo, node, shown) = view.file(&id2, &p)?;
+                    let preview = preview::of(&repo, &node, &shown)?;
+                    Ok((snap, node, preview))
+                })
+                .await?;
+                if api {
+                    return Ok(h::json(StatusCode::OK, &preview_json(&entry_path, &node, &shown)));
+                }
+                Ok(h::html(StatusCode::OK, pages::preview(&session.csrf, r, &snap, &entry_path, &node, &shown)))
             }
             ["repos", r, "snapshots", id, "archive"] | ["api", "v1", "repos", r, "snapshots", id, "archive"] => {
                 let format = match text("format").as_deref() {
@@ -714,6 +732,24 @@ fn repo_json(r: &RepoView) -> Value {
         }
         Err(e) => json!({"name": r.name, "location": r.location, "error": e.to_string()}),
     }
+}
+
+/// A file's preview for the API.
+fn preview_json(path: &[u8], node: &Node, p: &Preview) -> Value {
+    let mut v = json!({"type": "preview", "path": h::encode_query(path), "size": node.size});
+    match p {
+        Preview::Text { text, truncated } => {
+            v["kind"] = json!("text");
+            v["text"] = json!(text);
+            v["truncated"] = json!(truncated);
+        }
+        Preview::Image(media) => {
+            v["kind"] = json!("image");
+            v["media_type"] = json!(media);
+        }
+        Preview::Binary => v["kind"] = json!("binary"),
+    }
+    v
 }
 
 /// The text of a page's link to `path` in a snapshot.

@@ -19,6 +19,7 @@ use http_body_util::BodyExt;
 
 use crate::app::{Fail, fail};
 use crate::http::{self as h, Body};
+use crate::preview;
 use crate::repos::{Directory, RepoView};
 
 /// The bytes read ahead of the client, per chunk.
@@ -26,18 +27,44 @@ pub const CHUNK: usize = 1 << 20;
 /// Chunks waiting for the client, at most.
 const QUEUED: usize = 4;
 
+/// How a file is sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// To be saved: `application/octet-stream`, an attachment.
+    Attachment,
+    /// To be shown in a page: only an image of a type [`preview::image_type`]
+    /// knows, under that type, inline; anything else is refused (415).
+    Image,
+}
+
 /// A file's content, with its length.
-pub async fn file(view: std::sync::Arc<RepoView>, id: String, path: Vec<u8>) -> Result<Response<Body>, Fail> {
+pub async fn file(
+    view: std::sync::Arc<RepoView>,
+    id: String,
+    path: Vec<u8>,
+    how: Disposition,
+) -> Result<Response<Body>, Fail> {
     let (repo, node, shown) = blocking(move || Ok(view.file(&id, &path)?)).await?;
     let (size, name) = (node.size, shown.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let media = match how {
+        Disposition::Attachment => "application/octet-stream",
+        Disposition::Image => {
+            let (r, n, p) = (repo.clone(), node.clone(), shown.clone());
+            let head = blocking(move || Ok(preview::head(&r, &n, &p, 16)?)).await?;
+            preview::image_type(&head).ok_or_else(|| {
+                fail(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("{} is not an image the UI shows", shown.display()))
+            })?
+        }
+    };
     let body = stream(move |out| {
         let mut reader = ContentReader::new(&repo, &node, &shown).map_err(|e| e.to_string())?;
         io::copy(&mut reader, out).map(|_| ()).map_err(|e| e.to_string())
     })
     .await?;
-    let mut resp = h::respond(StatusCode::OK, "application/octet-stream", body);
+    let mut resp = h::respond(StatusCode::OK, media, body);
     resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(size));
-    resp.headers_mut().insert(header::CONTENT_DISPOSITION, disposition(&name));
+    let d = if how == Disposition::Image { HeaderValue::from_static("inline") } else { disposition(&name) };
+    resp.headers_mut().insert(header::CONTENT_DISPOSITION, d);
     Ok(resp)
 }
 

@@ -17,6 +17,7 @@ pub mod gate;
 pub mod http;
 pub mod jobs;
 pub mod pages;
+pub mod preview;
 pub mod repos;
 pub mod restores;
 

@@ -706,3 +706,71 @@ fn a_download_cut_by_damage_is_seen_as_incomplete() {
         assert!(r.text().unwrap().contains("pack"), "the error names the pack");
     }
 }
+
+#[test]
+fn files_preview_as_text_or_images_and_nothing_runs() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("notes.txt"), "line one\n<script>alert(1)</script>\ncafé\n").unwrap();
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend_from_slice(&random_bytes(3000, 4));
+    std::fs::write(src.join("photo.png"), &png).unwrap();
+    std::fs::write(
+        src.join("drawing.svg"),
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>",
+    )
+    .unwrap();
+    std::fs::write(src.join("page.html"), "<html><script>alert(1)</script></html>").unwrap();
+    std::fs::write(src.join("program"), b"\x7fELF\x02\x01\x01\0\0\0").unwrap();
+    std::fs::write(src.join("long.txt"), "x".repeat(300 << 10)).unwrap();
+    let id = env.backup(&[&src]);
+    let ui = serve(env.cmd(), &env.path("state"), &["--no-jobs"]);
+    let s = ui.login(&ui.token()).unwrap();
+    let api =
+        |name: &str| ui.json(&s, &format!("/api/v1/repos/default/snapshots/{id}/preview?path={}/{name}", rel(&src)));
+
+    let t = api("notes.txt");
+    assert_eq!((t["kind"].as_str(), t["truncated"].as_bool()), (Some("text"), Some(false)), "{t}");
+    assert_eq!(t["text"], "line one\n<script>alert(1)</script>\ncafé\n");
+    let page = ui
+        .get(Some(&s), &format!("/repos/default/snapshots/{id}/preview?path={}/notes.txt", rel(&src)))
+        .text()
+        .unwrap();
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>alert"), "{page}");
+    let long = api("long.txt");
+    assert_eq!((long["truncated"].as_bool(), long["text"].as_str().unwrap().len()), (Some(true), 256 << 10));
+    assert_eq!(api("program")["kind"], "binary");
+    // SVG and HTML are text to be read, never documents or images the browser runs.
+    assert_eq!(api("drawing.svg")["kind"], "text");
+    assert_eq!(api("page.html")["kind"], "text");
+    for name in ["drawing.svg", "page.html", "notes.txt"] {
+        let r = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}/image?path={}/{name}", rel(&src)));
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{name}");
+    }
+
+    // An image is shown by its bytes, inline, under its own type.
+    let p = api("photo.png");
+    assert_eq!((p["kind"].as_str(), p["media_type"].as_str()), (Some("image"), Some("image/png")), "{p}");
+    let page = ui
+        .get(Some(&s), &format!("/repos/default/snapshots/{id}/preview?path={}/photo.png", rel(&src)))
+        .text()
+        .unwrap();
+    assert!(page.contains("/image?path=") && page.contains("alt=\"Image photo.png\""), "{page}");
+    let r = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}/image?path={}/photo.png", rel(&src)));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "image/png");
+    assert_eq!(r.headers()["content-disposition"], "inline");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert!(r.bytes().unwrap() == png);
+
+    // The listing links each file to its preview; bad paths are refused.
+    let page = ui.get(Some(&s), &format!("/repos/default/snapshots/{id}?path={}", rel(&src))).text().unwrap();
+    assert!(page.contains(&format!("/preview?path={}/notes.txt", rel(&src))), "{page}");
+    for bad in ["..", "/etc/passwd", "a/../b"] {
+        let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/preview?path={bad}"));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/preview?path={}", rel(&src)));
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a directory has no preview");
+}

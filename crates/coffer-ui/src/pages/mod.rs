@@ -8,12 +8,13 @@ use coffer_agent::state::Run;
 use coffer_agent::status::KindStatus;
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
-use coffer_core::format::tree::NodeKind;
+use coffer_core::format::tree::{Node, NodeKind};
 use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::app::{Filter, child_path, shown_path, tree_time};
 use crate::http::{encode_query, esc};
+use crate::preview::Preview;
 use crate::repos::Page;
 
 pub mod restore;
@@ -511,7 +512,7 @@ pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &
                 ),
             ),
             NodeKind::File => (
-                name.clone(),
+                format!("<a href=\"{base}/preview?path={p}\">{name}</a>"),
                 format!(
                     "<a href=\"{base}/download?path={p}\" aria-label=\"Download {name}\">Download</a> \
                      <a href=\"{base}/restore?path={p}\" aria-label=\"Restore {name}\">Restore</a>"
@@ -546,6 +547,54 @@ pub fn browse(csrf: &str, repo: &str, snap: &(Id, Snapshot), dir: &[u8], page: &
     }
     b.push_str("</nav>");
     layout("Browse", Some(csrf), &b)
+}
+
+/// A file's page: what it is, a link to download it, and its preview.
+pub fn preview(csrf: &str, repo: &str, snap: &(Id, Snapshot), path: &[u8], node: &Node, p: &Preview) -> String {
+    let (id, s) = snap;
+    let base = format!("/repos/{}/snapshots/{}", esc(repo), id.to_hex());
+    let q = encode_query(path);
+    let (dir, name) = match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&path[..0], path),
+    };
+    let up = if dir.is_empty() { base.clone() } else { format!("{base}?path={}", encode_query(dir)) };
+    let mut b = format!(
+        "<p><a href=\"{up}\">Back to {}</a> · snapshot <code>{}</code> of {}, {}</p>\
+         <p>{}, modified {}, mode <code>{:o}</code>. <a href=\"{base}/download?path={q}\">Download</a> \
+         <a href=\"{base}/restore?path={q}\">Restore</a></p>",
+        if dir.is_empty() { esc(&s.hostname) } else { shown_path(dir) },
+        id.short(),
+        esc(&s.hostname),
+        esc(&s.time),
+        bytes(node.size),
+        tree_time(node.mtime.0, node.mtime.1),
+        node.mode & 0o7777
+    );
+    match p {
+        Preview::Text { text, truncated } => {
+            if *truncated {
+                b.push_str(&format!(
+                    "<p class=\"hint\">The first {} of {} are shown.</p>",
+                    bytes(text.len() as u64),
+                    bytes(node.size)
+                ));
+            }
+            b.push_str(&format!(
+                "<pre class=\"preview\" tabindex=\"0\" aria-label=\"Content of {}\">{}</pre>",
+                shown_path(name),
+                esc(text)
+            ));
+        }
+        Preview::Image(_) => b.push_str(&format!(
+            "<figure><img class=\"preview\" src=\"{base}/image?path={q}\" alt=\"Image {}\"></figure>",
+            shown_path(name)
+        )),
+        Preview::Binary => {
+            b.push_str("<p>No preview: this file is neither text in UTF-8 nor an image the UI shows.</p>")
+        }
+    }
+    layout(&String::from_utf8_lossy(name), Some(csrf), &b)
 }
 
 fn run_brief(r: &Run) -> Value {

@@ -293,7 +293,8 @@ impl App {
                 let repo = self.repo(r)?;
                 let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
                 let shown: Vec<&(Id, Snapshot)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
-                Ok(h::html(StatusCode::OK, pages::snapshots(&session.csrf, r, &shown, &filter)))
+                let job = self.repo(r)?.policy_job().map(str::to_string);
+                Ok(h::html(StatusCode::OK, pages::snapshots(&session.csrf, r, &shown, &filter, job.as_deref())))
             }
             ["repos", r, "snapshots", id] => {
                 let (offset, limit) = (number("offset", 0)?, number("limit", PAGE)?.clamp(1, MAX_PAGE));
@@ -329,6 +330,11 @@ impl App {
                     Some(f) => return Err(fail(StatusCode::BAD_REQUEST, format!("format={f:?}: give tar or zip"))),
                 };
                 downloads::archive(self.repo(r)?, id.to_string(), entry_path, format).await
+            }
+            ["repos", r, "forget"] => {
+                let (view, policy, ids) = (self.repo(r)?, text("policy").is_some(), text("snapshots"));
+                let plan = blocking(move || Ok(plan(&view, policy, ids.as_deref().unwrap_or_default())?)).await?;
+                Ok(h::html(StatusCode::OK, pages::forget::plan(&session.csrf, r, &plan)))
             }
             ["repos", r, "diff"] | ["api", "v1", "repos", r, "diff"] => {
                 let (from, to) = (text("from").unwrap_or_default(), text("to").unwrap_or_default());
@@ -567,6 +573,45 @@ impl App {
                     h::see_other("/")
                 })
             }
+            ["repos", r, "forget"] => {
+                let ids = form.get("snapshots").map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+                let view = self.repo(r)?;
+                let (forgotten, tombstone) = blocking(move || {
+                    let p = plan(&view, false, &ids)?;
+                    let ids: Vec<Id> = p.forget.iter().map(|(i, _)| *i).collect();
+                    let t = view.forget(&ids)?;
+                    Ok((ids, t))
+                })
+                .await?;
+                Ok(h::html(StatusCode::OK, pages::forget::done(&session.csrf, r, &forgotten, &tombstone)))
+            }
+            ["api", "v1", "repos", r, "forget"] => {
+                let v: Value =
+                    serde_json::from_slice(body).map_err(|_| fail(StatusCode::BAD_REQUEST, "the body is not JSON"))?;
+                let policy = v["policy"].as_bool().unwrap_or(false);
+                let ids = match &v["snapshots"] {
+                    Value::Null => String::new(),
+                    Value::Array(a) => {
+                        let ids: Option<Vec<&str>> = a.iter().map(Value::as_str).collect();
+                        ids.ok_or_else(|| fail(StatusCode::BAD_REQUEST, "snapshots: a list of snapshot ids"))?.join(",")
+                    }
+                    _ => return Err(fail(StatusCode::BAD_REQUEST, "snapshots: a list of snapshot ids")),
+                };
+                // Forgetting is done only when asked for in so many words.
+                let dry = v["dry_run"].as_bool().unwrap_or(true);
+                let view = self.repo(r)?;
+                let (p, tombstone) = blocking(move || {
+                    let p = plan(&view, policy, &ids)?;
+                    let t = if dry || p.forget.is_empty() {
+                        None
+                    } else {
+                        Some(view.forget(&p.forget.iter().map(|(i, _)| *i).collect::<Vec<_>>())?)
+                    };
+                    Ok((p, t))
+                })
+                .await?;
+                Ok(h::json(StatusCode::OK, &forget_json(&p, dry, tombstone)))
+            }
             ["repos", r, "snapshots", id, "restore"] => {
                 let text = |k: &str| form.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
                 let ask = RestoreAsk {
@@ -732,6 +777,33 @@ fn repo_json(r: &RepoView) -> Value {
         }
         Err(e) => json!({"name": r.name, "location": r.location, "error": e.to_string()}),
     }
+}
+
+/// What a forget would do: by the policy, or of the snapshots `ids` (comma-separated).
+fn plan(view: &RepoView, policy: bool, ids: &str) -> Result<crate::forgets::Plan, ViewError> {
+    if policy {
+        return view.plan_policy();
+    }
+    view.plan_snapshots(&ids.split(',').map(str::trim).filter(|s| !s.is_empty()).collect::<Vec<_>>())
+}
+
+/// A forget's plan, or what it did, for the API.
+fn forget_json(p: &crate::forgets::Plan, dry_run: bool, tombstone: Option<Id>) -> Value {
+    let decisions = p.policy.as_ref().map(|a| {
+        let list: Vec<Value> = a
+            .decisions
+            .iter()
+            .map(|d| {
+                let reasons: Vec<String> = d.reasons.iter().map(|r| r.to_string()).collect();
+                json!({"id": d.id, "group": d.group.to_string(), "action": if d.keep { "keep" } else { "forget" },
+                       "reasons": reasons})
+            })
+            .collect();
+        json!({"job": a.job, "decisions": list})
+    });
+    let forgotten: Vec<Id> = p.forget.iter().map(|(i, _)| *i).collect();
+    json!({"type": "forget", "dry_run": dry_run, "forgotten": forgotten, "kept": p.kept,
+           "tombstone": tombstone, "policy": decisions})
 }
 
 /// A file's preview for the API.

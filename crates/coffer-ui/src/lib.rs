@@ -13,6 +13,7 @@
 pub mod app;
 pub mod downloads;
 pub mod events;
+pub mod forgets;
 pub mod gate;
 pub mod http;
 pub mod jobs;
@@ -28,6 +29,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use zeroize::Zeroizing;
 
+pub use forgets::Retention;
 pub use gate::SessionLimits;
 pub use jobs::Jobs;
 pub use repos::RepoSource;

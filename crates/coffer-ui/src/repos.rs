@@ -15,9 +15,12 @@ use std::sync::{Arc, Mutex};
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
 use coffer_core::format::tree::{Node, NodeKind, Tree};
+use coffer_core::local_state::LocalState;
 use coffer_core::ops::diff::{Change, DiffStats};
 use coffer_core::repo::Repository;
 use coffer_core::repo::history::History;
+
+use crate::forgets::Retention;
 
 /// Decoded tree entries kept across requests, at most (about 250 B each).
 const TREE_CACHE_NODES: usize = 400_000;
@@ -49,6 +52,10 @@ pub struct RepoSource {
     pub location: String,
     /// The repository, its index loaded; or why it could not be opened.
     pub repo: Result<Arc<Repository>, String>,
+    /// This client's state of it (its writer key): without it, the UI does not forget.
+    pub writer: Option<LocalState>,
+    /// The retention policy of its job, which the UI can apply.
+    pub retention: Option<Retention>,
 }
 
 /// The history as last read, and its live snapshots.
@@ -59,6 +66,8 @@ pub struct RepoView {
     pub name: String,
     pub location: String,
     repo: Result<Arc<Repository>, String>,
+    pub(crate) writer: Option<LocalState>,
+    pub(crate) retention: Option<Retention>,
     history: Mutex<Option<Listed>>,
     trees: Mutex<TreeCache>,
 }
@@ -110,6 +119,8 @@ impl RepoView {
             name: s.name,
             location: s.location,
             repo: s.repo,
+            writer: s.writer,
+            retention: s.retention,
             history: Mutex::new(None),
             trees: Mutex::new(TreeCache::default()),
         }
@@ -432,7 +443,13 @@ mod tests {
         }
         let tree = TestTree::new().file("top", &[b"top file"]).dir("sub", sub);
         let (snap, _) = r.snapshot(&tree);
-        let v = RepoView::new(RepoSource { name: "t".into(), location: "test".into(), repo: Ok(Arc::new(r.reopen())) });
+        let v = RepoView::new(RepoSource {
+            name: "t".into(),
+            location: "test".into(),
+            repo: Ok(Arc::new(r.reopen())),
+            writer: None,
+            retention: None,
+        });
         v.repo().unwrap().load_index().unwrap();
         let id = snap.to_hex();
         let root = v.list(&id, b"", 0, 10).unwrap();
@@ -463,7 +480,13 @@ mod tests {
         let (a, _) =
             r.snapshot(&TestTree::new().dir("d", TestTree::new().file("report.txt", &[b"1"])).file("x.bin", &[b"x"]));
         let (b, _) = r.snapshot(&TestTree::new().file("report.txt", &[b"2"]).file("other.txt", &[b"3"]));
-        let v = RepoView::new(RepoSource { name: "t".into(), location: "test".into(), repo: Ok(Arc::new(r.reopen())) });
+        let v = RepoView::new(RepoSource {
+            name: "t".into(),
+            location: "test".into(),
+            repo: Ok(Arc::new(r.reopen())),
+            writer: None,
+            retention: None,
+        });
         v.repo().unwrap().load_index().unwrap();
         let (found, full) = v.find("report.*", None, 10).unwrap();
         let got: Vec<(Id, &[u8])> = found.iter().map(|f| (f.snapshot, f.path.as_slice())).collect();
@@ -482,7 +505,13 @@ mod tests {
         let b_tree =
             TestTree::new().file("same", &[b"s"]).file("edit", &[b"2"]).file("new1", &[b"n"]).file("new2", &[b"m"]);
         let (b, _) = r.snapshot(&b_tree);
-        let v = RepoView::new(RepoSource { name: "t".into(), location: "test".into(), repo: Ok(Arc::new(r.reopen())) });
+        let v = RepoView::new(RepoSource {
+            name: "t".into(),
+            location: "test".into(),
+            repo: Ok(Arc::new(r.reopen())),
+            writer: None,
+            retention: None,
+        });
         v.repo().unwrap().load_index().unwrap();
         let d = v.diff(&a.to_hex(), &b.to_hex(), 100).unwrap();
         assert_eq!((d.stats.added, d.stats.removed, d.stats.modified), (2, 1, 1));

@@ -774,3 +774,77 @@ fn files_preview_as_text_or_images_and_nothing_runs() {
     let r = ui.get(Some(&s), &format!("/api/v1/repos/default/snapshots/{id}/preview?path={}", rel(&src)));
     assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a directory has no preview");
 }
+
+#[test]
+fn snapshots_are_forgotten_after_a_dry_run_by_choice_or_by_the_jobs_policy() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        std::fs::write(src.join("a"), format!("version {i}")).unwrap();
+        ids.push(env.backup(&[&src]));
+    }
+    let cmd = with_home_job(&env, &src);
+    let mut jobs = std::fs::read_to_string(env.path("jobs.toml")).unwrap();
+    jobs.push_str("forget = { keep-last = 2 }\n");
+    std::fs::write(env.path("jobs.toml"), jobs).unwrap();
+    let ui = serve(cmd, &env.path("state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let count = || ui.json(&s, "/api/v1/repos/default/snapshots")["snapshots"].as_array().unwrap().len();
+
+    // One chosen: the API's dry run (the default) forgets nothing.
+    let api = "/api/v1/repos/default/forget";
+    let v: serde_json::Value = ui.post(&s, api, Some(&s.csrf), json!({"snapshots": [ids[0]]})).json().unwrap();
+    assert_eq!((v["dry_run"].as_bool(), v["kept"].as_u64()), (Some(true), Some(4)), "{v}");
+    assert_eq!(v["forgotten"], json!([ids[0]]));
+    assert!(v["tombstone"].is_null());
+    assert_eq!(count(), 5);
+    // The page shows it and asks; without the CSRF token the post is refused.
+    let page = ui.get(Some(&s), &format!("/repos/default/forget?snapshots={}", ids[0])).text().unwrap();
+    assert!(page.contains("Forget 1 snapshot") && page.contains(&ids[0]), "{page}");
+    let post = |fields: &[(&str, &str)]| {
+        ui.client.post(ui.url("/repos/default/forget")).header("cookie", &s.cookie).form(fields).send().unwrap()
+    };
+    assert_eq!(post(&[("snapshots", &ids[0])]).status(), StatusCode::FORBIDDEN);
+    assert_eq!(count(), 5);
+    let r = post(&[("csrf", &s.csrf), ("snapshots", &ids[0])]);
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().unwrap().contains("Forgot 1 snapshot"));
+    assert_eq!(count(), 4);
+    // Confirming again finds it gone, and forgets nothing else.
+    assert_eq!(post(&[("csrf", &s.csrf), ("snapshots", &ids[0])]).status(), StatusCode::NOT_FOUND);
+    assert_eq!(post(&[("csrf", &s.csrf), ("snapshots", "nonsense")]).status(), StatusCode::BAD_REQUEST);
+
+    // The job's policy (keep the last 2): its decisions first, then exactly those forgotten.
+    let snaps_page = ui.get(Some(&s), "/repos/default").text().unwrap();
+    assert!(snaps_page.contains("/repos/default/forget?policy=1"), "{snaps_page}");
+    let page = ui.get(Some(&s), "/repos/default/forget?policy=1").text().unwrap();
+    assert_eq!(page.matches(">keep</td><td>last</td>").count(), 2, "{page}");
+    assert_eq!(page.matches(">forget</td>").count(), 2, "{page}");
+    assert!(page.contains("Forget 2 snapshots"), "{page}");
+    let v: serde_json::Value = ui.post(&s, api, Some(&s.csrf), json!({"policy": true})).json().unwrap();
+    assert_eq!(v["forgotten"], json!([ids[1], ids[2]]), "{v}");
+    assert_eq!(v["policy"]["job"], "home");
+    assert_eq!(v["policy"]["decisions"].as_array().unwrap().len(), 4);
+    // A snapshot stored after the dry run is not forgotten by its confirmation.
+    std::fs::write(src.join("a"), "version 5").unwrap();
+    let newest = env.backup(&[&src]);
+    let r = post(&[("csrf", &s.csrf), ("snapshots", &format!("{},{}", ids[1], ids[2]))]);
+    assert_eq!(r.status(), StatusCode::OK);
+    let left: Vec<String> = ui.json(&s, "/api/v1/repos/default/snapshots")["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    for id in [&ids[3], &ids[4], &newest] {
+        assert!(left.contains(id), "{id} is kept: {left:?}");
+    }
+    // The command line sees the tombstones: history intact, nothing missing.
+    let out = env.run(&["check"]);
+    assert_success(&out);
+    let v = env.json(&["snapshots"]);
+    assert_eq!(v.as_array().map(Vec::len).or(v["snapshots"].as_array().map(Vec::len)), Some(3), "{v}");
+}

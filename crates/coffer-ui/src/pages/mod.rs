@@ -17,6 +17,7 @@ use crate::http::{encode_query, esc};
 use crate::preview::Preview;
 use crate::repos::Page;
 
+pub mod forget;
 pub mod restore;
 
 fn layout(title: &str, csrf: Option<&str>, body: &str) -> String {
@@ -224,7 +225,7 @@ fn field(id: &str, label: &str, value: &Option<String>) -> String {
 }
 
 /// A repository's snapshots, newest first, with the filter form.
-pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) -> String {
+pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter, policy_job: Option<&str>) -> String {
     let mut b = format!(
         "<form method=\"get\" action=\"/repos/{}\" class=\"filter\" role=\"search\">{}{}{}<button type=\"submit\">Filter</button></form>",
         esc(repo),
@@ -233,12 +234,20 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) 
         field("path", "Path", &f.path)
     );
     b.push_str(&find_form(repo, ""));
+    if let Some(job) = policy_job {
+        b.push_str(&format!(
+            "<p><a href=\"/repos/{}/forget?policy=1\">See what the retention policy of job {} would forget</a></p>",
+            esc(repo),
+            esc(job)
+        ));
+    }
     b.push_str(&charts(snaps));
     b.push_str(&format!(
         "<form method=\"get\" action=\"/repos/{}/diff\"><table><caption>{} snapshots, newest first; pick two to compare \
          them</caption><thead><tr><th scope=\"col\">From</th><th scope=\"col\">To</th><th scope=\"col\">Time</th>\
          <th scope=\"col\">Id</th><th scope=\"col\">Host</th><th scope=\"col\">Paths</th><th scope=\"col\">Tags</th>\
-         <th scope=\"col\">Files</th><th scope=\"col\">Size</th><th scope=\"col\">Added</th></tr></thead><tbody>",
+         <th scope=\"col\">Files</th><th scope=\"col\">Size</th><th scope=\"col\">Added</th><th scope=\"col\">Forget</th>\
+         </tr></thead><tbody>",
         esc(repo),
         snaps.len()
     ));
@@ -252,7 +261,8 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) 
             "<tr><td><input type=\"radio\" name=\"from\" value=\"{hex}\" aria-label=\"compare from {short}\"{from}></td>\
              <td><input type=\"radio\" name=\"to\" value=\"{hex}\" aria-label=\"compare to {short}\"{to}></td>\
              <td>{}</td><td><a href=\"/repos/{}/snapshots/{hex}\"><code>{short}</code></a>{signed}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{files}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{files}</td><td>{}</td><td>{}</td>\
+             <td><a href=\"/repos/{repo}/forget?snapshots={hex}\" aria-label=\"Forget {short}\">Forget…</a></td></tr>",
             esc(&s.time),
             esc(repo),
             esc(&s.hostname),
@@ -261,6 +271,7 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter) 
             bytes(s.summary.bytes_total),
             bytes(s.summary.bytes_added),
             short = id.short(),
+            repo = esc(repo),
         ));
     }
     b.push_str("</tbody></table>");

@@ -57,7 +57,7 @@ fn forget_only(global: &GlobalArgs, a: &ForgetArgs) -> Result<u8> {
 }
 
 /// The policy the `--keep-*` and `--group-by` options describe.
-fn policy_of(a: &ForgetArgs) -> Policy {
+pub fn policy_of(a: &ForgetArgs) -> Policy {
     Policy {
         last: a.keep_last,
         hourly: a.keep_hourly,

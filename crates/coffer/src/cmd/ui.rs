@@ -111,11 +111,11 @@ pub struct Serving {
 /// each job's, once per location.
 fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Config>) -> Result<Vec<RepoSource>> {
     let mut repos: Vec<RepoSource> = Vec::new();
-    let mut seen_locations = std::collections::HashSet::new();
+    let mut seen_locations = std::collections::HashMap::new();
     if let Some(g) = global {
         let (loc, _) = repo_open::location(g)?;
-        seen_locations.insert(loc.to_string());
-        repos.push(RepoSource { name: "default".into(), location: loc.to_string(), repo: open(g) });
+        seen_locations.insert(loc.to_string(), 0);
+        repos.push(source("default".into(), loc.to_string(), open(g), None));
     }
     for job in config.iter().flat_map(|c| c.jobs.values()) {
         let mut name = name_of(&job.name);
@@ -125,7 +125,7 @@ fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Co
         let g = match job_global(job) {
             Ok(g) => g,
             Err(e) => {
-                repos.push(RepoSource { name, location: job.repository_label(), repo: Err(format!("{e:#}")) });
+                repos.push(source(name, job.repository_label(), Err(format!("{e:#}")), None));
                 continue;
             }
         };
@@ -133,11 +133,46 @@ fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Co
             Ok((l, _)) => l.to_string(),
             Err(e) => format!("({e})"),
         };
-        if seen_locations.insert(location.clone()) {
-            repos.push(RepoSource { name, location, repo: open(&g) });
+        let retention = retention(job);
+        match seen_locations.get(&location) {
+            // Shown already: the first job with a policy lends it its own.
+            Some(&i) => {
+                if repos[i].retention.is_none() {
+                    repos[i].retention = retention;
+                }
+            }
+            None => {
+                seen_locations.insert(location.clone(), repos.len());
+                repos.push(source(name, location, open(&g), retention));
+            }
         }
     }
     Ok(repos)
+}
+
+/// A repository shown, with this client's state of it (its writer key, for forgetting).
+fn source(
+    name: String,
+    location: String,
+    repo: Result<Arc<coffer_core::repo::Repository>, String>,
+    retention: Option<coffer_ui::Retention>,
+) -> RepoSource {
+    let writer = repo.as_ref().ok().and_then(|r| repo_open::local_state(r).ok());
+    RepoSource { name, location, repo, writer, retention }
+}
+
+/// A job's retention policy (its `forget` table), which the UI can apply; a
+/// profile's `[forget]` is the profile's business and not shown.
+fn retention(job: &coffer_agent::config::Job) -> Option<coffer_ui::Retention> {
+    let args = job.forget_args.as_ref()?;
+    let cli = Cli::try_parse_from(["coffer".to_string(), "forget".to_string()].into_iter().chain(args.iter().cloned()))
+        .ok()?;
+    let crate::args::Command::Forget(a) = &cli.command else { return None };
+    Some(coffer_ui::Retention {
+        job: job.name.clone(),
+        policy: super::forget::policy_of(a),
+        offset: Arc::new(crate::output::utc_offset),
+    })
 }
 
 /// Opens what the UI shows and binds it. `log` tells what the user is to know.

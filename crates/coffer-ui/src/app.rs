@@ -46,6 +46,7 @@ pub struct AppParts {
     pub local: SocketAddr,
     pub tls: bool,
     pub on_token: Arc<dyn Fn(&str) + Send + Sync>,
+    pub bench_report: Option<std::path::PathBuf>,
 }
 
 /// The UI's state, shared by every connection.
@@ -60,6 +61,7 @@ pub struct App {
     origins: Vec<String>,
     on_token: Arc<dyn Fn(&str) + Send + Sync>,
     restores: Restores,
+    bench_report: Option<std::path::PathBuf>,
 }
 
 /// The dashboard's jobs, what runs now, recent runs and repositories.
@@ -110,6 +112,7 @@ impl App {
             origins,
             on_token: p.on_token,
             restores: Restores::default(),
+            bench_report: p.bench_report,
         }
     }
 
@@ -331,6 +334,26 @@ impl App {
                 };
                 downloads::archive(self.repo(r)?, id.to_string(), entry_path, format).await
             }
+            ["repos", r, "health"] | ["api", "v1", "repos", r, "health"] => {
+                let (view, me) = (self.repo(r)?, self.clone());
+                let (checks, log, bench) = blocking(move || {
+                    let checks = me.checks(&view.jobs, 20)?;
+                    Ok((checks, view.server_log(), me.bench_report.as_deref().and_then(crate::health::bench_report)))
+                })
+                .await?;
+                let jobs = self.repo(r)?.jobs.clone();
+                if api {
+                    return Ok(h::json(StatusCode::OK, &health_json(r, &jobs, &checks, log.as_ref(), bench.as_ref())));
+                }
+                let shown = pages::health::Shown {
+                    repo: r,
+                    jobs: &jobs,
+                    checks: &checks,
+                    server_log: log.as_ref(),
+                    bench: bench.as_ref(),
+                };
+                Ok(h::html(StatusCode::OK, pages::health::page(&session.csrf, &shown)))
+            }
             ["repos", r, "forget"] => {
                 let (view, policy, ids) = (self.repo(r)?, text("policy").is_some(), text("snapshots"));
                 let plan = blocking(move || Ok(plan(&view, policy, ids.as_deref().unwrap_or_default())?)).await?;
@@ -435,8 +458,29 @@ impl App {
             Some(j) => (j.status(jiff::Timestamp::now()).map_err(state)?, j.runs(None, 20).map_err(state)?),
             None => (Vec::new(), Vec::new()),
         };
-        let repos = self.repos.iter().map(|r| repo_json(r)).collect();
+        let mut repos = Vec::with_capacity(self.repos.len());
+        for r in &self.repos {
+            let mut v = repo_json(r);
+            let last = self.checks(&r.jobs, 5)?.into_iter().find(|c| c.ended.is_some());
+            v["last_check"] = last.as_ref().map_or(Value::Null, last_check_json);
+            repos.push(v);
+        }
         Ok((jobs, self.live_items(), runs, repos))
+    }
+
+    /// The newest check runs of `jobs`, newest first.
+    fn checks(&self, jobs: &[String], limit: usize) -> Result<Vec<coffer_agent::state::Run>, Fail> {
+        let Some(j) = &self.jobs else { return Ok(Vec::new()) };
+        let mut all = Vec::new();
+        for job in jobs {
+            all.extend(
+                j.runs_of(job, Kind::Check, limit)
+                    .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
+            );
+        }
+        all.sort_by_key(|r| std::cmp::Reverse(r.started));
+        all.truncate(limit);
+        Ok(all)
     }
 
     /// What runs now: the jobs' runs, then the restores started here.
@@ -559,7 +603,6 @@ impl App {
                     jobs.start(&name, kind).map_err(|e| {
                         let status = match e {
                             StartError::NoJob(_) => StatusCode::NOT_FOUND,
-                            StartError::NoKind { .. } => StatusCode::BAD_REQUEST,
                             StartError::Busy(_) => StatusCode::CONFLICT,
                             StartError::State(_) | StartError::Spawn(_) => StatusCode::INTERNAL_SERVER_ERROR,
                         };
@@ -777,6 +820,36 @@ fn repo_json(r: &RepoView) -> Value {
         }
         Err(e) => json!({"name": r.name, "location": r.location, "error": e.to_string()}),
     }
+}
+
+/// The newest ended check: when, how, and how long ago.
+fn last_check_json(r: &coffer_agent::state::Run) -> Value {
+    let ended = r.ended.unwrap_or(r.started);
+    let age = jiff::Timestamp::now().duration_since(ended).as_secs().max(0);
+    json!({"job": r.job, "ended": ended.to_string(), "outcome": r.outcome.as_str(), "age_seconds": age})
+}
+
+/// A repository's health for the API.
+fn health_json(
+    repo: &str,
+    jobs: &[String],
+    checks: &[coffer_agent::state::Run],
+    log: Option<&Result<crate::health::LogStatus, String>>,
+    bench: Option<&Result<coffer_core::ops::bench::BenchReport, String>>,
+) -> Value {
+    let log = log.map_or(Value::Null, |l| match l {
+        Ok(l) => json!({"ok": l.problems.is_empty(), "entries": l.entries, "key": l.key,
+                        "new_entries": l.new_entries, "pinned_now": l.first_contact, "problems": l.problems}),
+        Err(e) => json!({"ok": false, "error": e}),
+    });
+    let bench = bench.map_or(Value::Null, |b| match b {
+        Ok(r) => serde_json::to_value(r).unwrap_or(Value::Null),
+        Err(e) => json!({"error": e}),
+    });
+    let last = checks.iter().find(|c| c.ended.is_some()).map_or(Value::Null, last_check_json);
+    let checks: Vec<Value> = checks.iter().map(pages::run_json).collect();
+    json!({"type": "health", "repository": repo, "jobs": jobs, "checks": checks, "last_check": last,
+           "server_log": log, "bench": bench})
 }
 
 /// What a forget would do: by the policy, or of the snapshots `ids` (comma-separated).

@@ -28,8 +28,6 @@ pub struct Jobs {
 pub enum StartError {
     #[error("no job {0:?}")]
     NoJob(String),
-    #[error("job {job} has no {kind} step")]
-    NoKind { job: String, kind: &'static str },
     #[error("job {0} is running already")]
     Busy(String),
     #[error("{0}")]
@@ -83,6 +81,14 @@ impl Jobs {
         })
     }
 
+    /// The newest runs of `job`'s `kind`, newest first.
+    pub fn runs_of(&self, job: &str, kind: Kind, limit: usize) -> Result<Vec<Run>, StateError> {
+        Ok(match self.db()? {
+            Some(db) => db.runs_of(job, kind, limit)?,
+            None => Vec::new(),
+        })
+    }
+
     /// The progress of `job`'s run going on, if its file was written in the
     /// last [`LIVE_FRESH`] (a file left by a process that was killed is not shown).
     pub fn live(&self, job: &str) -> Option<LiveProgress> {
@@ -99,13 +105,11 @@ impl Jobs {
         self.config.jobs.keys().filter_map(|j| self.live(j)).collect()
     }
 
-    /// Starts a run of `kind` of `job` on a thread of its own; it is recorded in
-    /// the state database as any run. Refused when the job is running.
+    /// Starts a run of `kind` of `job` on a thread of its own (a check or a
+    /// prune whether or not the job schedules one); it is recorded in the state
+    /// database as any run. Refused when the job is running.
     pub fn start(&self, job: &str, kind: Kind) -> Result<(), StartError> {
         let j = self.config.jobs.get(job).ok_or_else(|| StartError::NoJob(job.to_string()))?;
-        if !status::kinds(j).contains(&kind) {
-            return Err(StartError::NoKind { job: job.to_string(), kind: kind.as_str() });
-        }
         if let Some(db) = self.db()?
             && !db.running(Some(job))?.is_empty()
         {

@@ -15,6 +15,7 @@ pub mod downloads;
 pub mod events;
 pub mod forgets;
 pub mod gate;
+pub mod health;
 pub mod http;
 pub mod jobs;
 pub mod pages;
@@ -31,6 +32,7 @@ use zeroize::Zeroizing;
 
 pub use forgets::Retention;
 pub use gate::SessionLimits;
+pub use health::ServerLog;
 pub use jobs::Jobs;
 pub use repos::RepoSource;
 
@@ -53,6 +55,8 @@ pub struct UiOptions {
     /// Called after memory was let go (the decoded trees of an idle UI): the
     /// binary may hand it back to the system.
     pub on_released: Arc<dyn Fn() + Send + Sync>,
+    /// Where `coffer bench` keeps its last report, shown on the health pages.
+    pub bench_report: Option<std::path::PathBuf>,
 }
 
 /// Why the UI cannot be served.
@@ -115,6 +119,7 @@ impl Ui {
             local,
             tls: opts.tls.is_some(),
             on_token: opts.on_token,
+            bench_report: opts.bench_report,
         }));
         Ok(Ui {
             listener,

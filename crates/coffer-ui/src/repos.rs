@@ -21,6 +21,7 @@ use coffer_core::repo::Repository;
 use coffer_core::repo::history::History;
 
 use crate::forgets::Retention;
+use crate::health::ServerLog;
 
 /// Decoded tree entries kept across requests, at most (about 250 B each).
 const TREE_CACHE_NODES: usize = 400_000;
@@ -56,6 +57,10 @@ pub struct RepoSource {
     pub writer: Option<LocalState>,
     /// The retention policy of its job, which the UI can apply.
     pub retention: Option<Retention>,
+    /// The jobs that back up into it, whose checks are its health.
+    pub jobs: Vec<String>,
+    /// On a coffer server: its transparency log, followed on the health page.
+    pub server_log: Option<ServerLog>,
 }
 
 /// The history as last read, and its live snapshots.
@@ -68,6 +73,8 @@ pub struct RepoView {
     repo: Result<Arc<Repository>, String>,
     pub(crate) writer: Option<LocalState>,
     pub(crate) retention: Option<Retention>,
+    pub jobs: Vec<String>,
+    pub(crate) server_log: Option<ServerLog>,
     history: Mutex<Option<Listed>>,
     trees: Mutex<TreeCache>,
 }
@@ -121,6 +128,8 @@ impl RepoView {
             repo: s.repo,
             writer: s.writer,
             retention: s.retention,
+            jobs: s.jobs,
+            server_log: s.server_log,
             history: Mutex::new(None),
             trees: Mutex::new(TreeCache::default()),
         }
@@ -416,6 +425,19 @@ mod tests {
     use super::*;
     use coffer_core::testing::{TestTree, test_repo};
 
+    fn view_of(r: &coffer_core::testing::TestRepo) -> RepoView {
+        let source = RepoSource {
+            name: "t".into(),
+            location: "test".into(),
+            repo: Ok(Arc::new(r.reopen())),
+            writer: None,
+            retention: None,
+            jobs: Vec::new(),
+            server_log: None,
+        };
+        RepoView::new(source)
+    }
+
     #[test]
     fn paths_are_relative_and_plain() {
         assert!(components(b"").unwrap().is_empty());
@@ -443,13 +465,7 @@ mod tests {
         }
         let tree = TestTree::new().file("top", &[b"top file"]).dir("sub", sub);
         let (snap, _) = r.snapshot(&tree);
-        let v = RepoView::new(RepoSource {
-            name: "t".into(),
-            location: "test".into(),
-            repo: Ok(Arc::new(r.reopen())),
-            writer: None,
-            retention: None,
-        });
+        let v = view_of(&r);
         v.repo().unwrap().load_index().unwrap();
         let id = snap.to_hex();
         let root = v.list(&id, b"", 0, 10).unwrap();
@@ -480,13 +496,7 @@ mod tests {
         let (a, _) =
             r.snapshot(&TestTree::new().dir("d", TestTree::new().file("report.txt", &[b"1"])).file("x.bin", &[b"x"]));
         let (b, _) = r.snapshot(&TestTree::new().file("report.txt", &[b"2"]).file("other.txt", &[b"3"]));
-        let v = RepoView::new(RepoSource {
-            name: "t".into(),
-            location: "test".into(),
-            repo: Ok(Arc::new(r.reopen())),
-            writer: None,
-            retention: None,
-        });
+        let v = view_of(&r);
         v.repo().unwrap().load_index().unwrap();
         let (found, full) = v.find("report.*", None, 10).unwrap();
         let got: Vec<(Id, &[u8])> = found.iter().map(|f| (f.snapshot, f.path.as_slice())).collect();
@@ -505,13 +515,7 @@ mod tests {
         let b_tree =
             TestTree::new().file("same", &[b"s"]).file("edit", &[b"2"]).file("new1", &[b"n"]).file("new2", &[b"m"]);
         let (b, _) = r.snapshot(&b_tree);
-        let v = RepoView::new(RepoSource {
-            name: "t".into(),
-            location: "test".into(),
-            repo: Ok(Arc::new(r.reopen())),
-            writer: None,
-            retention: None,
-        });
+        let v = view_of(&r);
         v.repo().unwrap().load_index().unwrap();
         let d = v.diff(&a.to_hex(), &b.to_hex(), 100).unwrap();
         assert_eq!((d.stats.added, d.stats.removed, d.stats.modified), (2, 1, 1));

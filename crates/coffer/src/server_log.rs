@@ -25,24 +25,29 @@ pub fn last_mark() -> Option<LogMark> {
     *LAST.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The log key the user expects (`COFFER_SERVER_LOG_KEY`, or the profile's), if given.
+pub fn trusted_key(global: &GlobalArgs) -> Result<Option<PublicKey>> {
+    let given = std::env::var(LOG_KEY_VARIABLE)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| global.storage_vars.get(LOG_KEY_VARIABLE).cloned());
+    match given {
+        Some(hex) => Ok(Some(PublicKey::from_hex(hex.trim()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{LOG_KEY_VARIABLE}: {hex:?} is not a key: the server prints its log key (64 hex digits) as it starts"
+            )
+        })?)),
+        None => Ok(None),
+    }
+}
+
 /// Follows the log of the server `loc` names (`None` for other locations),
 /// saying on stderr when a server's key is pinned for the first time.
 pub fn follow(global: &GlobalArgs, loc: &Location, repo: &Repository) -> Result<Option<Followed>> {
     if !matches!(loc, Location::Server { .. }) {
         return Ok(None);
     }
-    let given = std::env::var(LOG_KEY_VARIABLE)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| global.storage_vars.get(LOG_KEY_VARIABLE).cloned());
-    let trusted = match given {
-        Some(hex) => Some(PublicKey::from_hex(hex.trim()).ok_or_else(|| {
-            anyhow::anyhow!(
-                "{LOG_KEY_VARIABLE}: {hex:?} is not a key: the server prints its log key (64 hex digits) as it starts"
-            )
-        })?),
-        None => None,
-    };
+    let trusted = trusted_key(global)?;
     let state = repo_open::local_state(repo)?;
     let f = server_log::follow(repo.backend(), &state, trusted.as_ref())?;
     *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.mark());

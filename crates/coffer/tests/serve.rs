@@ -795,3 +795,33 @@ fn a_server_in_front_of_s3_serves_backups_copies_and_prunes() {
     assert_success(&out);
     assert_same_tree(&src, &env.path("out").join(src.strip_prefix("/").unwrap()));
 }
+
+#[test]
+fn the_uis_health_page_follows_the_servers_log_and_sees_what_it_hides() {
+    let env = Env::new();
+    let (srv, append, src) = served_backup(&env, start(&env, &[]));
+    std::fs::write(src.join("f3"), random_bytes(70_000, 77)).unwrap();
+    let out = client(&env, &srv, &append).args(["--json", "backup", src.to_str().unwrap()]).output().unwrap();
+    assert_success(&out);
+    let second: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let second = second["snapshot_id"].as_str().unwrap().to_string();
+    let mut cmd = client(&env, &srv, &append);
+    cmd.env("COFFER_SERVER_LOG_KEY", log_key(&srv));
+    let ui = common::ui::serve(cmd, &env.path("ui-state"), &["--no-jobs"]);
+    let s = ui.login(&ui.token()).unwrap();
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    assert_eq!(h["server_log"]["ok"], true, "{h}");
+    assert_eq!(h["server_log"]["entries"], 2, "{h}");
+    assert_eq!(h["server_log"]["key"], log_key(&srv).as_str());
+    let page = ui.get(Some(&s), "/repos/default/health").text().unwrap();
+    assert!(page.contains("consistent") && page.contains("2 entries"), "{page}");
+
+    // The server stops serving the second snapshot, which its log records.
+    std::fs::rename(env.repo().join("snapshots").join(&second), env.path("aside")).unwrap();
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    assert_eq!(h["server_log"]["ok"], false, "{h}");
+    let problems = h["server_log"]["problems"].to_string();
+    assert!(problems.contains(&second) && problems.contains("hides or lost"), "{h}");
+    let page = ui.get(Some(&s), "/repos/default/health").text().unwrap();
+    assert!(page.contains("disagrees with the storage") && page.contains(&second), "{page}");
+}

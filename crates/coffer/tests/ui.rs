@@ -848,3 +848,55 @@ fn snapshots_are_forgotten_after_a_dry_run_by_choice_or_by_the_jobs_policy() {
     let v = env.json(&["snapshots"]);
     assert_eq!(v.as_array().map(Vec::len).or(v["snapshots"].as_array().map(Vec::len)), Some(3), "{v}");
 }
+
+#[test]
+fn the_health_page_shows_checks_run_from_it_and_the_last_bench_report() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), random_bytes(100_000, 5)).unwrap();
+    env.backup(&[&src]);
+    let cmd = with_home_job(&env, &src);
+    let ui = serve(cmd, &env.path("state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    assert_eq!((h["jobs"].clone(), h["last_check"].is_null(), h["bench"].is_null()), (json!(["home"]), true, true));
+    let page = ui.get(Some(&s), "/repos/default/health").text().unwrap();
+    assert!(page.contains("Never checked") && page.contains("Check now") && page.contains("Prune now"), "{page}");
+
+    // A check now, though the job schedules none: it runs as the agent's run and is the last check.
+    let r = ui.post(&s, "/api/v1/jobs/home/run", Some(&s.csrf), json!({"kind": "check"}));
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let h = loop {
+        let h = ui.json(&s, "/api/v1/repos/default/health");
+        if !h["last_check"].is_null() {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "the check did not end: {h}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(h["last_check"]["outcome"], "success", "{h}");
+    assert_eq!(h["checks"][0]["kind"], "check");
+    assert!(h["last_check"]["age_seconds"].as_i64().is_some_and(|a| (0..60).contains(&a)), "{h}");
+    let repos = ui.json(&s, "/api/v1/repos");
+    let dash = ui.get(Some(&s), "/").text().unwrap();
+    assert!(dash.contains("/repos/default/health") && dash.contains(">success</span>"), "{dash}\n{repos}");
+
+    // A bench run keeps its report, which the page then shows.
+    let out = env
+        .cmd()
+        .env("XDG_STATE_HOME", env.path("state"))
+        .args(["bench", "--quick", "--kdf-log-n", "10", "--generated-size", "1M"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    assert!(h["bench"]["stages"].as_array().is_some_and(|a| !a.is_empty()), "{h}");
+    let page = ui.get(Some(&s), "/repos/default/health").text().unwrap();
+    assert!(page.contains("Each stage alone") && page.contains("chunker"), "{page}");
+    // A damaged report is said to be one, not shown.
+    std::fs::write(env.path("state/coffer/bench/last.json"), b"{\"machine\": 3").unwrap();
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    assert!(h["bench"]["error"].as_str().is_some_and(|e| e.contains("not a bench report")), "{h}");
+}

@@ -18,6 +18,7 @@ use crate::preview::Preview;
 use crate::repos::Page;
 
 pub mod forget;
+pub mod health;
 pub mod restore;
 
 fn layout(title: &str, csrf: Option<&str>, body: &str) -> String {
@@ -180,12 +181,12 @@ pub fn dashboard(
         b.push_str(
             "<table><caption>Repositories</caption><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Location</th>\
              <th scope=\"col\">Snapshots</th><th scope=\"col\">Hosts</th><th scope=\"col\">Latest</th>\
-             <th scope=\"col\">Stored</th><th scope=\"col\">Saving</th></tr></thead><tbody>",
+             <th scope=\"col\">Stored</th><th scope=\"col\">Saving</th><th scope=\"col\">Last check</th></tr></thead><tbody>",
         );
         for r in repos {
             let name = r["name"].as_str().unwrap_or_default();
             let row = match r.get("error") {
-                Some(e) => format!("<td colspan=\"5\" class=\"bad\">{}</td>", esc(e.as_str().unwrap_or_default())),
+                Some(e) => format!("<td colspan=\"6\" class=\"bad\">{}</td>", esc(e.as_str().unwrap_or_default())),
                 None => {
                     let hosts: Vec<String> = r["hosts"]
                         .as_object()
@@ -196,8 +197,19 @@ pub fn dashboard(
                         (Some(x), Some(l)) => format!("{x:.1}× ({} in snapshots)", bytes(l)),
                         _ => "—".to_string(),
                     };
+                    let c = &r["last_check"];
+                    let check = match (c["outcome"].as_str(), c["age_seconds"].as_i64()) {
+                        (Some(o), Some(age)) => format!(
+                            "<a href=\"/repos/{}/health\"><span class=\"state {}\">{}</span>, {}</a>",
+                            esc(name),
+                            if o == "success" { "ok" } else { "bad" },
+                            esc(o),
+                            ago(age)
+                        ),
+                        _ => format!("<a href=\"/repos/{}/health\">never</a>", esc(name)),
+                    };
                     format!(
-                        "<td>{}</td><td>{}</td><td>{}</td><td>{stored}</td><td>{saving}</td>",
+                        "<td>{}</td><td>{}</td><td>{}</td><td>{stored}</td><td>{saving}</td><td>{check}</td>",
                         r["snapshots"],
                         hosts.join(", "),
                         esc(r["latest"]["time"].as_str().unwrap_or("—"))
@@ -217,6 +229,17 @@ pub fn dashboard(
     layout_live("Dashboard", Some(csrf), &b, jobs.iter().any(|k| k.running.is_some()))
 }
 
+/// An age in words: `5 minutes ago`, `3 hours ago`, `2 days ago`.
+fn ago(secs: i64) -> String {
+    let (n, unit) = match secs {
+        ..120 => (secs.max(0), "second"),
+        120..7200 => (secs / 60, "minute"),
+        7200..172_800 => (secs / 3600, "hour"),
+        _ => (secs / 86_400, "day"),
+    };
+    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+}
+
 fn field(id: &str, label: &str, value: &Option<String>) -> String {
     format!(
         "<label for=\"{id}\">{label}</label><input id=\"{id}\" name=\"{id}\" value=\"{}\">",
@@ -234,6 +257,7 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter, 
         field("path", "Path", &f.path)
     );
     b.push_str(&find_form(repo, ""));
+    b.push_str(&format!("<p><a href=\"/repos/{}/health\">Health: checks, server log, bench</a></p>", esc(repo)));
     if let Some(job) = policy_job {
         b.push_str(&format!(
             "<p><a href=\"/repos/{}/forget?policy=1\">See what the retention policy of job {} would forget</a></p>",

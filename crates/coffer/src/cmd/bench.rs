@@ -108,6 +108,7 @@ pub fn run(global: &GlobalArgs, a: &BenchArgs) -> Result<u8> {
         );
     }
     let report = bench::run(&sample, &opts, storage, &say)?;
+    keep_report(global, &report);
     if let Some(path) = &a.report {
         std::fs::write(path, html(&report))
             .with_context(|| format!("cannot write the report to {}: check the directory", path.display()))?;
@@ -590,4 +591,26 @@ fn html(r: &BenchReport) -> String {
     o.push_str(&esc(&serde_json::to_string_pretty(r).unwrap_or_default()));
     o.push_str("</pre></body></html>\n");
     o
+}
+
+/// Where the last report is kept, for `coffer ui`'s health pages.
+pub fn last_report_path() -> Result<std::path::PathBuf> {
+    Ok(crate::repo_open::state_base()?.join("bench").join("last.json"))
+}
+
+/// Keeps the report as the last one (a fresh file renamed into place); a
+/// failure is a warning: the measurement itself stands.
+fn keep_report(global: &GlobalArgs, report: &bench::BenchReport) {
+    let kept = (|| -> Result<()> {
+        let path = last_report_path()?;
+        let dir = path.parent().expect("the path has a directory");
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let tmp = dir.join(format!(".last.json.{}", std::process::id()));
+        std::fs::write(&tmp, serde_json::to_vec(report)?).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot rename into {}", path.display()))?;
+        Ok(())
+    })();
+    if let Err(e) = kept {
+        crate::repo_open::warn(global, &format!("the report is not kept for `coffer ui`: {e:#}"));
+    }
 }

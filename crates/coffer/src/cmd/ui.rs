@@ -115,7 +115,7 @@ fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Co
     if let Some(g) = global {
         let (loc, _) = repo_open::location(g)?;
         seen_locations.insert(loc.to_string(), 0);
-        repos.push(source("default".into(), loc.to_string(), open(g), None));
+        repos.push(source("default".into(), g, open(g), None));
     }
     for job in config.iter().flat_map(|c| c.jobs.values()) {
         let mut name = name_of(&job.name);
@@ -125,7 +125,16 @@ fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Co
         let g = match job_global(job) {
             Ok(g) => g,
             Err(e) => {
-                repos.push(source(name, job.repository_label(), Err(format!("{e:#}")), None));
+                let repo = Err(format!("{e:#}"));
+                repos.push(RepoSource {
+                    name,
+                    location: job.repository_label(),
+                    repo,
+                    writer: None,
+                    retention: None,
+                    jobs: vec![job.name.clone()],
+                    server_log: None,
+                });
                 continue;
             }
         };
@@ -134,31 +143,41 @@ fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Co
             Err(e) => format!("({e})"),
         };
         let retention = retention(job);
-        match seen_locations.get(&location) {
-            // Shown already: the first job with a policy lends it its own.
-            Some(&i) => {
-                if repos[i].retention.is_none() {
-                    repos[i].retention = retention;
-                }
-            }
+        let i = match seen_locations.get(&location) {
+            Some(&i) => i,
             None => {
                 seen_locations.insert(location.clone(), repos.len());
-                repos.push(source(name, location, open(&g), retention));
+                let mut s = source(name, &g, open(&g), None);
+                s.location = location;
+                repos.push(s);
+                repos.len() - 1
             }
+        };
+        // The first job with a policy lends the repository its own.
+        if repos[i].retention.is_none() {
+            repos[i].retention = retention;
         }
+        repos[i].jobs.push(job.name.clone());
     }
     Ok(repos)
 }
 
-/// A repository shown, with this client's state of it (its writer key, for forgetting).
+/// A repository shown, opened with `global`: with this client's state of it
+/// (its writer key, for forgetting) and, on a server, the log key expected.
 fn source(
     name: String,
-    location: String,
+    global: &GlobalArgs,
     repo: Result<Arc<coffer_core::repo::Repository>, String>,
     retention: Option<coffer_ui::Retention>,
 ) -> RepoSource {
     let writer = repo.as_ref().ok().and_then(|r| repo_open::local_state(r).ok());
-    RepoSource { name, location, repo, writer, retention }
+    let loc = repo_open::location(global).ok().map(|(l, _)| l);
+    let location = loc.as_ref().map_or_else(String::new, |l| l.to_string());
+    let server_log = match (&loc, crate::server_log::trusted_key(global)) {
+        (Some(coffer_backend::Location::Server { .. }), Ok(trusted)) => Some(coffer_ui::ServerLog { trusted }),
+        _ => None,
+    };
+    RepoSource { name, location, repo, writer, retention, jobs: Vec::new(), server_log }
 }
 
 /// A job's retention policy (its `forget` table), which the UI can apply; a
@@ -208,6 +227,7 @@ pub fn bind(
         password,
         sessions: s.sessions,
         max_connections: 64,
+        bench_report: super::bench::last_report_path().ok(),
         // SAFETY: malloc_trim only hands free memory back to the system.
         on_released: Arc::new(|| unsafe {
             libc::malloc_trim(0);

@@ -47,7 +47,7 @@ pub struct Applied {
     /// Every decision, grouped, newest first in a group.
     pub decisions: Vec<Decision>,
     /// The snapshots decided on.
-    pub snapshots: Arc<Vec<(Id, Snapshot)>>,
+    pub snapshots: Arc<crate::repos::Live>,
 }
 
 impl RepoView {
@@ -84,7 +84,8 @@ impl RepoView {
             ViewError::BadRequest(format!("repository {} has no job with a forget policy", self.name))
         })?;
         let live = self.snapshots()?;
-        let decisions = retention::apply_with_offset(&live, &r.policy, &*r.offset);
+        let list: Vec<(Id, Snapshot)> = live.iter().cloned().collect();
+        let decisions = retention::apply_with_offset(&list, &r.policy, &*r.offset);
         let mut groups: Vec<(String, bool)> = Vec::new();
         for d in &decisions {
             let key = d.group.to_string();

@@ -7,7 +7,7 @@
 //! An absolute path, an empty component, `.`, `..` or a NUL is refused, not
 //! normalised.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -63,8 +63,48 @@ pub struct RepoSource {
     pub server_log: Option<ServerLog>,
 }
 
-/// The history as last read, and its live snapshots.
-type Listed = (History, Arc<Vec<(Id, Snapshot)>>);
+/// The history as last read, and its live snapshots as positions into it:
+/// each snapshot is held once, however many pages list it.
+pub struct Live {
+    history: History,
+    live: Vec<usize>,
+}
+
+impl Live {
+    fn new(history: History) -> Live {
+        let live = {
+            let forgotten = history.forgotten();
+            let alive = |(_, (id, _)): &(usize, &(Id, Snapshot))| !forgotten.contains_key(id);
+            history.snapshots.iter().enumerate().filter(alive).map(|(i, _)| i).collect()
+        };
+        Live { history, live }
+    }
+
+    /// The live snapshots, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &(Id, Snapshot)> + '_ {
+        self.live.iter().map(|&i| &self.history.snapshots[i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+}
+
+/// A copy of `h` to refresh while pages still read `h` (its damaged entries
+/// are found again by the refresh).
+fn copy_of(h: &History) -> History {
+    History {
+        snapshots: h.snapshots.clone(),
+        tombstones: h.tombstones.clone(),
+        damaged: Vec::new(),
+        damaged_tombstones: Vec::new(),
+        present: h.present.clone(),
+    }
+}
 
 /// One repository's view.
 pub struct RepoView {
@@ -75,7 +115,7 @@ pub struct RepoView {
     pub(crate) retention: Option<Retention>,
     pub jobs: Vec<String>,
     pub(crate) server_log: Option<ServerLog>,
-    history: Mutex<Option<Listed>>,
+    history: Mutex<Option<Arc<Live>>>,
     trees: Mutex<TreeCache>,
 }
 
@@ -143,27 +183,35 @@ impl RepoView {
     /// The live snapshots, oldest first. The storage is listed at each call
     /// (what was there before is not read again), so a snapshot a job has just
     /// written is shown on the next page, the index files stored with it loaded.
-    pub fn snapshots(&self) -> Result<Arc<Vec<(Id, Snapshot)>>, ViewError> {
+    pub fn snapshots(&self) -> Result<Arc<Live>, ViewError> {
         let repo = self.repo()?;
         let mut h = self.history.lock().expect("history lock");
         // A listing fetched ahead at open (of the writers, say) would show the
         // storage as it was then.
         repo.drop_listings_ahead();
-        if let Some((history, live)) = h.as_mut() {
-            let had = history.present.clone();
-            history.refresh(repo)?;
-            if history.present != had {
-                // Snapshots are stored after the index files of their packs: those
-                // of a snapshot just listed are there to be read. One that does not
-                // load shows as the blobs it lists not found, when they are needed.
-                let _ = repo.load_new_index_files()?;
-                *live = Arc::new(history.live_snapshots());
-            }
-            return Ok(live.clone());
+        let Some(current) = h.clone() else {
+            let live = Arc::new(Live::new(History::load(repo)?));
+            *h = Some(live.clone());
+            return Ok(live);
+        };
+        let listed = coffer_core::repo::history::list(repo)?;
+        let present: HashSet<Id> = listed.snapshots.iter().chain(listed.tombstones.iter()).copied().collect();
+        if present == current.history.present {
+            return Ok(current);
         }
-        let history = History::load(repo)?;
-        let live = Arc::new(history.live_snapshots());
-        *h = Some((history, live.clone()));
+        *h = None;
+        // Refreshed in place unless a page is reading it still.
+        let mut history = match Arc::try_unwrap(current) {
+            Ok(live) => live.history,
+            Err(shared) => copy_of(&shared.history),
+        };
+        history.refresh_listed(repo, &listed)?;
+        // Snapshots are stored after the index files of their packs: those of a
+        // snapshot just listed are there to be read. One that does not load shows
+        // as the blobs it lists not found, when they are needed.
+        let _ = repo.load_new_index_files()?;
+        let live = Arc::new(Live::new(history));
+        *h = Some(live.clone());
         Ok(live)
     }
 

@@ -58,7 +58,7 @@ pub async fn file(
     };
     let body = stream(move |out| {
         let mut reader = ContentReader::new(&repo, &node, &shown).map_err(|e| e.to_string())?;
-        io::copy(&mut reader, out).map(|_| ()).map_err(|e| e.to_string())
+        out.fill_from(&mut reader).map_err(|e| e.to_string())
     })
     .await?;
     let mut resp = h::respond(StatusCode::OK, media, body);
@@ -103,7 +103,7 @@ async fn stream(write: impl FnOnce(&mut ChunkWriter) -> Result<(), String> + Sen
     let (tx, rx) = tokio::sync::mpsc::channel(QUEUED);
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     tokio::task::spawn_blocking(move || {
-        let mut w = ChunkWriter { tx, first: Some(first_tx), buf: Vec::with_capacity(CHUNK), gone: false };
+        let mut w = ChunkWriter::new(tx, first_tx);
         match write(&mut w).and_then(|()| w.push().map_err(|e| e.to_string())) {
             Ok(()) => w.ready(Ok(())),
             // The client went away: nobody to tell.
@@ -130,25 +130,50 @@ struct ChunkWriter {
     tx: tokio::sync::mpsc::Sender<Result<Bytes, io::Error>>,
     /// Told when the first chunk is ready.
     first: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+    /// The chunk being filled, [`CHUNK`] bytes long, of which `len` are written.
     buf: Vec<u8>,
+    len: usize,
     /// The client went away.
     gone: bool,
 }
 
 impl ChunkWriter {
+    fn new(
+        tx: tokio::sync::mpsc::Sender<Result<Bytes, io::Error>>,
+        first: tokio::sync::oneshot::Sender<Result<(), String>>,
+    ) -> ChunkWriter {
+        ChunkWriter { tx, first: Some(first), buf: vec![0; CHUNK], len: 0, gone: false }
+    }
+
     fn ready(&mut self, r: Result<(), String>) {
         if let Some(f) = self.first.take() {
             let _ = f.send(r);
         }
     }
 
-    /// Sends what is buffered.
+    /// Reads `r` to its end straight into the chunks (no copy in between).
+    fn fill_from(&mut self, r: &mut impl io::Read) -> io::Result<()> {
+        loop {
+            match r.read(&mut self.buf[self.len..]) {
+                Ok(0) => return Ok(()),
+                Ok(n) => self.len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            if self.len == CHUNK {
+                self.push()?;
+            }
+        }
+    }
+
+    /// Sends what is written.
     fn push(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+        if self.len == 0 {
             return Ok(());
         }
         self.ready(Ok(()));
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        let mut chunk = std::mem::replace(&mut self.buf, vec![0; CHUNK]);
+        chunk.truncate(std::mem::take(&mut self.len));
         if self.tx.blocking_send(Ok(Bytes::from(chunk))).is_err() {
             self.gone = true;
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"));
@@ -159,9 +184,10 @@ impl ChunkWriter {
 
 impl Write for ChunkWriter {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let n = data.len().min(CHUNK - self.buf.len());
-        self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == CHUNK {
+        let n = data.len().min(CHUNK - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&data[..n]);
+        self.len += n;
+        if self.len == CHUNK {
             self.push()?;
         }
         Ok(n)

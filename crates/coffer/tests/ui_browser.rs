@@ -246,6 +246,40 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8], target: &Pa
         return Err(format!("the downloaded file differs: {digest}"));
     }
 
+    // The directory as a tar, fetched as its link gives it: whole, holding both files.
+    let tar = c
+        .find(Locator::Css("a[href*='/archive?'][href$='format=tar']"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap()
+        .unwrap();
+    let got = in_page(
+        c,
+        "const done = arguments[arguments.length - 1]; fetch(arguments[0]).then(r => r.arrayBuffer().then(b => \
+         done(r.status + ' ' + b.byteLength + ' ' + new TextDecoder().decode(b).includes(\"last Tuesday's notes\"))))\
+         .catch(e => done('error: ' + e));",
+        vec![json!(tar)],
+    )
+    .await;
+    let parts: Vec<String> = got.as_str().unwrap_or_default().split(' ').map(str::to_string).collect();
+    if parts.len() != 3
+        || parts[0] != "200"
+        || parts[1].parse::<usize>().unwrap_or(0) <= content.len()
+        || parts[2] != "true"
+    {
+        return Err(format!("the directory's tar is not whole: {got}"));
+    }
+    // A text file's page shows its text.
+    click_away(c, Locator::LinkText("notes.txt")).await?;
+    let text = body_text(c).await;
+    if !text.contains("last Tuesday's notes") {
+        return Err(format!("the preview does not show the text: {text}"));
+    }
+    shot(c, "preview").await;
+    c.back().await.unwrap();
+
     // A download path that climbs out is refused, in words.
     let climb = href.split("?path=").next().unwrap().to_string() + "?path=..%2F..%2Fetc%2Fpasswd";
     c.goto(&format!("{base}{climb}")).await.unwrap();

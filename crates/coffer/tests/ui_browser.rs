@@ -340,6 +340,41 @@ async fn journey(c: &Client, base: &str, src: &Path, content: &[u8], target: &Pa
         return Err("the restored files differ from the snapshot's".into());
     }
 
+    // Health: never checked; Check now runs one, which the page then shows.
+    c.goto(&format!("{base}/")).await.unwrap();
+    click_away(c, Locator::LinkText("never")).await?;
+    click_away(c, Locator::Css("button[aria-label='Check now with job home']")).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        c.goto(&format!("{base}/repos/default/health")).await.unwrap();
+        let text = body_text(c).await;
+        if text.contains("Last check: success") {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the check started from the health page did not end well: {text}"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    shot(c, "health").await;
+
+    // Forget the older snapshot: its dry run, then the confirmation.
+    c.goto(&format!("{base}/repos/default")).await.unwrap();
+    let links = c.find_all(Locator::Css("a[aria-label^='Forget ']")).await.unwrap();
+    let Some(older) = links.last() else { return Err("no Forget link on the snapshot list".into()) };
+    older.click().await.unwrap();
+    c.wait().for_element(Locator::Css("form[action$='/forget'] button")).await.unwrap();
+    shot(c, "forget-dry-run").await;
+    click_away(c, Locator::Css("form[action$='/forget'] button")).await?;
+    let text = body_text(c).await;
+    if !text.contains("Forgot 1 snapshot") {
+        return Err(format!("the forget did not go through: {text}"));
+    }
+    c.goto(&format!("{base}/repos/default")).await.unwrap();
+    if c.find_all(Locator::Css("a[aria-label^='Forget ']")).await.unwrap().len() != 1 {
+        return Err(format!("one snapshot should be left: {}", body_text(c).await));
+    }
+
     // Log out: the dashboard is behind the login again.
     c.goto(&format!("{base}/")).await.unwrap();
     click_away(c, Locator::Css("nav form button")).await?;

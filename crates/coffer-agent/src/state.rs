@@ -237,12 +237,17 @@ impl Db {
         }
         // Created here so that its mode is 0600 (SQLite gives its -wal and -shm
         // files the database file's mode).
-        std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
             .open(path)
             .map_err(|source| StateError::CreateFile { path: path.to_path_buf(), source })?;
+        // Opening is done by one connection at a time (an flock on the file,
+        // apart from SQLite's own locks, let go at the end of `open`): switching
+        // a new file to WAL takes an exclusive lock SQLite does not wait for,
+        // and two processes creating the file at once lost one's writes.
+        file.lock().map_err(|source| StateError::CreateFile { path: path.to_path_buf(), source })?;
         let conn =
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
@@ -258,6 +263,7 @@ impl Db {
             )));
         }
         db.migrate()?;
+        drop(file);
         Ok(db)
     }
 

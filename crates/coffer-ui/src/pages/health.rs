@@ -31,7 +31,12 @@ fn run_buttons(csrf: &str, job: &str) -> String {
             esc(job)
         )
     };
-    format!("<div>Job <strong>{}</strong>: {} {}</div>", esc(job), form("check", "Check now"), form("prune", "Prune now"))
+    format!(
+        "<div>Job <strong>{}</strong>: {} {}</div>",
+        esc(job),
+        form("check", "Check now"),
+        form("prune", "Prune now")
+    )
 }
 
 pub fn page(csrf: &str, s: &Shown<'_>) -> String {

@@ -336,22 +336,24 @@ impl App {
             }
             ["repos", r, "health"] | ["api", "v1", "repos", r, "health"] => {
                 let (view, me) = (self.repo(r)?, self.clone());
-                let (checks, log, bench) = blocking(move || {
+                let (checks, replicas, log, bench) = blocking(move || {
                     let checks = me.checks(&view.jobs, 20)?;
-                    Ok((checks, view.server_log(), me.bench_report.as_deref().and_then(crate::health::bench_report)))
+                    let bench = me.bench_report.as_deref().and_then(crate::health::bench_report);
+                    Ok((checks, view.replicas(), view.server_log(), bench))
                 })
                 .await?;
                 let jobs = self.repo(r)?.jobs.clone();
-                if api {
-                    return Ok(h::json(StatusCode::OK, &health_json(r, &jobs, &checks, log.as_ref(), bench.as_ref())));
-                }
                 let shown = pages::health::Shown {
                     repo: r,
                     jobs: &jobs,
                     checks: &checks,
+                    replicas: replicas.as_ref(),
                     server_log: log.as_ref(),
                     bench: bench.as_ref(),
                 };
+                if api {
+                    return Ok(h::json(StatusCode::OK, &health_json(&shown)));
+                }
                 Ok(h::html(StatusCode::OK, pages::health::page(&session.csrf, &shown)))
             }
             ["repos", r, "forget"] => {
@@ -830,26 +832,28 @@ fn last_check_json(r: &coffer_agent::state::Run) -> Value {
 }
 
 /// A repository's health for the API.
-fn health_json(
-    repo: &str,
-    jobs: &[String],
-    checks: &[coffer_agent::state::Run],
-    log: Option<&Result<crate::health::LogStatus, String>>,
-    bench: Option<&Result<coffer_core::ops::bench::BenchReport, String>>,
-) -> Value {
-    let log = log.map_or(Value::Null, |l| match l {
+fn health_json(s: &pages::health::Shown<'_>) -> Value {
+    let log = s.server_log.map_or(Value::Null, |l| match l {
         Ok(l) => json!({"ok": l.problems.is_empty(), "entries": l.entries, "key": l.key,
                         "new_entries": l.new_entries, "pinned_now": l.first_contact, "problems": l.problems}),
         Err(e) => json!({"ok": false, "error": e}),
     });
-    let bench = bench.map_or(Value::Null, |b| match b {
+    let bench = s.bench.map_or(Value::Null, |b| match b {
         Ok(r) => serde_json::to_value(r).unwrap_or(Value::Null),
         Err(e) => json!({"error": e}),
     });
-    let last = checks.iter().find(|c| c.ended.is_some()).map_or(Value::Null, last_check_json);
-    let checks: Vec<Value> = checks.iter().map(pages::run_json).collect();
-    json!({"type": "health", "repository": repo, "jobs": jobs, "checks": checks, "last_check": last,
-           "server_log": log, "bench": bench})
+    let replicas = s.replicas.map_or(Value::Null, |r| match r {
+        Ok(r) => {
+            let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+            v["ok"] = Value::Bool(r.is_whole());
+            v
+        }
+        Err(e) => json!({"ok": false, "error": e}),
+    });
+    let last = s.checks.iter().find(|c| c.ended.is_some()).map_or(Value::Null, last_check_json);
+    let checks: Vec<Value> = s.checks.iter().map(pages::run_json).collect();
+    json!({"type": "health", "repository": s.repo, "jobs": s.jobs, "checks": checks, "last_check": last,
+           "replicas": replicas, "server_log": log, "bench": bench})
 }
 
 /// What a forget would do: by the policy, or of the snapshots `ids` (comma-separated).

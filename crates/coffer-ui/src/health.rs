@@ -1,8 +1,10 @@
 //! A repository's health (docs/design.md#ui-health): its checks as the agent
-//! ran them, the transparency log of the server it is on, and the last `coffer
-//! bench` report. Each is read when the page is asked for.
+//! ran them, its packs' copies over several backends, the transparency log of
+//! the server it is on, and the last `coffer bench` report. Each is read when
+//! the page is asked for.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use coffer_core::crypto::sign::PublicKey;
 use coffer_core::format::snapshot::LogMark;
@@ -20,6 +22,67 @@ pub struct ServerLog {
     pub trusted: Option<PublicKey>,
 }
 
+/// The copies of a repository's packs over its backends, as one listing of
+/// each shows them now. The binary, which composed the backends, lists them.
+pub type ReplicaScan = Arc<dyn Fn() -> Result<ReplicaReport, String> + Send + Sync>;
+
+/// The most packs a report names in each list; the counts are whole.
+pub const NAMED_PACKS: usize = 100;
+
+/// What one listing of every backend says of the indexed packs' copies.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReplicaReport {
+    /// The layout followed: its version and how many copies it asks of a pack.
+    pub layout_version: u64,
+    pub replicas: u8,
+    /// A change of layout is under way (`coffer rebalance` finishes it).
+    pub migrating: bool,
+    /// Indexed packs.
+    pub packs: u64,
+    pub backends: Vec<BackendCopies>,
+    /// Indexed packs no reachable backend lists: lost, unless an unreachable one holds them.
+    pub missing_count: u64,
+    pub missing: Vec<String>,
+    /// Packs held on fewer of their homes than the layout asks.
+    pub under_count: u64,
+    pub under: Vec<UnderReplicated>,
+    /// Copies on a backend that is not the pack's home (rebalance moves them).
+    pub misplaced: u64,
+    /// Shared objects (snapshots, index, keys…) a backend lacks.
+    pub shared_missing: u64,
+    /// How many more backends every indexed pack survives losing: the fewest
+    /// copies of any pack, less one (None when a pack has no copy).
+    pub can_lose: Option<u64>,
+}
+
+/// One backend as listed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendCopies {
+    pub name: String,
+    /// active, removing, unreachable or "no location".
+    pub state: String,
+    pub packs: Option<u64>,
+    pub bytes: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// A pack short of copies, and the homes that lack it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnderReplicated {
+    pub pack: String,
+    pub copies: u64,
+    pub lacking: Vec<String>,
+}
+
+impl ReplicaReport {
+    /// Every backend listed, and every pack has all the copies the layout asks
+    /// for, where it asks.
+    pub fn is_whole(&self) -> bool {
+        let listed = self.backends.iter().all(|b| b.error.is_none());
+        listed && self.missing_count == 0 && self.under_count == 0 && self.shared_missing == 0
+    }
+}
+
 /// The server's log as followed now.
 pub struct LogStatus {
     /// Entries the signed head covers.
@@ -35,6 +98,11 @@ pub struct LogStatus {
 }
 
 impl RepoView {
+    /// Lists every backend of a repository over several; None over one.
+    pub fn replicas(&self) -> Option<Result<ReplicaReport, String>> {
+        self.replicas.as_ref().map(|scan| scan())
+    }
+
     /// Follows the server's log: None off a server; an error when it does not
     /// check (a head that does not extend the one seen, another key, …).
     pub fn server_log(&self) -> Option<Result<LogStatus, String>> {

@@ -32,7 +32,7 @@ use zeroize::Zeroizing;
 
 pub use forgets::Retention;
 pub use gate::SessionLimits;
-pub use health::ServerLog;
+pub use health::{BackendCopies, ReplicaReport, ReplicaScan, ServerLog, UnderReplicated};
 pub use jobs::Jobs;
 pub use repos::RepoSource;
 

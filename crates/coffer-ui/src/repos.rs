@@ -21,7 +21,7 @@ use coffer_core::repo::Repository;
 use coffer_core::repo::history::History;
 
 use crate::forgets::Retention;
-use crate::health::ServerLog;
+use crate::health::{ReplicaScan, ServerLog};
 
 /// Decoded tree entries kept across requests, at most (about 250 B each).
 const TREE_CACHE_NODES: usize = 400_000;
@@ -61,6 +61,8 @@ pub struct RepoSource {
     pub jobs: Vec<String>,
     /// On a coffer server: its transparency log, followed on the health page.
     pub server_log: Option<ServerLog>,
+    /// Over several backends: how its packs' copies stand, for the health page.
+    pub replicas: Option<ReplicaScan>,
 }
 
 /// The history as last read, and its live snapshots as positions into it:
@@ -115,6 +117,7 @@ pub struct RepoView {
     pub(crate) retention: Option<Retention>,
     pub jobs: Vec<String>,
     pub(crate) server_log: Option<ServerLog>,
+    pub(crate) replicas: Option<ReplicaScan>,
     history: Mutex<Option<Arc<Live>>>,
     trees: Mutex<TreeCache>,
 }
@@ -170,6 +173,7 @@ impl RepoView {
             retention: s.retention,
             jobs: s.jobs,
             server_log: s.server_log,
+            replicas: s.replicas,
             history: Mutex::new(None),
             trees: Mutex::new(TreeCache::default()),
         }
@@ -482,6 +486,7 @@ mod tests {
             retention: None,
             jobs: Vec::new(),
             server_log: None,
+            replicas: None,
         };
         RepoView::new(source)
     }

@@ -49,14 +49,24 @@ pub struct Opened {
     pub problems: Vec<Option<String>>,
 }
 
-static OPENED: OnceLock<Opened> = OnceLock::new();
+static OPENED: OnceLock<Arc<Opened>> = OnceLock::new();
+
+/// Every replicated storage this process opened, by the location it was
+/// reached at (the UI opens several repositories).
+static ALL_OPENED: Mutex<Vec<(String, Arc<Opened>)>> = Mutex::new(Vec::new());
 
 /// The local state directory this command used, for [`report_short`].
 static STATE: Mutex<Option<LocalState>> = Mutex::new(None);
 
 /// The replicated storage opened by this command, if the repository has a layout.
 pub fn opened() -> Option<&'static Opened> {
-    OPENED.get()
+    OPENED.get().map(|o| &**o)
+}
+
+/// The replicated storage opened through `location`, if that repository has a layout.
+pub fn opened_at(location: &str) -> Option<Arc<Opened>> {
+    let all = ALL_OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    all.iter().rev().find(|(l, _)| l == location).map(|(_, o)| o.clone())
 }
 
 /// The environment variable that gives backend `name`'s location.
@@ -197,7 +207,7 @@ pub fn compose(
     }
     let replicated = Arc::new(replicated);
     let repo = repo.with_backend(replicated.clone());
-    let _ = OPENED.set(Opened {
+    let opened = Arc::new(Opened {
         backend: replicated,
         layout: (id, layout),
         trusted: trusted_layout,
@@ -205,6 +215,8 @@ pub fn compose(
         locations,
         problems,
     });
+    let _ = OPENED.set(opened.clone());
+    ALL_OPENED.lock().unwrap_or_else(|e| e.into_inner()).push((bootstrap_location.to_string(), opened));
     Ok(repo)
 }
 

@@ -900,3 +900,70 @@ fn the_health_page_shows_checks_run_from_it_and_the_last_bench_report() {
     let h = ui.json(&s, "/api/v1/repos/default/health");
     assert!(h["bench"]["error"].as_str().is_some_and(|e| e.contains("not a bench report")), "{h}");
 }
+
+#[test]
+fn the_health_page_names_packs_short_of_copies_over_several_backends() {
+    let r = common::replicas::Replicas::new(2, &["b0:1G", "b1:1G", "b2:1G"]);
+    let src = r.env.path("src");
+    common::replicas::make_tree(&src, 3);
+    for i in 0..8u64 {
+        std::fs::write(src.join(format!("more{i}")), random_bytes(1 << 20, 300 + i)).unwrap();
+    }
+    common::replicas::backup(&r, "b0", &src, &[]);
+    // The UI finds the backends where the command line left their locations.
+    let ui = serve(r.at("b0"), &r.env.path("home/.local/state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    let rep = &h["replicas"];
+    assert_eq!(
+        (rep["ok"].clone(), rep["replicas"].clone(), rep["can_lose"].clone()),
+        (json!(true), json!(2), json!(1))
+    );
+    let names: Vec<&str> = rep["backends"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["b0", "b1", "b2"]);
+    let listed: u64 = rep["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["packs"].as_u64().unwrap_or_else(|| panic!("{rep}")))
+        .sum();
+    assert_eq!(listed, 2 * rep["packs"].as_u64().unwrap(), "two copies of every indexed pack: {rep}");
+    let page = ui.get(Some(&s), "/repos/default/health").text().unwrap();
+    assert!(page.contains("every pack has its 2 copies"), "{page}");
+
+    // One copy of one pack is lost: that pack is named, with the backend lacking it.
+    let lost = r.objects("b1", "data").into_iter().next().expect("b1 holds a pack");
+    let pack = lost.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::remove_file(&lost).unwrap();
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    let rep = &h["replicas"];
+    assert_eq!(
+        (rep["ok"].clone(), rep["under_count"].clone(), rep["can_lose"].clone()),
+        (json!(false), json!(1), json!(0))
+    );
+    assert_eq!(rep["under"][0], json!({"pack": pack, "copies": 1, "lacking": ["b1"]}), "{rep}");
+    let page = ui.get(Some(&s), "/repos/default/health").text().unwrap();
+    assert!(
+        page.contains("1 under-replicated") && page.contains(&pack) && page.contains("repair --replicas"),
+        "{page}"
+    );
+
+    // Repaired from the command line, the page sees it whole again.
+    assert_success(&r.run("b2", &["-q", "repair", "--replicas"]));
+    let h = ui.json(&s, "/api/v1/repos/default/health");
+    assert_eq!(h["replicas"]["ok"], true, "{h}");
+    drop(ui);
+
+    // Where the UI does not know where the backends are, it says so and calls nothing whole.
+    let ui = serve(r.at("b0"), &r.env.path("elsewhere"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let rep = ui.json(&s, "/api/v1/repos/default/health")["replicas"].clone();
+    assert_eq!(rep["ok"], false, "{rep}");
+    assert!(rep["backends"][1]["error"].as_str().is_some_and(|e| e.contains("COFFER_BACKEND_B1")), "{rep}");
+    drop(ui);
+    // A repository over one backend has no such section.
+    let (env, _, _) = (Env::new(), (), ());
+    let ui = serve(env.cmd(), &env.path("state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    assert!(ui.json(&s, "/api/v1/repos/default/health")["replicas"].is_null());
+}

@@ -1,12 +1,12 @@
 //! A repository's health page (docs/design.md#ui-health): its checks and their
-//! history with buttons to check or prune now, its server's log, and the last
-//! bench report.
+//! history with buttons to check or prune now, its packs' copies over several
+//! backends, its server's log, and the last bench report.
 
 use coffer_agent::state::Run;
 use coffer_core::ops::bench::BenchReport;
 
 use super::{bytes, layout, time};
-use crate::health::LogStatus;
+use crate::health::{LogStatus, ReplicaReport};
 use crate::http::{encode_query, esc};
 
 /// What the health page shows.
@@ -16,6 +16,7 @@ pub struct Shown<'a> {
     pub jobs: &'a [String],
     /// Their check runs, newest first.
     pub checks: &'a [Run],
+    pub replicas: Option<&'a Result<ReplicaReport, String>>,
     pub server_log: Option<&'a Result<LogStatus, String>>,
     pub bench: Option<&'a Result<BenchReport, String>>,
 }
@@ -82,6 +83,14 @@ pub fn page(csrf: &str, s: &Shown<'_>) -> String {
         b.push_str("</tbody></table>");
     }
     b.push_str("</section>");
+    if let Some(r) = s.replicas {
+        b.push_str("<section aria-labelledby=\"replicas\"><h2 id=\"replicas\">Copies over the backends</h2>");
+        match r {
+            Ok(r) => b.push_str(&replicas(r)),
+            Err(e) => b.push_str(&format!("<p class=\"bad\" role=\"alert\">{}</p>", esc(e))),
+        }
+        b.push_str("</section>");
+    }
     if let Some(log) = s.server_log {
         b.push_str("<section aria-labelledby=\"log\"><h2 id=\"log\">Server transparency log</h2>");
         match log {
@@ -117,6 +126,85 @@ pub fn page(csrf: &str, s: &Shown<'_>) -> String {
     }
     b.push_str("</section>");
     layout(&format!("Health of {}", s.repo), Some(csrf), &b)
+}
+
+fn replicas(r: &ReplicaReport) -> String {
+    let verdict = if r.is_whole() {
+        format!(
+            "<span class=\"state ok\">every pack has its {} copies</span>; the repository survives losing {} more \
+             backend(s)",
+            r.replicas,
+            r.can_lose.unwrap_or(0)
+        )
+    } else {
+        let lose = match r.can_lose {
+            Some(n) => format!("the least copied pack survives losing {n} more backend(s)"),
+            None => "some pack has no copy on any backend listed".to_string(),
+        };
+        let unlisted = r.backends.iter().filter(|b| b.error.is_some()).count();
+        let unlisted = if unlisted > 0 { format!(", {unlisted} backend(s) not listed") } else { String::new() };
+        format!(
+            "<span class=\"state bad\">{} under-replicated, {} missing, {} shared object(s) short{unlisted}</span>; \
+             {lose}: run <code>coffer repair --replicas</code>",
+            r.under_count, r.missing_count, r.shared_missing
+        )
+    };
+    let mut b = format!(
+        "<p>Layout version {}, {} copies of every pack{}; {} indexed packs: {verdict}.{}</p>",
+        r.layout_version,
+        r.replicas,
+        if r.migrating { ", migrating (run <code>coffer rebalance</code>)" } else { "" },
+        r.packs,
+        if r.misplaced > 0 {
+            format!(" {} copies are off their homes: <code>coffer rebalance</code> moves them.", r.misplaced)
+        } else {
+            String::new()
+        }
+    );
+    b.push_str(
+        "<table><caption>Backends, as listed now</caption><thead><tr><th scope=\"col\">Backend</th>\
+         <th scope=\"col\">State</th><th scope=\"col\">Packs</th><th scope=\"col\">Held</th>\
+         <th scope=\"col\">Error</th></tr></thead><tbody>",
+    );
+    for be in &r.backends {
+        let class = if be.error.is_some() { " class=\"bad\"" } else { "" };
+        b.push_str(&format!(
+            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&be.name),
+            esc(&be.state),
+            be.packs.map_or("—".into(), |p| p.to_string()),
+            be.bytes.map_or("—".into(), bytes),
+            esc(be.error.as_deref().unwrap_or(""))
+        ));
+    }
+    b.push_str("</tbody></table>");
+    if !r.under.is_empty() || !r.missing.is_empty() {
+        b.push_str(&format!(
+            "<table><caption>Packs short of copies{}</caption><thead><tr><th scope=\"col\">Pack</th>\
+             <th scope=\"col\">Copies</th><th scope=\"col\">Lacking on</th></tr></thead><tbody>",
+            if r.under_count + r.missing_count > (r.under.len() + r.missing.len()) as u64 {
+                format!(" (the first of {})", r.under_count + r.missing_count)
+            } else {
+                String::new()
+            }
+        ));
+        for p in &r.missing {
+            b.push_str(&format!(
+                "<tr class=\"bad\"><td><code>{}</code></td><td>0</td><td>every backend</td></tr>",
+                esc(p)
+            ));
+        }
+        for u in &r.under {
+            b.push_str(&format!(
+                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+                esc(&u.pack),
+                u.copies,
+                esc(&u.lacking.join(", "))
+            ));
+        }
+        b.push_str("</tbody></table>");
+    }
+    b
 }
 
 fn bench(r: &BenchReport) -> String {

@@ -457,6 +457,62 @@ fn find(repo: &Repository, o: &replicas::Opened, s: &Scan, listed_too: bool) -> 
     Ok(f)
 }
 
+/// How the indexed packs' copies stand, for the UI's health page: one listing
+/// of every backend, the findings of `check --replicas` without its reads.
+pub(crate) fn report(repo: &Repository, o: &replicas::Opened) -> Result<coffer_ui::ReplicaReport> {
+    let layout = &o.layout.1;
+    let s = scan(o);
+    let f = find(repo, o, &s, false)?;
+    let name = |i: usize| layout.backends[i].spec.name.clone();
+    let copies = |id: &Id| (0..layout.backends.len()).filter(|&i| holds(&s, i, id)).count() as u64;
+    let packs: Vec<Id> = repo.index().packs().iter().map(|p| p.id).collect();
+    let backends = layout
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let state = match (&s.listed[i], b.state) {
+                (_, BackendState::Removing) => "removing",
+                (Err(_), _) if o.locations[i].is_none() => "no location",
+                (Err(_), _) => "unreachable",
+                (Ok(_), BackendState::Active) => "active",
+            };
+            let listed = s.listed[i].as_ref().ok();
+            coffer_ui::BackendCopies {
+                name: b.spec.name.clone(),
+                state: state.to_string(),
+                packs: listed.map(|m| m.len() as u64),
+                bytes: listed.map(|m| m.values().sum()),
+                error: s.listed[i].as_ref().err().cloned(),
+            }
+        })
+        .collect();
+    let named = coffer_ui::health::NAMED_PACKS;
+    Ok(coffer_ui::ReplicaReport {
+        layout_version: layout.version,
+        replicas: layout.table.replicas,
+        migrating: layout.previous.is_some(),
+        packs: packs.len() as u64,
+        backends,
+        missing_count: f.missing.len() as u64,
+        missing: f.missing.iter().take(named).map(Id::to_hex).collect(),
+        under_count: f.under.len() as u64,
+        under: f
+            .under
+            .iter()
+            .take(named)
+            .map(|(id, lacking)| coffer_ui::UnderReplicated {
+                pack: id.to_hex(),
+                copies: copies(id),
+                lacking: lacking.iter().map(|&i| name(i)).collect(),
+            })
+            .collect(),
+        misplaced: f.misplaced.len() as u64,
+        shared_missing: f.shared_missing.len() as u64,
+        can_lose: packs.iter().map(copies).min().unwrap_or(u64::from(layout.table.replicas)).checked_sub(1),
+    })
+}
+
 /// `coffer check --replicas`.
 pub fn check(global: &GlobalArgs) -> Result<u8> {
     let (repo, o) = open(global, true)?;

@@ -134,6 +134,7 @@ fn sources(global: Option<&GlobalArgs>, config: Option<&coffer_agent::config::Co
                     retention: None,
                     jobs: vec![job.name.clone()],
                     server_log: None,
+                    replicas: None,
                 });
                 continue;
             }
@@ -177,7 +178,16 @@ fn source(
         (Some(coffer_backend::Location::Server { .. }), Ok(trusted)) => Some(coffer_ui::ServerLog { trusted }),
         _ => None,
     };
-    RepoSource { name, location, repo, writer, retention, jobs: Vec::new(), server_log }
+    let replicas = match (&repo, loc.as_ref().and_then(|l| crate::replicas::opened_at(&l.to_string()))) {
+        (Ok(repo), Some(opened)) => {
+            let repo = repo.clone();
+            let scan: coffer_ui::ReplicaScan =
+                Arc::new(move || super::backend::report(&repo, &opened).map_err(|e| format!("{e:#}")));
+            Some(scan)
+        }
+        _ => None,
+    };
+    RepoSource { name, location, repo, writer, retention, jobs: Vec::new(), server_log, replicas }
 }
 
 /// A job's retention policy (its `forget` table), which the UI can apply; a

@@ -7,20 +7,22 @@
 #     reads (kopia's own server is started by the import itself, not here);
 #   - an SMTP server: mailpit, STARTTLS required with a certificate made at start, and its
 #     HTTP API to read back what the agent's notifications sent;
-#   - a browser for the web interface's tests: Debian's Chromium, headless, driven through
-#     ChromeDriver (the WebDriver server, on loopback).
+#   - browsers for the web interface's tests: Debian's Chromium, headless, driven through
+#     ChromeDriver (the WebDriver server, on loopback), and Debian's Firefox ESR through
+#     geckodriver (built from crates.io at a pinned version).
 #
 # Usage: services.sh install | start | selftest | stop
 #   install   builds the pinned Go servers, restic, kopia and mailpit into the cache directory (skipped
 #             when already there), installs the Debian OpenSSH packages when sshd is
-#             missing, Debian's borgbackup of the pinned version, and Debian's chromium and
-#             chromium-driver (the pinned version when the archive still has it).
+#             missing, Debian's borgbackup of the pinned version, Debian's chromium and
+#             chromium-driver (the pinned version when the archive still has it), and Debian's
+#             firefox-esr (likewise) with geckodriver.
 #   start     starts the servers in the run directory and writes "$COFFER_CI_RUN/env".
 #   selftest  checks that each server really works (needs a started run directory).
 #   stop      stops what start started (safe to repeat).
 #
 # Environment:
-#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp, browser; commas or
+#   COFFER_TEST_SKIP groups of tests skipped by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp, browser, firefox; commas or
 #                    spaces between them): their servers are neither installed nor started
 #                    (the fault proxy needs S3, so skipping s3 skips it too; skipping restic
 #                    neither builds it nor exports COFFER_TEST_RESTIC).
@@ -46,6 +48,10 @@ MAILPIT_VERSION=v1.33.1
 # older pin that is gone is replaced by what the archive has (and the version printed).
 CHROMIUM_DEBIAN_VERSION=156.0.8078.114-1~deb12u1
 MAILPIT_MODULE=github.com/axllent/mailpit
+# Debian bookworm's Firefox ESR (its security archive, too, keeps only the newest build), and
+# Mozilla's geckodriver from crates.io.
+FIREFOX_DEBIAN_VERSION=153.8.0esr-1~deb12u1
+GECKODRIVER_VERSION=0.36.0
 
 CACHE=${COFFER_CI_CACHE:-$HOME/.cache/coffer-ci}
 BIN=$CACHE/bin
@@ -58,6 +64,8 @@ MAILPIT=$BIN/mailpit-$MAILPIT_VERSION
 BORG=/usr/bin/borg
 CHROMIUM=/usr/bin/chromium
 CHROMEDRIVER=/usr/bin/chromedriver
+FIREFOX=/usr/bin/firefox-esr
+GECKODRIVER=$BIN/geckodriver-$GECKODRIVER_VERSION
 
 # Fixed test credentials: the servers listen on loopback only.
 S3_ACCESS_KEY=cofferci
@@ -208,6 +216,28 @@ install_browser() {
     say "browser: $("$CHROMEDRIVER" --version 2>/dev/null | cut -d' ' -f1-2)"
 }
 
+# Firefox ESR and geckodriver (which drives any recent Firefox).
+install_firefox() {
+    if [[ -x $FIREFOX ]]; then
+        say "firefox-esr already installed: $("$FIREFOX" --version 2>/dev/null)"
+    elif ! (apt_install firefox-esr "firefox-esr=$FIREFOX_DEBIAN_VERSION") 2>/dev/null; then
+        say "firefox-esr $FIREFOX_DEBIAN_VERSION is no longer in the archive; installing the archive's"
+        apt_install firefox-esr firefox-esr
+    fi
+    if [[ -x $GECKODRIVER ]]; then
+        say "geckodriver $GECKODRIVER_VERSION already built"
+        return
+    fi
+    local root=$CACHE/build/geckodriver-$GECKODRIVER_VERSION
+    say "building geckodriver $GECKODRIVER_VERSION"
+    CARGO_TARGET_DIR=$root/target cargo install --quiet --locked --version "$GECKODRIVER_VERSION" \
+        --root "$root" geckodriver ||
+        die "could not build geckodriver $GECKODRIVER_VERSION"
+    cp "$root/bin/geckodriver" "$GECKODRIVER.tmp"
+    mv "$GECKODRIVER.tmp" "$GECKODRIVER"
+    rm -rf "$root"
+}
+
 cmd_install() {
     mkdir -p "$BIN"
     if wanted s3; then
@@ -234,6 +264,9 @@ cmd_install() {
     fi
     if wanted browser; then
         install_browser
+    fi
+    if wanted firefox; then
+        install_firefox
     fi
     if wanted smtp; then
         # mailpit's main package is the module's root; the -X setting tells it its version.
@@ -475,6 +508,18 @@ start_chromedriver() {
         curl -sf --max-time 2 "http://127.0.0.1:$WEBDRIVER_PORT/status"
 }
 
+# geckodriver on a loopback port (it accepts requests naming that host only); it serves
+# one Firefox session at a time, which the one Firefox test opens.
+start_geckodriver() {
+    [[ -x $GECKODRIVER ]] || die "geckodriver $GECKODRIVER_VERSION is not installed; run: $0 install"
+    [[ -x $FIREFOX ]] || die "firefox-esr is not installed; run: $0 install"
+    free_port GECKODRIVER_PORT
+    spawn geckodriver "$RUN/geckodriver.log" "$GECKODRIVER" --host 127.0.0.1 --port "$GECKODRIVER_PORT" \
+        --binary "$FIREFOX"
+    wait_ready geckodriver "$(pid_of geckodriver)" "$RUN/geckodriver.log" \
+        curl -sf --max-time 2 "http://127.0.0.1:$GECKODRIVER_PORT/status"
+}
+
 start_mailpit() {
     [[ -x $MAILPIT ]] || die "mailpit $MAILPIT_VERSION is not installed; run: $0 install"
     command -v openssl >/dev/null || die "openssl is needed to make mailpit's certificate (apt-get install openssl)"
@@ -550,6 +595,10 @@ write_env() {
         echo "export COFFER_TEST_WEBDRIVER=http://127.0.0.1:$WEBDRIVER_PORT"
         echo "export COFFER_TEST_CHROMIUM=$(printf %q "$CHROMIUM")"
         fi
+        if wanted firefox; then
+        echo "export COFFER_TEST_GECKODRIVER=http://127.0.0.1:$GECKODRIVER_PORT"
+        echo "export COFFER_TEST_FIREFOX=$(printf %q "$FIREFOX")"
+        fi
     } >"$f.tmp"
     mv "$f.tmp" "$f"
 }
@@ -564,7 +613,7 @@ cmd_start() {
     fi
     RUN=$(cd "$RUN" && pwd)
     local name
-    for name in versitygw toxiproxy sshd mailpit chromedriver; do
+    for name in versitygw toxiproxy sshd mailpit chromedriver geckodriver; do
         if pid_of "$name" >/dev/null; then
             die "$name is already running from $RUN; run: $0 stop"
         fi
@@ -609,6 +658,10 @@ cmd_start() {
         start_chromedriver
         started+=("chromedriver 127.0.0.1:$WEBDRIVER_PORT")
     fi
+    if wanted firefox; then
+        start_geckodriver
+        started+=("geckodriver 127.0.0.1:$GECKODRIVER_PORT")
+    fi
     write_env
     trap - EXIT
     local list=nothing part
@@ -646,6 +699,7 @@ stop_pid() {
 cmd_stop() {
     RUN=$(run_dir) || { say "nothing to stop (no run directory)"; return 0; }
     [[ -d $RUN ]] || { say "nothing to stop ($RUN is gone)"; return 0; }
+    stop_pid geckodriver || true
     stop_pid chromedriver || true
     stop_pid mailpit || true
     stop_pid sshd || true
@@ -797,6 +851,16 @@ cmd_selftest() {
         check "browser: a headless Chromium session through $COFFER_TEST_WEBDRIVER" "${session:+started}" started
         if [[ -n $session ]]; then
             curl -s --max-time 10 -X DELETE "$COFFER_TEST_WEBDRIVER/session/$session" >/dev/null || true
+        fi
+    fi
+    if wanted firefox; then
+        local session
+        session=$(curl -s --max-time 60 -H 'Content-Type: application/json' -d \
+            '{"capabilities":{"alwaysMatch":{"moz:firefoxOptions":{"args":["-headless"]}}}}' \
+            "$COFFER_TEST_GECKODRIVER/session" | grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4 || true)
+        check "firefox: a headless Firefox session through $COFFER_TEST_GECKODRIVER" "${session:+started}" started
+        if [[ -n $session ]]; then
+            curl -s --max-time 10 -X DELETE "$COFFER_TEST_GECKODRIVER/session/$session" >/dev/null || true
         fi
     fi
     if wanted kopia; then

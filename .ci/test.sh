@@ -6,7 +6,8 @@
 # Installs the pinned test servers (.ci/services.sh install: the Versity S3 gateway,
 # toxiproxy, OpenSSH's sshd, the restic, borg and kopia binaries that import tests read, and
 # mailpit, the SMTP server of the agent's notification tests, and Debian's Chromium with
-# ChromeDriver for the web interface's browser test; once, then cached), starts them on
+# ChromeDriver and Firefox ESR with geckodriver for the web interface's browser tests; once,
+# then cached), starts them on
 # 127.0.0.1, checks that
 # they work, runs `cargo test --workspace --locked --no-fail-fast` with their variables
 # (docs/testing.md), and stops them however it ends (their logs are kept when a test
@@ -14,7 +15,7 @@
 # are passed on to cargo test (e.g. `-p coffer --test serve`).
 #
 # COFFER_TEST_SKIP=GROUP[,GROUP...] skips groups of tests by name (s3, sftp, toxiproxy, restic, borg, kopia, smtp,
-# browser):
+# browser, firefox):
 # their servers are neither installed nor started, their tests pass with a notice, and
 # the summary at the end says how many were skipped. Without it, a test whose server is
 # missing fails with the reason.

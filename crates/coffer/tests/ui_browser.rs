@@ -1,11 +1,12 @@
-//! `coffer ui` in a real browser (Chromium, headless, through ChromeDriver,
-//! which the test command starts: `COFFER_TEST_WEBDRIVER`). A user's path
-//! through the pages: log in, see the configured job, run it and watch it go on
-//! and end, browse the snapshot it made, download a file and compare its bytes,
-//! restore a directory after a dry run and compare it; and what
-//! a hostile page or a guesser meets. A screenshot of each page is written to
-//! `COFFER_UI_SCREENSHOTS` (default: the test's target directory), kept for
-//! when a test fails.
+//! `coffer ui` in real browsers, headless: Chromium through ChromeDriver and
+//! Firefox through geckodriver, which the test command starts
+//! (`COFFER_TEST_WEBDRIVER`, `COFFER_TEST_GECKODRIVER`). A user's path through
+//! the pages, the same in each: log in, see the configured job, run it and
+//! watch it go on and end, browse the snapshot it made, download a file and
+//! compare its bytes, restore a directory after a dry run and compare it; and
+//! what a hostile page or a guesser meets. A screenshot of each page is written
+//! to `COFFER_UI_SCREENSHOTS` (default: the test's target directory), one
+//! folder per browser, kept for when a test fails.
 
 mod common;
 
@@ -18,38 +19,92 @@ use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
+/// A browser the test drives, and the WebDriver server that starts it.
+#[derive(Clone, Copy)]
+enum Browser {
+    Chromium,
+    Firefox,
+}
+
+impl Browser {
+    fn name(self) -> &'static str {
+        match self {
+            Browser::Chromium => "chromium",
+            Browser::Firefox => "firefox",
+        }
+    }
+
+    /// The WebDriver server's address, or the group the test belongs to.
+    fn webdriver(self) -> Result<String, Server> {
+        let (var, group) = match self {
+            Browser::Chromium => ("COFFER_TEST_WEBDRIVER", Server::Browser),
+            Browser::Firefox => ("COFFER_TEST_GECKODRIVER", Server::Firefox),
+        };
+        std::env::var(var).map_err(|_| group)
+    }
+
+    fn capabilities(self) -> serde_json::Map<String, Value> {
+        let mut caps = serde_json::Map::new();
+        match self {
+            Browser::Chromium => {
+                let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--window-size=1280,1000", "--no-first-run", "--disable-extensions"]});
+                if let Some(bin) = std::env::var_os("COFFER_TEST_CHROMIUM") {
+                    chrome["binary"] = json!(bin.to_string_lossy());
+                }
+                caps.insert("goog:chromeOptions".into(), chrome);
+            }
+            Browser::Firefox => {
+                let mut firefox = json!({"args": ["-headless", "--width=1280", "--height=1000"]});
+                if let Some(bin) = std::env::var_os("COFFER_TEST_FIREFOX") {
+                    firefox["binary"] = json!(bin.to_string_lossy());
+                }
+                caps.insert("moz:firefoxOptions".into(), firefox);
+            }
+        }
+        caps
+    }
+}
+
 /// Where the screenshots go.
 fn shots() -> PathBuf {
-    let dir = std::env::var_os("COFFER_UI_SCREENSHOTS")
+    std::env::var_os("COFFER_UI_SCREENSHOTS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"))
 }
 
-async fn shot(c: &Client, name: &str) {
+/// A browser session, and the folder its screenshots go to.
+struct Page {
+    c: Client,
+    shots: PathBuf,
+}
+
+impl std::ops::Deref for Page {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.c
+    }
+}
+
+async fn shot(c: &Page, name: &str) {
     if let Ok(png) = c.screenshot().await {
-        let _ = std::fs::write(shots().join(format!("{name}.png")), png);
+        let _ = std::fs::write(c.shots.join(format!("{name}.png")), png);
     }
 }
 
-async fn browser(webdriver: &str) -> Client {
-    let mut caps = serde_json::Map::new();
-    let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--window-size=1280,1000", "--no-first-run", "--disable-extensions"]});
-    if let Some(bin) = std::env::var_os("COFFER_TEST_CHROMIUM") {
-        chrome["binary"] = json!(bin.to_string_lossy());
-    }
-    caps.insert("goog:chromeOptions".into(), chrome);
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
+async fn browser(kind: Browser, webdriver: &str) -> Page {
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(kind.capabilities())
         .connect(webdriver)
         .await
-        .unwrap_or_else(|e| panic!("cannot start a browser session at {webdriver}: {e}"))
+        .unwrap_or_else(|e| panic!("cannot start a {} session at {webdriver}: {e}", kind.name()));
+    let shots = shots().join(kind.name());
+    std::fs::create_dir_all(&shots).unwrap();
+    Page { c, shots }
 }
 
 /// Clicks `what` and waits until the page it was on is gone.
-async fn click_away(c: &Client, what: Locator<'_>) -> Result<(), String> {
+async fn click_away(c: &Page, what: Locator<'_>) -> Result<(), String> {
     let old = c.find(Locator::Css("main")).await.map_err(|e| e.to_string())?;
     c.find(what).await.map_err(|e| format!("{what:?}: {e}"))?.click().await.map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -64,13 +119,17 @@ async fn click_away(c: &Client, what: Locator<'_>) -> Result<(), String> {
 
 /// Runs the job `home` from the dashboard and reloads it until the job's row
 /// says `ok` and the recent runs number `runs`; a failed run is an error.
-async fn run_and_wait(c: &Client, runs: usize) -> Result<(), String> {
+async fn run_and_wait(c: &Page, runs: usize) -> Result<(), String> {
     click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         c.wait().for_element(Locator::Id("jobs")).await.unwrap();
-        let listed = c.find_all(Locator::Css("section[aria-labelledby='runs'] tbody tr")).await.unwrap().len();
-        let row = c.find(Locator::Css("tbody tr")).await.unwrap().text().await.unwrap();
+        // The page redraws itself as the run goes: a look that meets a redraw is taken again.
+        let listed = c.find_all(Locator::Css("section[aria-labelledby='runs'] tbody tr")).await.map_or(0, |l| l.len());
+        let row = match c.find(Locator::Css("tbody tr")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
         if listed == runs && row.split_whitespace().any(|w| w == "ok") {
             return Ok(());
         }
@@ -87,12 +146,25 @@ async fn run_and_wait(c: &Client, runs: usize) -> Result<(), String> {
     }
 }
 
-async fn body_text(c: &Client) -> String {
-    c.find(Locator::Css("main")).await.unwrap().text().await.unwrap()
+/// The page's text. A page being replaced (a redirect going on, or the page
+/// redrawing itself) is looked at again once it has settled.
+async fn body_text(c: &Page) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let looked = match c.find(Locator::Css("main")).await {
+            Ok(m) => m.text().await,
+            Err(e) => Err(e),
+        };
+        match looked {
+            Ok(t) => return t,
+            Err(e) if Instant::now() > deadline => panic!("the page's text cannot be read: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 /// Runs `script` in the page: its arguments are `args`, then the callback it ends with.
-async fn in_page(c: &Client, script: &str, args: Vec<Value>) -> Value {
+async fn in_page(c: &Page, script: &str, args: Vec<Value>) -> Value {
     c.execute_async(script, args).await.unwrap_or_else(|e| panic!("script failed: {e}"))
 }
 
@@ -101,9 +173,19 @@ fn sha256_hex(data: &[u8]) -> String {
 }
 
 #[test]
-fn a_user_logs_in_runs_a_job_browses_and_downloads() {
-    let Some(webdriver) = std::env::var("COFFER_TEST_WEBDRIVER").ok() else {
-        return absent(Server::Browser);
+fn a_user_logs_in_runs_a_job_browses_and_downloads_in_chromium() {
+    a_user_logs_in_runs_a_job_browses_and_downloads(Browser::Chromium);
+}
+
+#[test]
+fn a_user_logs_in_runs_a_job_browses_and_downloads_in_firefox() {
+    a_user_logs_in_runs_a_job_browses_and_downloads(Browser::Firefox);
+}
+
+fn a_user_logs_in_runs_a_job_browses_and_downloads(kind: Browser) {
+    let webdriver = match kind.webdriver() {
+        Ok(w) => w,
+        Err(group) => return absent(group),
     };
     let env = Env::new();
     std::fs::write(env.path("ui-pass"), format!("{UI_PASSWORD}\n")).unwrap();
@@ -121,20 +203,25 @@ fn a_user_logs_in_runs_a_job_browses_and_downloads() {
     let ui = serve(cmd, &env.path("state"), &["--ui-password-file", pass.to_str().unwrap()]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let result = rt.block_on(async {
-        let c = browser(&webdriver).await;
-        let result = journey(&c, &ui.base, &src, &content, &env.path("restored")).await;
+        let c = browser(kind, &webdriver).await;
+        let (page, base, target) =
+            (Page { c: c.c.clone(), shots: c.shots.clone() }, ui.base.clone(), env.path("restored"));
+        // In a task of its own, so that a panic in it still ends the session
+        // (geckodriver serves one session at a time).
+        let walked = tokio::spawn(async move { journey(&page, &base, &src, &content, &target).await }).await;
         shot(&c, "last").await;
-        let _ = c.close().await;
-        result
+        let _ = c.c.clone().close().await;
+        let result = walked.unwrap_or_else(|e| Err(format!("the test panicked: {e}")));
+        result.map_err(|e| format!("{} (screenshots in {})", e, c.shots.display()))
     });
     if let Err(e) = result {
-        panic!("{e} (screenshots in {})", shots().display());
+        panic!("{}: {e}", kind.name());
     }
 }
 
 /// Runs the job `home` from the dashboard and, without reloading, watches its
 /// figures go by and its row say `ok` once the page has redrawn itself.
-async fn run_and_watch(c: &Client) -> Result<(), String> {
+async fn run_and_watch(c: &Page) -> Result<(), String> {
     click_away(c, Locator::Css("button[aria-label='Run backup of home now']")).await?;
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut seen = None;
@@ -163,7 +250,7 @@ async fn run_and_watch(c: &Client) -> Result<(), String> {
     }
 }
 
-async fn journey(c: &Client, base: &str, src: &Path, content: &[u8], target: &Path) -> Result<(), String> {
+async fn journey(c: &Page, base: &str, src: &Path, content: &[u8], target: &Path) -> Result<(), String> {
     // Without a session, the login page.
     c.goto(&format!("{base}/")).await.map_err(|e| e.to_string())?;
     let url = c.current_url().await.unwrap();

@@ -31,6 +31,9 @@ pub enum Server {
     /// A browser driven through its WebDriver server (Debian's Chromium and
     /// ChromeDriver, `COFFER_TEST_WEBDRIVER`, `COFFER_TEST_CHROMIUM`).
     Browser,
+    /// Firefox driven through geckodriver (Debian's firefox-esr,
+    /// `COFFER_TEST_GECKODRIVER`, `COFFER_TEST_FIREFOX`).
+    Firefox,
 }
 
 impl Server {
@@ -45,6 +48,7 @@ impl Server {
             Server::Kopia => "kopia",
             Server::Smtp => "smtp",
             Server::Browser => "browser",
+            Server::Firefox => "firefox",
         }
     }
 
@@ -58,6 +62,7 @@ impl Server {
             Server::Kopia => "the pinned kopia binary (COFFER_TEST_KOPIA)",
             Server::Smtp => "the SMTP test server (COFFER_TEST_SMTP and the other COFFER_TEST_SMTP_* variables)",
             Server::Browser => "the browser and its WebDriver server (COFFER_TEST_WEBDRIVER, COFFER_TEST_CHROMIUM)",
+            Server::Firefox => "Firefox and geckodriver (COFFER_TEST_GECKODRIVER, COFFER_TEST_FIREFOX)",
         }
     }
 }

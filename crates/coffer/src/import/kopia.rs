@@ -679,6 +679,91 @@ mod tests {
         assert_eq!(classify("ERROR something else"), KopiaFailure::Other);
     }
 
+    /// A server that was never started: these trees read only what their
+    /// listings hold, and a read that reaches the server fails.
+    fn idle_server() -> Server {
+        let child = Command::new("true").spawn().expect("run true");
+        Server { child, stdin: None, stderr: None, client: None, password: Zeroizing::new(String::new()) }
+    }
+
+    fn dir_entry(name: &str, object: &str, below: Option<u64>) -> k::Entry {
+        k::Entry {
+            name: name.into(),
+            kind: EntryType::Dir,
+            go_mode: 0o755 | (1 << 31),
+            size: 0,
+            mtime: (1_700_000_000, 0),
+            uid: 0,
+            gid: 0,
+            object: object.into(),
+            below,
+        }
+    }
+
+    fn snapshot(root: k::Entry) -> k::Snapshot {
+        k::Snapshot {
+            id: "s1".into(),
+            host: "h".into(),
+            user: "u".into(),
+            path: "/data".into(),
+            description: String::new(),
+            start: coffer_import::restic::Timestamp::parse("2023-11-14T22:13:20Z").expect("a time"),
+            tags: Vec::new(),
+            root,
+        }
+    }
+
+    fn handle(listing: &Listing, name: &str) -> Vec<u8> {
+        let e = listing.entries.iter().find(|e| e.node.name.0 == name.as_bytes()).expect("entry listed");
+        match &e.payload {
+            Payload::Dir(h) => h.clone(),
+            _ => panic!("{name} is not a directory"),
+        }
+    }
+
+    #[test]
+    fn a_directory_that_holds_itself_is_left_out_not_walked_forever() {
+        let server = idle_server();
+        // Directory kA holds kB, which holds kA again (a crafted repository: kopia's
+        // own objects are named by their content and cannot).
+        let tree = KopiaTree::new(&server, &snapshot(dir_entry("data", "kA", Some(10))));
+        let a = k::Dir { entries: vec![dir_entry("b", "kB", None)], refused: Vec::new() };
+        let b = k::Dir { entries: vec![dir_entry("a", "kA", None), dir_entry("c", "kC", None)], refused: Vec::new() };
+        tree.listings.put("kA", &a);
+        tree.listings.put("kB", &b);
+        let top = tree.list(&tree.root()).unwrap();
+        let data = tree.list(&handle(&top, "data")).unwrap();
+        let inner = tree.list(&handle(&data, "b")).unwrap();
+        assert_eq!(inner.entries.len(), 2, "the cycle's entry is listed, its sibling too");
+        let err = tree.list(&handle(&inner, "a")).unwrap_err();
+        assert!(err.contains("kA") && err.contains("cycle"), "{err}");
+        // A directory whose object only repeats one met elsewhere (not above it) is no cycle.
+        let c = tree.list(&handle(&inner, "c")).unwrap_err();
+        assert!(!c.contains("cycle"), "kC is read from the server, which is not running: {c}");
+    }
+
+    #[test]
+    fn a_tree_listing_more_than_its_summary_says_is_cut_at_the_cap() {
+        let server = idle_server();
+        // The root's summary says 3 entries below it; the listing names many more.
+        let tree = KopiaTree::new(&server, &snapshot(dir_entry("data", "kA", Some(3))));
+        let many = (ENTRIES_SLACK + 10) as usize;
+        let a = k::Dir {
+            entries: (0..many).map(|i| dir_entry(&format!("d{i}"), &format!("kD{i}"), None)).collect(),
+            refused: Vec::new(),
+        };
+        tree.listings.put("kA", &a);
+        let top = tree.list(&tree.root()).unwrap();
+        let err = tree.list(&handle(&top, "data")).unwrap_err();
+        assert!(err.contains("more entries than its root's summary records (3)"), "{err}");
+        // Once spent, nothing more is listed.
+        tree.listings.put("kA", &k::Dir { entries: vec![dir_entry("x", "kX", None)], refused: Vec::new() });
+        assert!(tree.list(&handle(&top, "data")).is_err());
+        // A summary claiming more than any import could list is held to the cap.
+        assert_eq!(KopiaTree::entries_allowed(&dir_entry("r", "kR", Some(u64::MAX))), MAX_ENTRIES + ENTRIES_SLACK + 1);
+        assert_eq!(KopiaTree::entries_allowed(&dir_entry("r", "kR", None)), MAX_ENTRIES + ENTRIES_SLACK + 1);
+    }
+
     #[test]
     fn content_keys_are_the_object_ids_hashed() {
         assert_eq!(content_key("kabc"), content_key("kabc"));

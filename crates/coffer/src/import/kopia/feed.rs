@@ -428,7 +428,7 @@ impl Listings {
         (entries + refused + 64) as u64
     }
 
-    fn put(&self, object: &str, dir: &k::Dir) {
+    pub(super) fn put(&self, object: &str, dir: &k::Dir) {
         let cost = Self::cost(dir);
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if m.1 + cost <= LISTINGS_BYTES && !m.0.contains_key(object) {

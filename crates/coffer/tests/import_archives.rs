@@ -319,6 +319,42 @@ fn a_borg_history_imports_whole_and_once() {
     assert_same(&describe(&under(&c, &src)), &describe(&under(&x, &src)), "archive thursday");
 }
 
+/// Linux ACLs borg recorded are imported where a coffer backup keeps them (as
+/// the `system.posix_acl_*` attributes) and restored as `borg extract` restores them.
+#[test]
+fn borg_acls_import_as_a_backup_keeps_them() {
+    use common::trees::{ACL_GROUP, ACL_USER, posix_acl};
+    let env = Env::new();
+    let Some(b) = Borg::init(&env) else { return };
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("shared")).unwrap();
+    std::fs::write(src.join("acl.txt"), b"has an ACL").unwrap();
+    std::fs::write(src.join("plain.txt"), b"has none").unwrap();
+    let access = posix_acl(&[(ACL_USER, 6, 1234), (ACL_GROUP, 5, 4321)], 7);
+    let default = posix_acl(&[(ACL_GROUP, 5, 4321)], 5);
+    // ACLs are file-system features: the test's scratch space must have them.
+    xattr::set(src.join("acl.txt"), "system.posix_acl_access", &access)
+        .and_then(|()| xattr::set(src.join("shared"), "system.posix_acl_default", &default))
+        .expect("the test's scratch space takes POSIX ACLs");
+    b.create("acls", &src);
+    let out = import_borg(&env, &b, &[], BORG_PASSPHRASE);
+    assert_success(&out);
+    assert!(!text(&out.stderr).contains("ACLs"), "every ACL is imported: {}", text(&out.stderr));
+
+    let (c, x) = (env.path("coffer"), env.path("borg"));
+    restore(&env, &snapshot_ids(&env)[0], &c);
+    b.extract("acls", &x);
+    let get = |root: &Path, rel: &str, name: &str| xattr::get(under(root, &src).join(rel), name).unwrap();
+    let original = |rel: &str, name: &str| xattr::get(src.join(rel), name).unwrap();
+    for (rel, name) in [("acl.txt", "system.posix_acl_access"), ("shared", "system.posix_acl_default")] {
+        assert!(original(rel, name).is_some());
+        assert_eq!(get(&c, rel, name), original(rel, name), "{rel} {name} as the source holds it");
+        assert_eq!(get(&c, rel, name), get(&x, rel, name), "{rel} {name} as borg extract restores it");
+    }
+    assert_eq!(get(&c, "plain.txt", "system.posix_acl_access"), None);
+    assert_eq!((access.len(), default.len()), (4 + 6 * 8, 4 + 5 * 8));
+}
+
 #[test]
 fn a_wrong_borg_passphrase_is_exit_12() {
     let env = Env::new();

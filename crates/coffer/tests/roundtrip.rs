@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Instant;
 
+use common::trees::{ACL_GROUP, ACL_USER, posix_acl as acl};
 use common::{Env, assert_code, assert_same_tree, assert_success, data_extents, random_bytes, text};
 
 const KIB: u64 = 1 << 10;
@@ -102,26 +103,6 @@ struct Built {
     hard_links: Vec<PathBuf>,
     sparse: SparseSpec,
     socket: Option<PathBuf>,
-}
-
-const ACL_USER: u16 = 0x02;
-const ACL_GROUP: u16 = 0x08;
-
-/// A POSIX ACL in the kernel's xattr format (version 2): owner rw-, group r--,
-/// other ---, the given named entries (tag, permissions, id) and the mask.
-fn acl(named: &[(u16, u16, u32)], mask: u16) -> Vec<u8> {
-    const UNDEFINED: u32 = u32::MAX;
-    let mut entries =
-        vec![(0x01u16, 6u16, UNDEFINED), (0x04, 4, UNDEFINED), (0x10, mask, UNDEFINED), (0x20, 0, UNDEFINED)];
-    entries.extend_from_slice(named);
-    entries.sort();
-    let mut v = 2u32.to_le_bytes().to_vec();
-    for (tag, perm, id) in entries {
-        v.extend_from_slice(&tag.to_le_bytes());
-        v.extend_from_slice(&perm.to_le_bytes());
-        v.extend_from_slice(&id.to_le_bytes());
-    }
-    v
 }
 
 /// Whether `dir`'s file system accepts `user.*` extended attributes.

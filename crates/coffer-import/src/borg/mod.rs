@@ -45,6 +45,7 @@
 //! [`Limits::item_json_bytes`] stops the dump with [`Error::ItemTooLarge`], since the
 //! stream cannot be resynchronised without reading it.
 
+pub mod acl;
 mod dump;
 mod fields;
 mod item;

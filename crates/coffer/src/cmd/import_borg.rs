@@ -85,7 +85,8 @@ pub fn run(global: &GlobalArgs, a: &ImportArgs, spec: &str) -> Result<u8> {
             repo_open::warn(
                 global,
                 &format!(
-                    "borg archive {name:?}: {} entries have ACLs, which are not imported (their other metadata is)",
+                    "borg archive {name:?}: {} entries have ACLs that are not imported (macOS or NFSv4 ACLs, or \
+                     text that is no ACL; their other metadata is)",
                     arch.acls
                 ),
             );

@@ -250,6 +250,26 @@ fn node_of(item: &Item, name: &[u8]) -> Result<Node, String> {
     Ok(node)
 }
 
+/// Adds a Linux ACL borg recorded to the entry's extended attributes, where a
+/// coffer backup of the file keeps it; false when the item has an ACL that is
+/// not imported (macOS's or NFSv4's, or text that is no ACL).
+fn add_acls(item: &Item, node: &mut Node) -> bool {
+    use coffer_import::borg::acl;
+    let mut all = item.acl_extended.is_none() && item.acl_nfs4.is_none();
+    for (text, name) in [(&item.acl_access, acl::ACCESS_XATTR), (&item.acl_default, acl::DEFAULT_XATTR)] {
+        let Some(text) = text else { continue };
+        match acl::to_xattr(text) {
+            Ok(value) if !node.xattrs.iter().any(|x| x.name.0 == name) => {
+                node.xattrs.push(Xattr { name: Bytes(name.to_vec()), value: Bytes(value) });
+            }
+            Ok(_) => {}
+            Err(_) => all = false,
+        }
+    }
+    node.xattrs.sort_by(|a, b| a.name.0.cmp(&b.name.0));
+    all
+}
+
 /// One archive, its items staged, its files' contents to come from `borg
 /// export-tar`.
 pub struct BorgArchive<'b> {
@@ -262,7 +282,7 @@ pub struct BorgArchive<'b> {
     failed: Mutex<HashMap<[u8; 32], String>>,
     /// The archive's metadata.
     pub meta: DumpMeta,
-    /// Items with ACLs, which are not imported.
+    /// Items with ACLs that are not imported: macOS's and NFSv4's, and text that is no ACL.
     pub acls: u64,
 }
 
@@ -312,13 +332,6 @@ impl<'b> BorgArchive<'b> {
                 );
                 return Ok(());
             }
-            if item.acl_access.is_some()
-                || item.acl_default.is_some()
-                || item.acl_extended.is_some()
-                || item.acl_nfs4.is_some()
-            {
-                acls += 1;
-            }
             let mut node = match node_of(&item, comps[comps.len() - 1]) {
                 Ok(n) => n,
                 Err(why) => {
@@ -326,6 +339,9 @@ impl<'b> BorgArchive<'b> {
                     return Ok(());
                 }
             };
+            if !add_acls(&item, &mut node) {
+                acls += 1;
+            }
             let payload = match (item.kind(), item.content_key) {
                 (ItemKind::File | ItemKind::HardLink, Some(key)) => {
                     let master = match item.kind() {

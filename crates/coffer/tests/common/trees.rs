@@ -38,6 +38,26 @@ pub fn make_source(src: &Path) {
     let _ = xattr::set(src.join("f3"), "user.comment", b"kept");
 }
 
+pub const ACL_USER: u16 = 0x02;
+pub const ACL_GROUP: u16 = 0x08;
+
+/// A POSIX ACL in the kernel's xattr format (version 2): owner rw-, group r--,
+/// other ---, the given named entries (tag, permissions, id) and the mask.
+pub fn posix_acl(named: &[(u16, u16, u32)], mask: u16) -> Vec<u8> {
+    const UNDEFINED: u32 = u32::MAX;
+    let mut entries =
+        vec![(0x01u16, 6u16, UNDEFINED), (0x04, 4, UNDEFINED), (0x10, mask, UNDEFINED), (0x20, 0, UNDEFINED)];
+    entries.extend_from_slice(named);
+    entries.sort();
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
 /// What a restored tree holds, entry by entry (relative path → description):
 /// type, permission and special bits, owner, modification time, size, content
 /// or link target, extended attributes, and which entries share an inode.

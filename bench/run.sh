@@ -227,7 +227,10 @@ make_datasets() {
     else
         log "data: reusing $V1 and $V2 ($stamp)"
     fi
-    stamp="random=$RANDOM_MB key=$RANDOM_KEY v=1"
+    # v=2: each part's counter starts 2^64 blocks from the previous part's. With v=1's
+    # consecutive IVs each part was the one before shifted by 16 bytes, which a
+    # content-defined chunker deduplicates: the "incompressible" set was mostly one part.
+    stamp="random=$RANDOM_MB key=$RANDOM_KEY v=2"
     if [[ "$(cat "$DATA/random.stamp" 2>/dev/null)" != "$stamp" ]]; then
         log "data: $RANDOM_MB MiB of incompressible data (openssl aes-256-ctr of /dev/zero, fixed key)"
         rm -rf "$RND" "$DATA/random.stamp"
@@ -235,7 +238,7 @@ make_datasets() {
         local left=$RANDOM_MB i=0 part
         while [[ $left -gt 0 ]]; do
             part=$(( left > 256 ? 256 : left ))
-            { openssl enc -aes-256-ctr -nosalt -K "$RANDOM_KEY" -iv "$(printf '%032x' "$i")" -in /dev/zero 2>/dev/null || true; } |
+            { openssl enc -aes-256-ctr -nosalt -K "$RANDOM_KEY" -iv "$(printf '%016x%016x' "$i" 0)" -in /dev/zero 2>/dev/null || true; } |
                 head -c $(( part * 1024 * 1024 )) >"$RND/part-$(printf '%03d' "$i").bin"
             left=$(( left - part )); i=$(( i + 1 ))
         done

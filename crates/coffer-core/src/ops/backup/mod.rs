@@ -61,6 +61,9 @@ pub use stream::{StreamSource, stream_path};
 /// Bytes read from a file at a time (plus the part of a chunk left from the
 /// previous read); the chunks cut in them are stored in parallel.
 const BLOCK_BYTES: usize = 2 << 20;
+/// Blocks at least this long have their part of the file digest hashed by
+/// several workers (below it, splitting costs more than it gains).
+const PARALLEL_DIGEST_BYTES: usize = 512 << 10;
 /// Blocks that may be read ahead at once, across all files (see [`ReadAhead`]).
 const READ_AHEAD_SLOTS: usize = 1;
 /// Entries of a directory processed together: their nodes are then encoded into
@@ -1071,7 +1074,14 @@ impl Archiver<'_> {
             let (saved, next) = rayon::join(
                 || self.save_block(&block),
                 || {
-                    digest.update(block.bytes());
+                    // The digest of a large block is spread over the workers (BLAKE3
+                    // hashes subtrees apart), so that this arm, which must read and cut
+                    // the next block in order, is not also the one hashing every byte.
+                    if block.bytes().len() >= PARALLEL_DIGEST_BYTES {
+                        digest.update_rayon(block.bytes());
+                    } else {
+                        digest.update(block.bytes());
+                    }
                     if slot.is_some() { read_block(&mut reader, path).map(Some) } else { Ok(None) }
                 },
             );

@@ -710,6 +710,20 @@ cmd_stop() {
 # ---------------------------------------------------------------------------- selftest
 
 FAILURES=0
+
+# selftest_webdriver WHAT URL CAPABILITIES: a browser session opens through the WebDriver
+# server at URL (and is closed again).
+selftest_webdriver() {
+    local what=$1 url=$2 caps=$3 session
+    session=$(curl -s --max-time 60 -H 'Content-Type: application/json' \
+        -d "{\"capabilities\":{\"alwaysMatch\":$caps}}" "$url/session" |
+        grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4 || true)
+    check "$what through $url" "${session:+started}" started
+    if [[ -n $session ]]; then
+        curl -s --max-time 10 -X DELETE "$url/session/$session" >/dev/null || true
+    fi
+}
+
 check() {
     local what=$1 got=$2 want=$3
     if [[ $got == "$want" ]]; then
@@ -844,24 +858,12 @@ cmd_selftest() {
         selftest_smtp
     fi
     if wanted browser; then
-        local session
-        session=$(curl -s --max-time 60 -H 'Content-Type: application/json' -d \
-            '{"capabilities":{"alwaysMatch":{"goog:chromeOptions":{"args":["--headless=new","--no-sandbox","--disable-gpu","--disable-dev-shm-usage"]}}}}' \
-            "$COFFER_TEST_WEBDRIVER/session" | grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4 || true)
-        check "browser: a headless Chromium session through $COFFER_TEST_WEBDRIVER" "${session:+started}" started
-        if [[ -n $session ]]; then
-            curl -s --max-time 10 -X DELETE "$COFFER_TEST_WEBDRIVER/session/$session" >/dev/null || true
-        fi
+        selftest_webdriver "browser: a headless Chromium session" "$COFFER_TEST_WEBDRIVER" \
+            '{"goog:chromeOptions":{"args":["--headless=new","--no-sandbox","--disable-gpu","--disable-dev-shm-usage"]}}'
     fi
     if wanted firefox; then
-        local session
-        session=$(curl -s --max-time 60 -H 'Content-Type: application/json' -d \
-            '{"capabilities":{"alwaysMatch":{"moz:firefoxOptions":{"args":["-headless"]}}}}' \
-            "$COFFER_TEST_GECKODRIVER/session" | grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4 || true)
-        check "firefox: a headless Firefox session through $COFFER_TEST_GECKODRIVER" "${session:+started}" started
-        if [[ -n $session ]]; then
-            curl -s --max-time 10 -X DELETE "$COFFER_TEST_GECKODRIVER/session/$session" >/dev/null || true
-        fi
+        selftest_webdriver "firefox: a headless Firefox session" "$COFFER_TEST_GECKODRIVER" \
+            '{"moz:firefoxOptions":{"args":["-headless"]}}'
     fi
     if wanted kopia; then
         check "kopia: $COFFER_TEST_KOPIA --version" \

@@ -321,6 +321,16 @@ pub(crate) fn scan(o: &replicas::Opened) -> Scan {
     Scan { listed }
 }
 
+/// Member `i`'s state as `backend list` shows it.
+fn state_of(o: &replicas::Opened, s: &Scan, i: usize) -> &'static str {
+    match (&s.listed[i], o.layout.1.backends[i].state) {
+        (_, BackendState::Removing) => "removing",
+        (Err(_), _) if o.locations[i].is_none() => "no location",
+        (Err(_), _) => "unreachable",
+        (Ok(_), BackendState::Active) => "active",
+    }
+}
+
 pub(crate) fn holds(scan: &Scan, i: usize, id: &Id) -> bool {
     scan.listed[i].as_ref().is_ok_and(|m| m.contains_key(id))
 }
@@ -337,12 +347,7 @@ fn list(global: &GlobalArgs) -> Result<u8> {
             Ok(m) => (Some(m.len() as u64), Some(m.values().sum::<u64>())),
             Err(_) => (None, None),
         };
-        let state = match (&s.listed[i], b.state) {
-            (_, BackendState::Removing) => "removing".to_string(),
-            (Err(_), _) if o.locations[i].is_none() => "no location".to_string(),
-            (Err(_), _) => "unreachable".to_string(),
-            (Ok(_), BackendState::Active) => "active".to_string(),
-        };
+        let state = state_of(o, &s, i);
         let owned = layout.table.owners.iter().filter(|&&x| x as usize == i).count() as f64 / slots;
         let share = packs.map(|p| if all.is_empty() { 0.0 } else { p as f64 / all.len() as f64 });
         rows.push(json!({
@@ -471,12 +476,7 @@ pub(crate) fn report(repo: &Repository, o: &replicas::Opened) -> Result<coffer_u
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            let state = match (&s.listed[i], b.state) {
-                (_, BackendState::Removing) => "removing",
-                (Err(_), _) if o.locations[i].is_none() => "no location",
-                (Err(_), _) => "unreachable",
-                (Ok(_), BackendState::Active) => "active",
-            };
+            let state = state_of(o, &s, i);
             let listed = s.listed[i].as_ref().ok();
             coffer_ui::BackendCopies {
                 name: b.spec.name.clone(),

@@ -96,6 +96,8 @@ export COFFER_JOBS=$RUN/jobs.toml COFFER_AGENT_STATE=$RUN/state/agent.sqlite
 for j in 00 01 02; do "$COFFER_BIN" run "j$j" >/dev/null; done
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# anon_file PID: its RssAnon and RssFile in MiB, "A anon + F file".
+anon_file() { awk '/^RssAnon:/ {a = $2} /^RssFile:/ {f = $2} END {printf "%d anon + %d file", a / 1024, f / 1024}' "/proc/$1/status"; }
 
 "$COFFER_BIN" agent 2>"$RUN/agent.err" &
 AGENT=$!
@@ -108,6 +110,7 @@ BASE=$(grep -o 'http://127.0.0.1:[0-9]*' "$RUN/ui.err" | head -1)
 [[ -n $BASE ]] || die "coffer ui did not start: $(cat "$RUN/ui.err")"
 sleep 10
 UI_RSS0=$(rss_kib "$UI")
+UI_AF0=$(anon_file "$UI")
 AGENT_RSS=$(rss_kib "$AGENT")
 TOKEN=$(cat "$RUN/state/coffer/ui/login-token")
 curl -sf -c "$RUN/jar" -H 'Content-Type: application/json' -d "{\"secret\": \"$TOKEN\"}" "$BASE/api/v1/login" >/dev/null
@@ -153,5 +156,8 @@ UI_RSS1=$(rss_kib "$UI")
 # The decoded trees are let go after a minute unused (checked every 15 s).
 sleep 80
 UI_RSS2=$(rss_kib "$UI")
+UI_AF2=$(anon_file "$UI")
 AGENT_RSS=$(rss_kib "$AGENT")
+AGENT_AF=$(anon_file "$AGENT")
 echo "idle RSS: coffer ui $((UI_RSS0 / 1024)) MiB after start, $((UI_RSS1 / 1024)) MiB after the measurements, $((UI_RSS2 / 1024)) MiB 80 s later; coffer agent $((AGENT_RSS / 1024)) MiB; UI above the agent: $(((UI_RSS0 - AGENT_RSS) / 1024)), $(((UI_RSS1 - AGENT_RSS) / 1024)), $(((UI_RSS2 - AGENT_RSS) / 1024)) MiB"
+echo "idle RSS by kind: coffer ui $UI_AF0 MiB after start, $UI_AF2 MiB when idle; coffer agent $AGENT_AF MiB"

@@ -197,13 +197,13 @@ mod tests {
         assert_eq!(t.snapshot(&signed_by(own)), SnapshotTrust::Trusted);
         assert_eq!(t.snapshot(&signed_by(co)), SnapshotTrust::Untrusted(vec![co]));
         let mut copy = signed_by(own);
-        copy.copied_from = Some(CopiedFrom {
+        copy.copied_from = Some(Box::new(CopiedFrom {
             repository: Id([2; 32]),
             snapshot: Id([3; 32]),
             writer: co,
             signature: None,
             origin: None,
-        });
+        }));
         assert_eq!(t.snapshot(&copy), SnapshotTrust::Untrusted(vec![co]));
         let t = TrustedWriters::of(Some(own), [co]);
         assert_eq!(t.snapshot(&copy), SnapshotTrust::Trusted);

@@ -124,7 +124,7 @@ impl RepoView {
             })
             .collect();
         let marks: Vec<(_, LogMark)> =
-            history.snapshots.iter().filter_map(|(id, s)| Some((*id, s.server_log?))).collect();
+            history.snapshots.iter().filter_map(|(id, s)| Some((*id, *s.server_log.as_deref()?))).collect();
         problems.extend(f.disagreements(&marks));
         Ok(LogStatus {
             entries: f.head.head.size,

@@ -149,7 +149,7 @@ pub struct Snapshot {
     /// (docs/design.md#copy). Absent otherwise; readers that do not know it
     /// ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copied_from: Option<CopiedFrom>,
+    pub copied_from: Option<Box<CopiedFrom>>,
     /// When the snapshot was written (its history heads taken), RFC 3339 in
     /// UTC, where `time` says otherwise: a backup given `--time`, a snapshot
     /// copied with its source's time. Absent from snapshots written before it
@@ -161,13 +161,13 @@ pub struct Snapshot {
     /// "Heads in snapshots"): another client that follows the same log checks
     /// it was shown the same history. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_log: Option<LogMark>,
+    pub server_log: Option<Box<LogMark>>,
     /// Set when `coffer import` wrote this snapshot from a snapshot of another
     /// program's repository: which program, repository and snapshot
     /// (docs/design.md#import). It is signed with the rest: an import run again
     /// finds what it imported by it. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub imported_from: Option<ImportedFrom>,
+    pub imported_from: Option<Box<ImportedFrom>>,
     /// The signature, as checked when loaded (not stored in the JSON).
     #[serde(skip)]
     pub signature: SignatureStatus,

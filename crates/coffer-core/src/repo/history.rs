@@ -108,6 +108,10 @@ impl History {
         }
         self.snapshots.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
         self.tombstones.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
+        // A long-lived reader (the UI) holds the history between refreshes:
+        // what a vector grew into while loading is handed back.
+        self.snapshots.shrink_to_fit();
+        self.tombstones.shrink_to_fit();
         self.present = present;
         Ok(())
     }
@@ -381,7 +385,7 @@ pub fn check(
         }
         // Heads other clients followed, as their snapshots record them.
         let marks: Vec<(Id, LogMark)> =
-            history.snapshots.iter().filter_map(|(id, s)| Some((*id, s.server_log?))).collect();
+            history.snapshots.iter().filter_map(|(id, s)| Some((*id, *s.server_log.as_deref()?))).collect();
         f.errors.extend(log.disagreements(&marks));
     }
     f.errors.extend(history.damaged_tombstones.iter().map(|e| e.to_string()));

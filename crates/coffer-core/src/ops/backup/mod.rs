@@ -575,7 +575,7 @@ fn run(
         version: SNAPSHOT_VERSION,
         time: humantime::format_rfc3339_nanos(time).to_string(),
         written: opts.time.map(|_| humantime::format_rfc3339_nanos(SystemTime::now()).to_string()),
-        server_log: opts.server_log,
+        server_log: opts.server_log.map(Box::new),
         hostname,
         username,
         paths: path_strings,
@@ -608,7 +608,7 @@ fn run(
         merkle_leaves,
         merkle_key: Id(arch.merkle_key),
         copied_from: None,
-        imported_from,
+        imported_from: imported_from.map(Box::new),
         signature: Default::default(),
     };
     guard.ready_to_commit()?;

@@ -116,7 +116,7 @@ pub(super) fn write_snapshots(
             history: heads.clone(),
             // The parent named a snapshot of the source.
             parent: None,
-            copied_from: Some(origins.get(&id).cloned().ok_or_else(|| {
+            copied_from: Some(origins.get(&id).cloned().map(Box::new).ok_or_else(|| {
                 crate::error::Error::InvalidInput(format!("snapshot {}: no record of its source", id.short()))
             })?),
             // Its links are the destination's heads, taken now.

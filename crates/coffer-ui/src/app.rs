@@ -292,12 +292,20 @@ impl App {
                 Ok(h::respond(StatusCode::OK, "text/event-stream", ChannelBody(rx).boxed()))
             }
             ["repos", r] => {
-                let filter = Filter { host: text("host"), tag: text("tag"), path: text("path") };
+                let filter = Filter::of(text)?;
+                let (offset, rows) = (number("offset", 0)?, number("limit", pages::SNAPSHOT_ROWS)?);
+                if rows == 0 || rows > pages::MAX_SNAPSHOT_ROWS {
+                    return Err(fail(
+                        StatusCode::BAD_REQUEST,
+                        format!("limit={rows}: a page shows 1 to {} snapshots", pages::MAX_SNAPSHOT_ROWS),
+                    ));
+                }
                 let repo = self.repo(r)?;
                 let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
                 let shown: Vec<&(Id, Snapshot)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
                 let job = self.repo(r)?.policy_job().map(str::to_string);
-                Ok(h::html(StatusCode::OK, pages::snapshots(&session.csrf, r, &shown, &filter, job.as_deref())))
+                let page = pages::SnapshotPage { filter: &filter, offset, rows, policy_job: job.as_deref() };
+                Ok(h::html(StatusCode::OK, pages::snapshots(&session.csrf, r, &shown, &page)))
             }
             ["repos", r, "snapshots", id] => {
                 let (offset, limit) = (number("offset", 0)?, number("limit", PAGE)?.clamp(1, MAX_PAGE));
@@ -424,12 +432,18 @@ impl App {
                 Ok(h::json(StatusCode::OK, &json!({"type": "repositories", "repositories": repos})))
             }
             ["api", "v1", "repos", r, "snapshots"] => {
-                let filter = Filter { host: text("host"), tag: text("tag"), path: text("path") };
+                let filter = Filter::of(text)?;
+                let (offset, limit) = (number("offset", 0)?, number("limit", usize::MAX)?);
                 let repo = self.repo(r)?;
                 let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
+                let matching: Vec<&(Id, Snapshot)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
                 let list: Vec<Value> =
-                    snaps.iter().filter(|(_, s)| filter.matches(s)).map(|(id, s)| snapshot_json(id, s)).collect();
-                Ok(h::json(StatusCode::OK, &json!({"type": "snapshots", "repository": r, "snapshots": list})))
+                    matching.iter().skip(offset).take(limit).map(|(id, s)| snapshot_json(id, s)).collect();
+                Ok(h::json(
+                    StatusCode::OK,
+                    &json!({"type": "snapshots", "repository": r, "total": matching.len(), "offset": offset,
+                            "snapshots": list}),
+                ))
             }
             ["api", "v1", "repos", r, "snapshots", id, "entries"] => {
                 let (offset, limit) = (number("offset", 0)?, number("limit", PAGE)?.clamp(1, MAX_PAGE));
@@ -722,22 +736,77 @@ enum Restored {
 }
 
 /// The snapshot filter of a page or API call: each given field must match.
+/// `since` and `until` bound the backup's time, each a day (`2026-12-01`,
+/// the whole day in UTC) or an RFC 3339 time.
 #[derive(Default)]
 pub struct Filter {
     pub host: Option<String>,
     pub tag: Option<String>,
     pub path: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    /// `since` and `until` as read: the first instant taken, the first one not.
+    bounds: (Option<jiff::Timestamp>, Option<jiff::Timestamp>),
 }
 
 impl Filter {
+    /// The filter of a query; a time bound that does not read is refused, naming it.
+    fn of(text: impl Fn(&str) -> Option<String>) -> Result<Filter, Fail> {
+        let (since, until) = (text("since").filter(|v| !v.is_empty()), text("until").filter(|v| !v.is_empty()));
+        let bound = |k: &str, v: &Option<String>, end: bool| -> Result<Option<jiff::Timestamp>, Fail> {
+            v.as_deref().map(|v| time_bound(v, end)).transpose().map_err(|()| {
+                fail(
+                    StatusCode::BAD_REQUEST,
+                    format!("{k}={v:?} is neither a day (2026-12-01) nor an RFC 3339 time (2026-12-01T08:00:00Z)"),
+                )
+            })
+        };
+        let bounds = (bound("since", &since, false)?, bound("until", &until, true)?);
+        Ok(Filter { host: text("host"), tag: text("tag"), path: text("path"), since, until, bounds })
+    }
+
     fn matches(&self, s: &Snapshot) -> bool {
         fn some(f: &Option<String>) -> Option<&str> {
             f.as_deref().filter(|v| !v.is_empty())
         }
+        let time = || s.time.parse::<jiff::Timestamp>().ok();
         some(&self.host).is_none_or(|h| s.hostname == h)
             && some(&self.tag).is_none_or(|t| s.tags.iter().any(|x| x == t))
             && some(&self.path).is_none_or(|p| s.paths.iter().any(|x| x == p))
+            && self.bounds.0.is_none_or(|b| time().is_some_and(|t| t >= b))
+            && self.bounds.1.is_none_or(|b| time().is_some_and(|t| t < b))
     }
+
+    /// The query string that gives this filter again (for links between pages).
+    pub fn query(&self) -> String {
+        let fields = [
+            ("host", &self.host),
+            ("tag", &self.tag),
+            ("path", &self.path),
+            ("since", &self.since),
+            ("until", &self.until),
+        ];
+        fields
+            .iter()
+            .filter_map(|(k, v)| {
+                v.as_deref()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| format!("{k}={}", crate::http::encode_query(v.as_bytes())))
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// A time bound of a filter: a day (its start, or with `end` the next day's
+/// start) or an RFC 3339 time (with `end`, the instant after it).
+fn time_bound(v: &str, end: bool) -> Result<jiff::Timestamp, ()> {
+    if let Ok(day) = v.parse::<jiff::civil::Date>() {
+        let day = if end { day.tomorrow().map_err(|_| ())? } else { day };
+        return day.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|_| ());
+    }
+    let t: jiff::Timestamp = v.parse().map_err(|_| ())?;
+    if end { t.checked_add(jiff::SignedDuration::from_nanos(1)).map_err(|_| ()) } else { Ok(t) }
 }
 
 /// A time of the trees (seconds, nanoseconds) as RFC 3339.

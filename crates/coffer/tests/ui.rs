@@ -850,6 +850,76 @@ fn snapshots_are_forgotten_after_a_dry_run_by_choice_or_by_the_jobs_policy() {
 }
 
 #[test]
+fn snapshots_are_filtered_by_time_and_listed_a_page_at_a_time() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let s_ = src.to_str().unwrap();
+    // Five backups a day apart, oldest first, on two hosts.
+    let ids: Vec<String> = (1..=5)
+        .map(|d| {
+            std::fs::write(src.join("a"), format!("day {d}")).unwrap();
+            let (time, host) = (format!("2026-01-0{d}T10:00:00Z"), if d % 2 == 0 { "even" } else { "odd" });
+            env.json(&["backup", s_, "--time", &time, "--host", host])["snapshot_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let ui = serve(env.cmd(), &env.path("state"), &[]);
+    let s = ui.login(&ui.token()).unwrap();
+    let listed = |q: &str| -> Vec<String> {
+        let v = ui.json(&s, &format!("/api/v1/repos/default/snapshots?{q}"));
+        v["snapshots"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap().to_string()).collect()
+    };
+    // A day is the whole day in UTC, at either end; a time is taken as given, inclusive.
+    assert_eq!(listed("since=2026-01-02&until=2026-01-03"), ids[1..3]);
+    assert_eq!(listed("until=2026-01-02T10:00:00Z"), ids[..2]);
+    assert_eq!(listed("until=2026-01-02T09:59:59Z"), ids[..1]);
+    assert_eq!(listed("since=2026-01-04T11:00:00%2B01:00"), ids[3..]);
+    assert_eq!(listed("since=2026-01-02&host=odd"), vec![ids[2].clone(), ids[4].clone()]);
+    assert!(listed("since=2026-02-01").is_empty());
+    // A bound that does not read is refused, naming it.
+    let r = ui.get(Some(&s), "/api/v1/repos/default/snapshots?since=yesterday");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let text = r.text().unwrap();
+    assert!(text.contains("since=") && text.contains("yesterday") && text.contains("RFC 3339"), "{text}");
+    assert_eq!(ui.get(Some(&s), "/repos/default?until=2026-13-01").status(), StatusCode::BAD_REQUEST);
+    // The API pages too, oldest first, and says how many match.
+    let v = ui.json(&s, "/api/v1/repos/default/snapshots?offset=1&limit=2");
+    assert_eq!(v["total"], 5);
+    assert_eq!(
+        v["snapshots"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap()).collect::<Vec<_>>(),
+        ids[1..3]
+    );
+
+    // The page lists newest first, a page at a time, its links keeping the filter.
+    let page = |q: &str| ui.get(Some(&s), &format!("/repos/default?{q}")).text().unwrap();
+    let p1 = page("limit=2");
+    assert!(p1.contains("snapshots 1 to 2 of 5, newest first"), "{p1}");
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(p1.contains(&format!("/repos/default/snapshots/{id}")), i >= 3, "snapshot {i} on the first page");
+    }
+    assert!(p1.contains("href=\"/repos/default?offset=2&amp;limit=2\">Older</a>"), "{p1}");
+    assert!(!p1.contains(">Newer</a>"));
+    let p3 = page("offset=4&limit=2");
+    assert!(p3.contains("snapshots 5 to 5 of 5") && p3.contains(&ids[0]) && !p3.contains(&ids[1]), "{p3}");
+    assert!(
+        p3.contains("href=\"/repos/default?offset=2&amp;limit=2\">Newer</a>") && !p3.contains(">Older</a>"),
+        "{p3}"
+    );
+    let filtered = page("since=2026-01-02&limit=1");
+    assert!(filtered.contains("snapshots 1 to 1 of 4"), "{filtered}");
+    assert!(
+        filtered.contains("href=\"/repos/default?since=2026-01-02&amp;offset=1&amp;limit=1\">Older</a>"),
+        "{filtered}"
+    );
+    assert!(filtered.contains("value=\"2026-01-02\""), "the form shows the bound: {filtered}");
+    // Without paging asked for, five fit on one page, with no links.
+    let all = page("");
+    assert!(all.contains("5 snapshots, newest first") && !all.contains("pages of snapshots"), "{all}");
+    assert_eq!(ui.get(Some(&s), "/repos/default?limit=0").status(), StatusCode::BAD_REQUEST);
+    assert_eq!(ui.get(Some(&s), "/repos/default?limit=100000").status(), StatusCode::BAD_REQUEST);
+}
+
+#[test]
 fn the_health_page_shows_checks_run_from_it_and_the_last_bench_report() {
     let env = Env::new();
     let src = env.path("src");

@@ -247,18 +247,39 @@ fn field(id: &str, label: &str, value: &Option<String>) -> String {
     )
 }
 
-/// A repository's snapshots, newest first, with the filter form.
-pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter, policy_job: Option<&str>) -> String {
+/// The rows of a snapshot list page, unless it asks for others (`limit`).
+pub const SNAPSHOT_ROWS: usize = 200;
+/// The most rows a snapshot list page shows.
+pub const MAX_SNAPSHOT_ROWS: usize = 2000;
+
+/// What a snapshot list page shows besides the snapshots.
+pub struct SnapshotPage<'a> {
+    pub filter: &'a Filter,
+    /// The rows skipped, newest first.
+    pub offset: usize,
+    /// The rows shown at most.
+    pub rows: usize,
+    /// The job whose retention policy applies, if any.
+    pub policy_job: Option<&'a str>,
+}
+
+/// A repository's snapshots (those `snaps` the filter kept, oldest first),
+/// newest first, `page.rows` a page, with the filter form; the charts
+/// draw every one of them.
+pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], page: &SnapshotPage<'_>) -> String {
+    let f = page.filter;
     let mut b = format!(
-        "<form method=\"get\" action=\"/repos/{}\" class=\"filter\" role=\"search\">{}{}{}<button type=\"submit\">Filter</button></form>",
+        "<form method=\"get\" action=\"/repos/{}\" class=\"filter\" role=\"search\">{}{}{}{}{}<button type=\"submit\">Filter</button></form>",
         esc(repo),
         field("host", "Host", &f.host),
         field("tag", "Tag", &f.tag),
-        field("path", "Path", &f.path)
+        field("path", "Path", &f.path),
+        field("since", "Since (day or time)", &f.since),
+        field("until", "Until (day or time)", &f.until)
     );
     b.push_str(&find_form(repo, ""));
     b.push_str(&format!("<p><a href=\"/repos/{}/health\">Health: checks, server log, bench</a></p>", esc(repo)));
-    if let Some(job) = policy_job {
+    if let Some(job) = page.policy_job {
         b.push_str(&format!(
             "<p><a href=\"/repos/{}/forget?policy=1\">See what the retention policy of job {} would forget</a></p>",
             esc(repo),
@@ -266,16 +287,23 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter, 
         ));
     }
     b.push_str(&charts(snaps));
+    let offset = page.offset.min(snaps.len());
+    let rows = snaps.len() - offset;
+    let shown = rows.min(page.rows);
+    let which = if shown == snaps.len() {
+        format!("{} snapshots", snaps.len())
+    } else {
+        format!("snapshots {} to {} of {}", offset + 1, offset + shown, snaps.len())
+    };
     b.push_str(&format!(
-        "<form method=\"get\" action=\"/repos/{}/diff\"><table><caption>{} snapshots, newest first; pick two to compare \
+        "<form method=\"get\" action=\"/repos/{}/diff\"><table><caption>{which}, newest first; pick two to compare \
          them</caption><thead><tr><th scope=\"col\">From</th><th scope=\"col\">To</th><th scope=\"col\">Time</th>\
          <th scope=\"col\">Id</th><th scope=\"col\">Host</th><th scope=\"col\">Paths</th><th scope=\"col\">Tags</th>\
          <th scope=\"col\">Files</th><th scope=\"col\">Size</th><th scope=\"col\">Added</th><th scope=\"col\">Forget</th>\
          </tr></thead><tbody>",
         esc(repo),
-        snaps.len()
     ));
-    for (i, (id, s)) in snaps.iter().rev().enumerate() {
+    for (i, (id, s)) in snaps.iter().rev().enumerate().skip(offset).take(shown) {
         let files = s.summary.files_new + s.summary.files_changed + s.summary.files_unchanged;
         let signed =
             if s.signature.is_valid() { "" } else { " <span class=\"bad\">(unsigned or bad signature)</span>" };
@@ -299,10 +327,26 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], f: &Filter, 
         ));
     }
     b.push_str("</tbody></table>");
-    if snaps.len() >= 2 {
+    if shown >= 2 {
         b.push_str("<button type=\"submit\">Compare the two</button>");
     }
     b.push_str("</form>");
+    let link = |at: usize, label: &str| {
+        let q = f.query();
+        let sep = if q.is_empty() { "" } else { "&amp;" };
+        let limit = if page.rows == SNAPSHOT_ROWS { String::new() } else { format!("&amp;limit={}", page.rows) };
+        format!("<a href=\"/repos/{}?{}{sep}offset={at}{limit}\">{label}</a>", esc(repo), esc(&q))
+    };
+    let mut nav = Vec::new();
+    if offset > 0 {
+        nav.push(link(offset.saturating_sub(page.rows), "Newer"));
+    }
+    if offset + shown < snaps.len() {
+        nav.push(link(offset + shown, "Older"));
+    }
+    if !nav.is_empty() {
+        b.push_str(&format!("<nav aria-label=\"pages of snapshots\"><p>{}</p></nav>", nav.join(" · ")));
+    }
     layout(&format!("Snapshots of {repo}"), Some(csrf), &b)
 }
 

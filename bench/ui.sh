@@ -157,7 +157,9 @@ UI_RSS1=$(rss_kib "$UI")
 sleep 80
 UI_RSS2=$(rss_kib "$UI")
 UI_AF2=$(anon_file "$UI")
+sleep 60
+UI_AF3=$(anon_file "$UI")
 AGENT_RSS=$(rss_kib "$AGENT")
 AGENT_AF=$(anon_file "$AGENT")
 echo "idle RSS: coffer ui $((UI_RSS0 / 1024)) MiB after start, $((UI_RSS1 / 1024)) MiB after the measurements, $((UI_RSS2 / 1024)) MiB 80 s later; coffer agent $((AGENT_RSS / 1024)) MiB; UI above the agent: $(((UI_RSS0 - AGENT_RSS) / 1024)), $(((UI_RSS1 - AGENT_RSS) / 1024)), $(((UI_RSS2 - AGENT_RSS) / 1024)) MiB"
-echo "idle RSS by kind: coffer ui $UI_AF0 MiB after start, $UI_AF2 MiB when idle; coffer agent $AGENT_AF MiB"
+echo "idle RSS by kind: coffer ui $UI_AF0 MiB after start, $UI_AF2 MiB when idle (80 s), $UI_AF3 MiB 60 s later; coffer agent $AGENT_AF MiB"

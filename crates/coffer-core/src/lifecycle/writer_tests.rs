@@ -142,6 +142,37 @@ fn a_noticed_pack_already_deleted_refuses_the_commit() {
 }
 
 #[test]
+fn the_index_load_keeps_only_the_packs_no_index_file_lists_for_the_adoption() {
+    let t = test_repo();
+    // One backup's packs indexed, then another's left without an index file.
+    let saver = BlobSaver::new(&t.repo);
+    TestTree::new().file("a", &[&noise(500, 1)]).store(&saver).unwrap();
+    saver.finish().unwrap();
+    let indexed = packs(&t);
+    let files: HashSet<Id> = t.repo.list_ids(ObjectKind::Index).unwrap().into_iter().collect();
+    let saver = BlobSaver::new(&t.repo);
+    TestTree::new().file("b", &[&noise(500, 2)]).store(&saver).unwrap();
+    saver.finish().unwrap();
+    for f in t.repo.list_ids(ObjectKind::Index).unwrap() {
+        if !files.contains(&f) {
+            t.backend.delete(&ObjectKind::Index.path(&f)).unwrap();
+        }
+    }
+    let orphans: HashSet<Id> = packs(&t).difference(&indexed).copied().collect();
+    assert_eq!(orphans.len(), 2, "a data pack and a tree pack");
+    let r = t.reopen();
+    r.load_index().unwrap();
+    let kept = r.loaded_orphans().unwrap();
+    assert_eq!(kept.iter().map(|(id, _)| *id).collect::<HashSet<_>>(), orphans, "only the orphans are kept");
+    for (id, size) in &kept {
+        assert_eq!(*size, t.backend.stat(&ObjectKind::Pack.path(id)).unwrap(), "with their sizes");
+    }
+    // Served once: the next asks the storage again, for every pack.
+    let listed: HashSet<Id> = r.loaded_orphans().unwrap().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(listed, packs(&t));
+}
+
+#[test]
 fn orphan_packs_a_notice_names_are_not_adopted_and_the_others_are_protected() {
     let t = test_repo();
     // Two pairs of packs (data and trees) that no index lists, as interrupted

@@ -354,6 +354,11 @@ impl MasterIndex {
         self.len() == 0
     }
 
+    /// Whether an index file loaded lists pack `id`.
+    pub fn has_pack(&self, id: &Id) -> bool {
+        self.pack_pos.contains_key(id)
+    }
+
     /// Every indexed pack.
     pub fn packs(&self) -> &[PackInfo] {
         &self.packs

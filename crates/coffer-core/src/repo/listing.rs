@@ -32,7 +32,8 @@ const PROBED: [ObjectKind; 3] = [ObjectKind::Key, ObjectKind::Layout, ObjectKind
 #[derive(Default)]
 pub(crate) struct Prefetched {
     by_prefix: HashMap<&'static str, (Instant, Vec<ObjectInfo>)>,
-    packs_loaded: Option<(Instant, Vec<ObjectInfo>)>,
+    /// The packs the index load found stored but unindexed, and when.
+    orphans_loaded: Option<(Instant, Vec<(Id, u64)>)>,
     opening: Option<Opening>,
 }
 
@@ -72,7 +73,7 @@ impl Prefetched {
     /// load took.
     pub(crate) fn keep_only_probed(&mut self) {
         self.by_prefix.retain(|p, _| PROBED.iter().any(|k| k.prefix() == *p));
-        self.packs_loaded = None;
+        self.orphans_loaded = None;
     }
 
     fn has(&self, prefix: &str) -> bool {
@@ -278,21 +279,29 @@ impl Repository {
         self.prefetched.lock().expect("poisoned").opening.take()
     }
 
-    /// Keeps the packs' `listing` that the index load took, for the adoption of
-    /// orphan packs that follows it in a backup ([`Repository::loaded_packs`]).
-    pub(crate) fn keep_loaded_packs(&self, listing: Vec<ObjectInfo>) {
-        self.prefetched.lock().expect("poisoned").packs_loaded = Some((Instant::now(), listing));
+    /// Keeps the packs the index load found in `data/` that no index file
+    /// lists, with their sizes, for the adoption of orphan packs that follows it
+    /// in a backup ([`Repository::loaded_orphans`]): only those, not the whole
+    /// listing, which at 16 blobs a pack would cost ~7.5 B per blob.
+    pub(crate) fn keep_loaded_orphans(&self, orphans: Vec<(Id, u64)>) {
+        self.prefetched.lock().expect("poisoned").orphans_loaded = Some((Instant::now(), orphans));
     }
 
-    /// The packs' listing the index load took, if fresh (served once), else a new
-    /// listing: `data/` is listed once per backup.
-    pub(crate) fn loaded_packs(&self) -> Result<Vec<ObjectInfo>> {
-        let kept = self.prefetched.lock().expect("poisoned").packs_loaded.take();
+    /// The packs stored that may be orphans, with their sizes: those the index
+    /// load found, if fresh (served once), else every pack of a new listing (the
+    /// caller leaves out those it knows): `data/` is listed once per backup.
+    pub(crate) fn loaded_orphans(&self) -> Result<Vec<(Id, u64)>> {
+        let kept = self.prefetched.lock().expect("poisoned").orphans_loaded.take();
         match kept.filter(|(at, _)| at.elapsed() < FRESH_FOR) {
-            Some((_, l)) => Ok(l),
-            None => Ok(self.backend.list(ObjectKind::Pack.prefix())?),
+            Some((_, o)) => Ok(o),
+            None => Ok(packs_of(self.backend.list(ObjectKind::Pack.prefix())?)),
         }
     }
+}
+
+/// The packs of a `data/` listing and their sizes (names that are not packs left out).
+pub(crate) fn packs_of(listing: Vec<ObjectInfo>) -> Vec<(Id, u64)> {
+    listing.into_iter().filter_map(|o| Some((ObjectKind::Pack.id_from_path(&o.name)?, o.size))).collect()
 }
 
 #[cfg(test)]

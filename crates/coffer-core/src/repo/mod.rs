@@ -749,12 +749,15 @@ impl Repository {
             seen.extend(&new);
             damaged.extend(self.load_index_files_expecting(&new, 0, false)?);
         }
-        let packs = self.list_objects(ObjectKind::Pack)?;
-        let stored: std::collections::HashSet<Id> =
-            packs.iter().filter_map(|o| ObjectKind::Pack.id_from_path(&o.name)).collect();
-        self.index_mut().set_stored_packs(&stored);
-        // A backup adopts orphan packs next: from this listing.
-        self.keep_loaded_packs(packs);
+        let packs = listing::packs_of(self.list_objects(ObjectKind::Pack)?);
+        let stored: std::collections::HashSet<Id> = packs.iter().map(|(id, _)| *id).collect();
+        let mut index = self.index_mut();
+        index.set_stored_packs(&stored);
+        drop(stored);
+        // A backup adopts orphan packs next: those of this listing that no index file lists.
+        let orphans: Vec<(Id, u64)> = packs.into_iter().filter(|(id, _)| !index.has_pack(id)).collect();
+        drop(index);
+        self.keep_loaded_orphans(orphans);
         Ok(damaged)
     }
 
@@ -827,11 +830,7 @@ impl Repository {
         let orphans: Vec<(Id, u64)> = {
             let idx = self.index();
             let known: std::collections::HashSet<Id> = idx.packs().iter().map(|p| p.id).collect();
-            self.loaded_packs()?
-                .into_iter()
-                .filter_map(|o| Some((ObjectKind::Pack.id_from_path(&o.name)?, o.size)))
-                .filter(|(id, _)| !known.contains(id) && !exclude.contains(id))
-                .collect()
+            self.loaded_orphans()?.into_iter().filter(|(id, _)| !known.contains(id) && !exclude.contains(id)).collect()
         };
         if orphans.is_empty() {
             return Ok(None);

@@ -4,12 +4,16 @@
 //!
 //! The records point at packs that do not exist: the repository is for
 //! measuring backups only (`check` reports every one of those packs missing).
+//! With `--pack-files`, an empty file stands in for each pack, so that the
+//! `data/` listing is as long as the index says (`check` then reports them
+//! damaged instead).
 //! Blobs sit 16 to a pack, as 1 MiB chunks do in 16 MiB packs.
 
 use std::sync::Arc;
 
 use coffer_backend::OpendalBackend;
 use coffer_core::crypto::Cipher;
+use coffer_core::format::ObjectKind;
 use coffer_core::format::envelope::SealedKind;
 use coffer_core::format::index::{self, PackRecord};
 use coffer_core::format::pack::{BlobType, PackEntry};
@@ -23,11 +27,14 @@ const BLOBS_PER_PACK: u64 = 16;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, repo, n] = args.as_slice() else {
-        return Err("usage: prefill_index REPO N".into());
+    let (repo, n, pack_files) = match args.as_slice() {
+        [_, repo, n] => (repo, n, false),
+        [_, repo, n, flag] if flag == "--pack-files" => (repo, n, true),
+        _ => return Err("usage: prefill_index REPO N [--pack-files]".into()),
     };
     let n: u64 = n.replace('_', "").parse()?;
     let password = std::env::var("COFFER_PASSWORD").map_err(|_| "set COFFER_PASSWORD")?;
+    let repo_dir = repo;
     let repo = Repository::open(Arc::new(OpendalBackend::local(std::path::Path::new(repo))?), password.as_bytes())?;
     let packs = n.div_ceil(BLOBS_PER_PACK);
     let mut first = 0;
@@ -35,6 +42,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let last = (first + PACKS_PER_FILE).min(packs);
         let records: Vec<PackRecord> = (first..last).map(|p| record(p, n)).collect();
         repo.save_sealed(SealedKind::Index, &index::encode(&records))?;
+        if pack_files {
+            for r in &records {
+                let path = std::path::Path::new(repo_dir).join(ObjectKind::Pack.path(&r.id));
+                std::fs::create_dir_all(path.parent().expect("a pack's path has a folder"))?;
+                std::fs::write(path, b"")?;
+            }
+        }
         first = last;
     }
     println!("{n} blobs in {packs} packs indexed");

@@ -769,12 +769,17 @@ impl Filter {
         fn some(f: &Option<String>) -> Option<&str> {
             f.as_deref().filter(|v| !v.is_empty())
         }
-        let time = || s.time.parse::<jiff::Timestamp>().ok();
+        let in_time = || match self.bounds {
+            (None, None) => true,
+            (since, until) => s
+                .time
+                .parse::<jiff::Timestamp>()
+                .is_ok_and(|t| since.is_none_or(|b| t >= b) && until.is_none_or(|b| t < b)),
+        };
         some(&self.host).is_none_or(|h| s.hostname == h)
             && some(&self.tag).is_none_or(|t| s.tags.iter().any(|x| x == t))
             && some(&self.path).is_none_or(|p| s.paths.iter().any(|x| x == p))
-            && self.bounds.0.is_none_or(|b| time().is_some_and(|t| t >= b))
-            && self.bounds.1.is_none_or(|b| time().is_some_and(|t| t < b))
+            && in_time()
     }
 
     /// The query string that gives this filter again (for links between pages).

@@ -829,8 +829,7 @@ impl Repository {
     pub fn adopt_orphan_packs(&self, exclude: &std::collections::HashSet<Id>) -> Result<Option<Id>> {
         let orphans: Vec<(Id, u64)> = {
             let idx = self.index();
-            let known: std::collections::HashSet<Id> = idx.packs().iter().map(|p| p.id).collect();
-            self.loaded_orphans()?.into_iter().filter(|(id, _)| !known.contains(id) && !exclude.contains(id)).collect()
+            self.loaded_orphans()?.into_iter().filter(|(id, _)| !idx.has_pack(id) && !exclude.contains(id)).collect()
         };
         if orphans.is_empty() {
             return Ok(None);

@@ -194,7 +194,9 @@ impl RepoView {
         // storage as it was then.
         repo.drop_listings_ahead();
         let Some(current) = h.clone() else {
-            let live = Arc::new(Live::new(History::load(repo)?));
+            let mut history = History::load(repo)?;
+            history.compact();
+            let live = Arc::new(Live::new(history));
             *h = Some(live.clone());
             return Ok(live);
         };
@@ -214,6 +216,7 @@ impl RepoView {
         // snapshot just listed are there to be read. One that does not load shows
         // as the blobs it lists not found, when they are needed.
         let _ = repo.load_new_index_files()?;
+        history.compact();
         let live = Arc::new(Live::new(history));
         *h = Some(live.clone());
         Ok(live)

@@ -116,6 +116,17 @@ impl History {
         Ok(())
     }
 
+    /// Copies every snapshot and tombstone anew on the calling thread and lets
+    /// the loaded ones go. Loaded side by side on the I/O threads, the records
+    /// lie in as many allocator arenas, among the buffers they were decoded
+    /// from: a holder that keeps the history for hours (the UI) would keep the
+    /// pages they pin. Copied in one pass they lie together, each at its length,
+    /// and the pages they left can be handed back to the system.
+    pub fn compact(&mut self) {
+        self.snapshots = self.snapshots.iter().cloned().collect();
+        self.tombstones = self.tombstones.iter().cloned().collect();
+    }
+
     /// Snapshots removed on purpose: id -> (tombstone id, what it recorded).
     pub fn forgotten(&self) -> HashMap<Id, (Id, &Forgotten)> {
         let mut m = HashMap::new();
@@ -497,5 +508,26 @@ mod tests {
         let f = History::load(&repo).unwrap().verify(&[]);
         assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
         assert_eq!(f.forgotten, 2);
+    }
+
+    /// Compacting keeps every entry as it was, in order, each vector at its length.
+    #[test]
+    fn compacting_keeps_every_entry_in_order() {
+        use crate::testing::{TestTree, test_repo};
+        let t = test_repo();
+        let (first, _) = t.snapshot(&TestTree::new().file("a", &[b"1"]));
+        t.snapshot(&TestTree::new().file("a", &[b"2"]));
+        crate::ops::forget::forget(&t.repo, &History::load(&t.repo).unwrap(), &[first], &t.key).unwrap();
+        t.snapshot(&TestTree::new().file("a", &[b"3"]));
+        let mut h = History::load(&t.repo).unwrap();
+        h.snapshots.reserve(100);
+        let (snapshots, tombstones) = (h.snapshots.clone(), h.tombstones.clone());
+        h.compact();
+        assert_eq!((h.snapshots.len(), h.tombstones.len()), (2, 1), "the forgotten one is deleted");
+        assert_eq!((h.snapshots.capacity(), h.tombstones.capacity()), (2, 1));
+        assert_eq!(h.snapshots, snapshots);
+        assert_eq!(h.tombstones, tombstones);
+        assert_eq!(h.forgotten().len(), 1);
+        assert!(h.verify(&[]).errors.is_empty());
     }
 }

@@ -123,8 +123,8 @@ impl History {
     /// pages they pin. Copied in one pass they lie together, each at its length,
     /// and the pages they left can be handed back to the system.
     pub fn compact(&mut self) {
-        self.snapshots = self.snapshots.iter().cloned().collect();
-        self.tombstones = self.tombstones.iter().cloned().collect();
+        self.snapshots = self.snapshots.to_vec();
+        self.tombstones = self.tombstones.to_vec();
     }
 
     /// Snapshots removed on purpose: id -> (tombstone id, what it recorded).

@@ -159,7 +159,12 @@ UI_RSS2=$(rss_kib "$UI")
 UI_AF2=$(anon_file "$UI")
 sleep 60
 UI_AF3=$(anon_file "$UI")
+# Where the UI's anonymous memory lies: the main heap ([heap]) or other mappings (glibc's other
+# heaps, thread stacks, large blocks).
+UI_WHERE=$(awk '/^[0-9a-f]+-[0-9a-f]+ / {heap = ($NF == "[heap]")} /^Anonymous:/ {if (heap) h += $2; else o += $2}
+    END {printf "%d MiB in [heap], %d MiB elsewhere", h / 1024, o / 1024}' "/proc/$UI/smaps")
 AGENT_RSS=$(rss_kib "$AGENT")
 AGENT_AF=$(anon_file "$AGENT")
 echo "idle RSS: coffer ui $((UI_RSS0 / 1024)) MiB after start, $((UI_RSS1 / 1024)) MiB after the measurements, $((UI_RSS2 / 1024)) MiB 80 s later; coffer agent $((AGENT_RSS / 1024)) MiB; UI above the agent: $(((UI_RSS0 - AGENT_RSS) / 1024)), $(((UI_RSS1 - AGENT_RSS) / 1024)), $(((UI_RSS2 - AGENT_RSS) / 1024)) MiB"
 echo "idle RSS by kind: coffer ui $UI_AF0 MiB after start, $UI_AF2 MiB when idle (80 s), $UI_AF3 MiB 60 s later; coffer agent $AGENT_AF MiB"
+echo "the UI's anonymous memory when idle: $UI_WHERE"

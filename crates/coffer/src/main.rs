@@ -338,7 +338,15 @@ fn main() -> ExitCode {
         Command::Backend(a) => cmd::backend::run(&cli.global, a),
         Command::Rebalance => cmd::backend::rebalance(&cli.global),
         Command::Serve(a) => cmd::serve::run(&cli.global, a),
-        Command::Ui(a) => cmd::ui::run(&cli.global, a),
+        Command::Ui(a) => {
+            // One heap, set before any thread asks for one. What an idle UI lets
+            // go (its decoded trees, tens of MiB) is then handed back whole by
+            // `malloc_trim`; glibc's trim leaves the top free block of any other
+            // heap in place, and one run in three kept 13-15 MiB that way
+            // (docs/performance.md, "UI").
+            few_arenas(1);
+            cmd::ui::run(&cli.global, a)
+        }
     };
     replicas::report_short(&cli.global);
     if cli.global.verbose > 0 {

@@ -327,6 +327,9 @@ fn agent(a: &JobsArgs) -> Result<u8> {
         };
         let l = Arc::clone(&log);
         let ui_log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(move |line| l(format!("ui: {line}")));
+        // A long-lived server whose requests run on many threads: two malloc
+        // arenas rather than one per thread (docs/performance.md, "UI").
+        crate::few_arenas(2);
         // The UI shows the jobs as they were at start; a reload (SIGHUP) does not reach it.
         let ui = crate::cmd::ui::bind(None, &serving, Some(((*first).clone(), Arc::clone(&ctx))), Arc::clone(&ui_log))?;
         log(format!("ui at {}", crate::cmd::ui::url(&ui, settings.ui_tls != coffer_agent::config::UiTls::None)));

@@ -211,14 +211,6 @@ pub fn bind(
     jobs: Option<(coffer_agent::config::Config, Arc<coffer_agent::run::RunContext>)>,
     log: Arc<dyn Fn(String) + Send + Sync>,
 ) -> Result<Ui> {
-    // A long-lived server whose requests run on many threads: two malloc arenas
-    // rather than one per thread keep what was freed from staying spread over
-    // arenas that are never handed back (docs/performance.md, "UI").
-    // SAFETY: mallopt only sets an allocator parameter, which glibc reads under
-    // its own lock.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
     let repos = sources(global, jobs.as_ref().map(|j| &j.0))?;
     for r in &repos {
         if let Err(e) = &r.repo {

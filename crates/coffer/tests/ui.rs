@@ -414,6 +414,8 @@ fn the_agent_serves_the_ui_when_asked() {
     // The agent's log is no place for the token: it only says where it is.
     assert!(!seen.iter().any(|l| l.contains("login token ") && !l.contains("is in")), "{seen:?}");
     let token = std::fs::read_to_string(env.path("state/coffer/ui/login-token")).unwrap();
+    // The client's TLS provider, as `serve` installs it: this test may run first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::blocking::Client::new();
     let r = client.post(format!("{base}/api/v1/login")).json(&json!({"secret": token.trim()})).send().unwrap();
     assert_eq!(r.status(), StatusCode::OK);

@@ -286,6 +286,11 @@ pub fn run(global: &GlobalArgs, a: &AgentArgs) -> Result<u8> {
 /// The daemon.
 fn agent(a: &JobsArgs) -> Result<u8> {
     let config = load(a)?;
+    if config.agent.ui.is_some() {
+        // The UI's one heap, as for `coffer ui` (see main), set before the
+        // first thread; the jobs' steps run in processes of their own.
+        crate::few_arenas(1);
+    }
     let state = state_path(a, &config)?;
     let log = logger();
     let ctx = Arc::new(context(&state, Arc::clone(&log))?);
@@ -327,9 +332,6 @@ fn agent(a: &JobsArgs) -> Result<u8> {
         };
         let l = Arc::clone(&log);
         let ui_log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(move |line| l(format!("ui: {line}")));
-        // A long-lived server whose requests run on many threads: two malloc
-        // arenas rather than one per thread (docs/performance.md, "UI").
-        crate::few_arenas(2);
         // The UI shows the jobs as they were at start; a reload (SIGHUP) does not reach it.
         let ui = crate::cmd::ui::bind(None, &serving, Some(((*first).clone(), Arc::clone(&ctx))), Arc::clone(&ui_log))?;
         log(format!("ui at {}", crate::cmd::ui::url(&ui, settings.ui_tls != coffer_agent::config::UiTls::None)));

@@ -505,12 +505,14 @@ fn sigterm_during_a_backup_leaves_the_repository_clean() {
 fn a_restart_catches_up_a_missed_week_once() {
     let a = Agent::new();
     let src = make_source(&a, "src", 1, 1000);
+    // Hourly, half an hour from now, so that no scheduled run falls within the test.
+    let minute = (jiff::Zoned::now().minute() + 30) % 60;
     a.write_jobs(&job_toml(
         "local",
         &a.env.repo().display().to_string(),
         &a.path("pass"),
         &[&src],
-        "schedule = \"hourly\"",
+        &format!("schedule = \"*:{minute:02}:00\""),
     ));
     // First start: the job is seen, nothing is due yet.
     let d = Daemon::start(&a);

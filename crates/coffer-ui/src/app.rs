@@ -8,9 +8,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::brief::Brief;
 use coffer_agent::config::Kind;
 use coffer_core::Id;
-use coffer_core::format::snapshot::Snapshot;
 use coffer_core::format::tree::{Node, NodeKind};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
@@ -302,7 +302,7 @@ impl App {
                 }
                 let repo = self.repo(r)?;
                 let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
-                let shown: Vec<&(Id, Snapshot)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
+                let shown: Vec<&(Id, Brief)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
                 let job = self.repo(r)?.policy_job().map(str::to_string);
                 let page = pages::SnapshotPage { filter: &filter, offset, rows, policy_job: job.as_deref() };
                 Ok(h::html(StatusCode::OK, pages::snapshots(&session.csrf, r, &shown, &page)))
@@ -436,7 +436,7 @@ impl App {
                 let (offset, limit) = (number("offset", 0)?, number("limit", usize::MAX)?);
                 let repo = self.repo(r)?;
                 let snaps = blocking(move || repo.snapshots().map_err(Fail::from)).await?;
-                let matching: Vec<&(Id, Snapshot)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
+                let matching: Vec<&(Id, Brief)> = snaps.iter().filter(|(_, s)| filter.matches(s)).collect();
                 let list: Vec<Value> =
                     matching.iter().skip(offset).take(limit).map(|(id, s)| snapshot_json(id, s)).collect();
                 Ok(h::json(
@@ -765,7 +765,7 @@ impl Filter {
         Ok(Filter { host: text("host"), tag: text("tag"), path: text("path"), since, until, bounds })
     }
 
-    fn matches(&self, s: &Snapshot) -> bool {
+    fn matches(&self, s: &Brief) -> bool {
         fn some(f: &Option<String>) -> Option<&str> {
             f.as_deref().filter(|v| !v.is_empty())
         }
@@ -776,7 +776,7 @@ impl Filter {
                 .parse::<jiff::Timestamp>()
                 .is_ok_and(|t| since.is_none_or(|b| t >= b) && until.is_none_or(|b| t < b)),
         };
-        some(&self.host).is_none_or(|h| s.hostname == h)
+        some(&self.host).is_none_or(|h| &*s.hostname == h)
             && some(&self.tag).is_none_or(|t| s.tags.iter().any(|x| x == t))
             && some(&self.path).is_none_or(|p| s.paths.iter().any(|x| x == p))
             && in_time()
@@ -871,9 +871,9 @@ fn diff_json(d: &crate::repos::Compared) -> Value {
                      "bytes_added": st.bytes_added, "bytes_removed": st.bytes_removed}})
 }
 
-fn snapshot_json(id: &Id, s: &Snapshot) -> Value {
-    json!({"id": id, "time": s.time, "hostname": s.hostname, "username": s.username, "paths": s.paths,
-           "tags": s.tags, "summary": s.summary, "signature_valid": s.signature.is_valid()})
+fn snapshot_json(id: &Id, s: &Brief) -> Value {
+    json!({"id": id, "time": s.time, "hostname": &*s.hostname, "username": &*s.username, "paths": &s.paths[..],
+           "tags": &s.tags[..], "summary": s.summary, "signature_valid": s.signature_valid})
 }
 
 fn repo_json(r: &RepoView) -> Value {
@@ -881,7 +881,7 @@ fn repo_json(r: &RepoView) -> Value {
         Ok(snaps) => {
             let mut hosts: std::collections::BTreeMap<&str, u64> = Default::default();
             for (_, s) in snaps.iter() {
-                *hosts.entry(s.hostname.as_str()).or_default() += 1;
+                *hosts.entry(&*s.hostname).or_default() += 1;
             }
             let latest =
                 snaps.iter().max_by(|a, b| a.1.time.cmp(&b.1.time)).map(|(id, s)| json!({"id": id, "time": s.time}));

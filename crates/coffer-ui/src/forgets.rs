@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::brief::Brief;
 use coffer_core::Id;
-use coffer_core::format::snapshot::Snapshot;
 use coffer_core::local_state::LocalState;
 use coffer_core::ops::retention::{self, Decision, Policy};
 use coffer_core::repo::history::History;
@@ -33,7 +33,7 @@ pub struct Retention {
 /// What forgetting would do.
 pub struct Plan {
     /// The snapshots forgotten, oldest first.
-    pub forget: Vec<(Id, Snapshot)>,
+    pub forget: Vec<(Id, Brief)>,
     /// The live snapshots kept.
     pub kept: usize,
     /// Under a policy: how it decided.
@@ -64,7 +64,7 @@ impl RepoView {
             want.insert(Id::from_hex(id).ok_or_else(|| ViewError::BadRequest(format!("{id:?} is not a snapshot id")))?);
         }
         let live = self.snapshots()?;
-        let forget: Vec<(Id, Snapshot)> = live.iter().filter(|(i, _)| want.contains(i)).cloned().collect();
+        let forget: Vec<(Id, Brief)> = live.iter().filter(|(i, _)| want.contains(i)).cloned().collect();
         if forget.len() < want.len() {
             let found: HashSet<Id> = forget.iter().map(|(i, _)| *i).collect();
             let missing = want.iter().find(|i| !found.contains(i)).expect("one is missing");
@@ -84,7 +84,7 @@ impl RepoView {
             ViewError::BadRequest(format!("repository {} has no job with a forget policy", self.name))
         })?;
         let live = self.snapshots()?;
-        let list: Vec<(Id, Snapshot)> = live.iter().cloned().collect();
+        let list: Vec<(Id, Brief)> = live.iter().cloned().collect();
         let decisions = retention::apply_with_offset(&list, &r.policy, &*r.offset);
         let mut groups: Vec<(String, bool)> = Vec::new();
         for d in &decisions {
@@ -102,7 +102,7 @@ impl RepoView {
             )));
         }
         let doomed: HashSet<Id> = decisions.iter().filter(|d| !d.keep).map(|d| d.id).collect();
-        let forget: Vec<(Id, Snapshot)> = live.iter().filter(|(i, _)| doomed.contains(i)).cloned().collect();
+        let forget: Vec<(Id, Brief)> = live.iter().filter(|(i, _)| doomed.contains(i)).cloned().collect();
         Ok(Plan {
             kept: live.len() - forget.len(),
             forget,

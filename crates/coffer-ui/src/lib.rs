@@ -11,6 +11,7 @@
 //! session; every state-changing request needs the session's CSRF token.
 
 pub mod app;
+pub mod brief;
 pub mod downloads;
 pub mod events;
 pub mod forgets;

@@ -14,15 +14,18 @@ use std::sync::{Arc, Mutex};
 
 use coffer_core::Id;
 use coffer_core::format::snapshot::Snapshot;
+use coffer_core::format::tombstone::Tombstone;
 use coffer_core::format::tree::{Node, NodeKind, Tree};
 use coffer_core::local_state::LocalState;
 use coffer_core::ops::diff::{Change, DiffStats};
 use coffer_core::repo::Repository;
-use coffer_core::repo::history::History;
 
+use crate::brief::{self, Brief};
 use crate::forgets::Retention;
 use crate::health::{ReplicaScan, ServerLog};
 
+/// Whole snapshot records kept for the pages about one snapshot.
+const RECORDS_KEPT: usize = 4;
 /// Decoded tree entries kept across requests, at most (about 250 B each).
 const TREE_CACHE_NODES: usize = 400_000;
 /// The longest path accepted, in bytes (as the trees' own limit).
@@ -65,26 +68,29 @@ pub struct RepoSource {
     pub replicas: Option<ReplicaScan>,
 }
 
-/// The history as last read, and its live snapshots as positions into it:
-/// each snapshot is held once, however many pages list it.
+/// The history as last read: each stored snapshot that loaded as its brief
+/// (oldest first), the tombstones, and the live snapshots as positions among
+/// the briefs, so that each is held once however many pages list it.
 pub struct Live {
-    history: History,
+    snapshots: Vec<(Id, Brief)>,
+    tombstones: Vec<(Id, Tombstone)>,
+    /// Every snapshot and tombstone stored, loaded or not.
+    present: HashSet<Id>,
     live: Vec<usize>,
 }
 
 impl Live {
-    fn new(history: History) -> Live {
-        let live = {
-            let forgotten = history.forgotten();
-            let alive = |(_, (id, _)): &(usize, &(Id, Snapshot))| !forgotten.contains_key(id);
-            history.snapshots.iter().enumerate().filter(alive).map(|(i, _)| i).collect()
-        };
-        Live { history, live }
+    fn new(mut snapshots: Vec<(Id, Brief)>, tombstones: Vec<(Id, Tombstone)>, present: HashSet<Id>) -> Live {
+        brief::sort(&mut snapshots);
+        snapshots.shrink_to_fit();
+        let forgotten: HashSet<Id> = tombstones.iter().flat_map(|(_, t)| t.forgotten.iter().map(|f| f.id)).collect();
+        let live = (0..snapshots.len()).filter(|&i| !forgotten.contains(&snapshots[i].0)).collect();
+        Live { snapshots, tombstones, present, live }
     }
 
     /// The live snapshots, oldest first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &(Id, Snapshot)> + '_ {
-        self.live.iter().map(|&i| &self.history.snapshots[i])
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &(Id, Brief)> + '_ {
+        self.live.iter().map(|&i| &self.snapshots[i])
     }
 
     pub fn len(&self) -> usize {
@@ -94,17 +100,9 @@ impl Live {
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
     }
-}
 
-/// A copy of `h` to refresh while pages still read `h` (its damaged entries
-/// are found again by the refresh).
-fn copy_of(h: &History) -> History {
-    History {
-        snapshots: h.snapshots.clone(),
-        tombstones: h.tombstones.clone(),
-        damaged: Vec::new(),
-        damaged_tombstones: Vec::new(),
-        present: h.present.clone(),
+    fn contains(&self, id: &Id) -> bool {
+        self.iter().any(|(i, _)| i == id)
     }
 }
 
@@ -119,6 +117,8 @@ pub struct RepoView {
     pub(crate) server_log: Option<ServerLog>,
     pub(crate) replicas: Option<ReplicaScan>,
     history: Mutex<Option<Arc<Live>>>,
+    /// The whole records of the snapshots shown last, newest last.
+    records: Mutex<VecDeque<(Id, Snapshot)>>,
     trees: Mutex<TreeCache>,
 }
 
@@ -175,6 +175,7 @@ impl RepoView {
             server_log: s.server_log,
             replicas: s.replicas,
             history: Mutex::new(None),
+            records: Mutex::new(VecDeque::new()),
             trees: Mutex::new(TreeCache::default()),
         }
     }
@@ -185,56 +186,78 @@ impl RepoView {
     }
 
     /// The live snapshots, oldest first. The storage is listed at each call
-    /// (what was there before is not read again), so a snapshot a job has just
-    /// written is shown on the next page, the index files stored with it loaded.
+    /// and only what is new is read, so a snapshot a job has just written is
+    /// shown on the next page, the index files stored with it loaded.
     pub fn snapshots(&self) -> Result<Arc<Live>, ViewError> {
         let repo = self.repo()?;
         let mut h = self.history.lock().expect("history lock");
         // A listing fetched ahead at open (of the writers, say) would show the
         // storage as it was then.
         repo.drop_listings_ahead();
-        let Some(current) = h.clone() else {
-            let mut history = History::load(repo)?;
-            history.compact();
-            let live = Arc::new(Live::new(history));
-            *h = Some(live.clone());
-            return Ok(live);
-        };
         let listed = coffer_core::repo::history::list(repo)?;
-        let present: HashSet<Id> = listed.snapshots.iter().chain(listed.tombstones.iter()).copied().collect();
-        if present == current.history.present {
-            return Ok(current);
-        }
-        *h = None;
-        // Refreshed in place unless a page is reading it still.
-        let mut history = match Arc::try_unwrap(current) {
-            Ok(live) => live.history,
-            Err(shared) => copy_of(&shared.history),
+        let (mut snapshots, mut tombstones, known) = match h.as_ref() {
+            None => Default::default(),
+            Some(current) => {
+                let present: HashSet<Id> = listed.snapshots.iter().chain(listed.tombstones.iter()).copied().collect();
+                if present == current.present {
+                    return Ok(current.clone());
+                }
+                let known: HashSet<Id> = current
+                    .snapshots
+                    .iter()
+                    .map(|(i, _)| *i)
+                    .chain(current.tombstones.iter().map(|(i, _)| *i))
+                    .collect();
+                (current.snapshots.clone(), current.tombstones.clone(), known)
+            }
         };
-        history.refresh_listed(repo, &listed)?;
-        // Snapshots are stored after the index files of their packs: those of a
-        // snapshot just listed are there to be read. One that does not load shows
-        // as the blobs it lists not found, when they are needed.
-        let _ = repo.load_new_index_files()?;
-        history.compact();
-        let live = Arc::new(Live::new(history));
+        let first = h.is_none();
+        *h = None;
+        let loaded = coffer_core::repo::history::load_unknown(repo, &listed, &known)?;
+        snapshots.retain(|(i, _)| loaded.present.contains(i));
+        tombstones.retain(|(i, _)| loaded.present.contains(i));
+        let mut pool = brief::Pool::of(snapshots.iter().map(|(_, b)| b));
+        snapshots.extend(loaded.snapshots.iter().map(|(i, s)| (*i, Brief::of(s, &mut pool))));
+        drop(pool);
+        tombstones.extend(loaded.tombstones);
+        if !first {
+            // Snapshots are stored after the index files of their packs: those of a
+            // snapshot just listed are there to be read. One that does not load shows
+            // as the blobs it lists not found, when they are needed.
+            let _ = repo.load_new_index_files()?;
+        }
+        let live = Arc::new(Live::new(snapshots, tombstones, loaded.present));
         *h = Some(live.clone());
         Ok(live)
     }
 
-    /// Snapshot `id` (its full hex id).
+    /// Snapshot `id` (its full hex id), a live one, its whole record read again
+    /// (the last few are kept).
     pub fn snapshot(&self, id: &str) -> Result<(Id, Snapshot), ViewError> {
         let want = Id::from_hex(id).ok_or_else(|| ViewError::BadRequest(format!("{id:?} is not a snapshot id")))?;
-        self.snapshots()?
-            .iter()
-            .find(|(i, _)| *i == want)
-            .cloned()
-            .ok_or_else(|| ViewError::NotFound(format!("repository {} has no snapshot {}", self.name, want.short())))
+        if !self.snapshots()?.contains(&want) {
+            return Err(ViewError::NotFound(format!("repository {} has no snapshot {}", self.name, want.short())));
+        }
+        if let Some(s) = self.records.lock().expect("record cache lock").iter().find(|(i, _)| *i == want) {
+            return Ok(s.clone());
+        }
+        let s = (want, self.repo()?.load_snapshot(&want)?);
+        let mut records = self.records.lock().expect("record cache lock");
+        if records.len() >= RECORDS_KEPT {
+            records.pop_front();
+        }
+        records.push_back(s.clone());
+        Ok(s)
     }
 
     /// Drops the decoded trees if unused for [`TREE_CACHE_IDLE`]; says whether it did.
+    /// The snapshot records kept go with them.
     pub fn expire_trees(&self, now: std::time::Instant) -> bool {
-        self.trees.lock().expect("tree cache lock").expire(now)
+        let expired = self.trees.lock().expect("tree cache lock").expire(now);
+        if expired {
+            self.records.lock().expect("record cache lock").clear();
+        }
+        expired
     }
 
     fn tree(&self, id: &Id) -> Result<Arc<Tree>, ViewError> {
@@ -386,22 +409,26 @@ impl RepoView {
         use std::os::unix::ffi::OsStrExt;
         let patterns = coffer_core::ops::find::NamePatterns::new(&[pattern.to_string()], false)
             .map_err(|e| ViewError::BadRequest(e.to_string()))?;
-        let snaps: Vec<(Id, Snapshot)> = match only {
-            Some(id) => vec![self.snapshot(id)?],
-            None => self.snapshots()?.iter().rev().cloned().collect(),
+        // Each snapshot searched: its id, root tree and time.
+        let snaps: Vec<(Id, Id, String)> = match only {
+            Some(id) => {
+                let (id, s) = self.snapshot(id)?;
+                vec![(id, s.tree, s.time)]
+            }
+            None => self.snapshots()?.iter().rev().map(|(id, b)| (*id, b.tree, b.time.to_string())).collect(),
         };
         let repo = self.repo()?;
         let mut out = Vec::new();
         let mut searched = std::collections::HashSet::new();
         // The walk is stopped by an error from the callback, told from a real one by this.
         let mut full = false;
-        for (id, snap) in snaps {
-            if !searched.insert(snap.tree) {
+        for (id, tree, time) in snaps {
+            if !searched.insert(tree) {
                 continue;
             }
             let r = coffer_core::ops::find::find(
                 repo,
-                snap.tree,
+                tree,
                 &patterns,
                 &mut |path, node| {
                     if out.len() >= limit {
@@ -409,7 +436,7 @@ impl RepoView {
                         return Err(coffer_core::Error::InvalidInput("the search reached its limit".into()));
                     }
                     let rel = path.as_os_str().as_bytes().strip_prefix(b"/").unwrap_or_default().to_vec();
-                    out.push(Found { snapshot: id, time: snap.time.clone(), path: rel, node: node.clone() });
+                    out.push(Found { snapshot: id, time: time.clone(), path: rel, node: node.clone() });
                     Ok(())
                 },
                 &mut |_| Ok(()),

@@ -227,9 +227,36 @@ impl fmt::Display for GroupBy {
     }
 }
 
+/// What a policy reads of a snapshot: when it was taken, and what groups it.
+pub trait Dated {
+    /// When the snapshot was taken.
+    fn system_time(&self) -> SystemTime;
+    /// The host it was taken on.
+    fn hostname(&self) -> &str;
+    /// The paths it holds.
+    fn paths(&self) -> &[String];
+    /// Its tags.
+    fn tags(&self) -> &[String];
+}
+
+impl Dated for Snapshot {
+    fn system_time(&self) -> SystemTime {
+        Snapshot::system_time(self)
+    }
+    fn hostname(&self) -> &str {
+        &self.hostname
+    }
+    fn paths(&self) -> &[String] {
+        &self.paths
+    }
+    fn tags(&self) -> &[String] {
+        &self.tags
+    }
+}
+
 impl GroupBy {
     /// The group `s` belongs to.
-    pub fn key(&self, s: &Snapshot) -> GroupKey {
+    pub fn key<S: Dated + ?Sized>(&self, s: &S) -> GroupKey {
         let sorted = |v: &[String]| {
             let mut v = v.to_vec();
             v.sort();
@@ -237,9 +264,9 @@ impl GroupBy {
             v
         };
         GroupKey {
-            host: self.host.then(|| s.hostname.clone()),
-            paths: self.paths.then(|| sorted(&s.paths)),
-            tags: self.tags.then(|| sorted(&s.tags)),
+            host: self.host.then(|| s.hostname().to_string()),
+            paths: self.paths.then(|| sorted(s.paths())),
+            tags: self.tags.then(|| sorted(s.tags())),
         }
     }
 }
@@ -405,19 +432,19 @@ struct BucketRule {
 /// first within a group; snapshots with equal times are ordered by id, the larger
 /// id counting as newer. Callers filter the snapshots (host, tags, paths) first:
 /// only those given are considered.
-pub fn apply(snapshots: &[(Id, Snapshot)], policy: &Policy) -> Vec<Decision> {
+pub fn apply<S: Dated>(snapshots: &[(Id, S)], policy: &Policy) -> Vec<Decision> {
     apply_with_offset(snapshots, policy, &|_| 0)
 }
 
 /// [`apply`] with the bucket rules' hours, days, weeks, months and years taken in
 /// a local time: `offset(t)` gives the seconds east of UTC in effect at `t`
 /// (the caller knows the time zone; this library reads no environment).
-pub fn apply_with_offset(
-    snapshots: &[(Id, Snapshot)],
+pub fn apply_with_offset<S: Dated>(
+    snapshots: &[(Id, S)],
     policy: &Policy,
     offset: &dyn Fn(SystemTime) -> i64,
 ) -> Vec<Decision> {
-    let mut groups: BTreeMap<GroupKey, Vec<(Id, &Snapshot, Instant, Instant)>> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Vec<(Id, &S, Instant, Instant)>> = BTreeMap::new();
     for (id, s) in snapshots {
         let time = s.system_time();
         let t = Instant::of(time);
@@ -476,7 +503,7 @@ pub fn apply_with_offset(
                 reasons.push(Reason::Within(span));
             }
             for list in &policy.tags {
-                if list.iter().all(|tag| s.tags.contains(tag)) {
+                if list.iter().all(|tag| s.tags().contains(tag)) {
                     reasons.push(Reason::Tag(list.clone()));
                 }
             }
@@ -807,7 +834,7 @@ mod tests {
         assert!(Policy { tags: vec![vec!["x".into()]], ..Default::default() }.has_keep_rule());
         assert!(Policy { within: Some("1h".parse().unwrap()), ..Default::default() }.has_keep_rule());
         assert!(Policy { yearly: 1, ..Default::default() }.has_keep_rule());
-        assert!(apply(&[], &Policy { last: 1, ..Default::default() }).is_empty());
+        assert!(apply::<Snapshot>(&[], &Policy { last: 1, ..Default::default() }).is_empty());
     }
 
     #[test]

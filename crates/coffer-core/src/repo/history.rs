@@ -42,6 +42,54 @@ pub struct History {
     pub present: HashSet<Id>,
 }
 
+/// The entries of a listing that a holder of the history did not have yet.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Snapshots that loaded, in no particular order.
+    pub snapshots: Vec<(Id, Snapshot)>,
+    /// Tombstones that loaded.
+    pub tombstones: Vec<(Id, Tombstone)>,
+    /// Snapshots that could not be loaded, each as the error naming it.
+    pub damaged: Vec<Error>,
+    /// Tombstones that could not be loaded.
+    pub damaged_tombstones: Vec<Error>,
+    /// Every snapshot and tombstone listed and still there when read, known or not.
+    pub present: HashSet<Id>,
+}
+
+/// Loads the entries of `listed` not in `known`, on the backend's I/O pool (as
+/// many requests in flight as it wants). An entry deleted between the listing
+/// and its reading (a forget running meanwhile) is left out of `present`.
+pub fn load_unknown(repo: &Repository, listed: &Listed, known: &HashSet<Id>) -> Result<Loaded> {
+    let Listed { snapshots: snap_ids, tombstones: tomb_ids } = listed;
+    let mut out = Loaded { present: snap_ids.iter().chain(tomb_ids.iter()).copied().collect(), ..Loaded::default() };
+    let snap_new: Vec<Id> = snap_ids.iter().filter(|i| !known.contains(i)).copied().collect();
+    let new_snaps: Vec<_> = repo.fetch_many(&snap_new, |i| (*i, repo.load_snapshot(i)));
+    let tomb_new: Vec<Id> = tomb_ids.iter().filter(|i| !known.contains(i)).copied().collect();
+    let new_tombs: Vec<_> = repo.fetch_many(&tomb_new, |i| (*i, repo.load_tombstone(i)));
+    for (id, r) in new_snaps {
+        match r {
+            Ok(s) => out.snapshots.push((id, s)),
+            Err(Error::Backend(e)) if e.kind == ErrorKind::NotFound => {
+                out.present.remove(&id);
+            }
+            Err(Error::Backend(e)) => return Err(Error::Backend(e)),
+            Err(e) => out.damaged.push(e),
+        }
+    }
+    for (id, r) in new_tombs {
+        match r {
+            Ok(t) => out.tombstones.push((id, t)),
+            Err(Error::Backend(e)) if e.kind == ErrorKind::NotFound => {
+                out.present.remove(&id);
+            }
+            Err(Error::Backend(e)) => return Err(Error::Backend(e)),
+            Err(e) => out.damaged_tombstones.push(e),
+        }
+    }
+    Ok(out)
+}
+
 /// What [`History::verify`] found.
 #[derive(Debug, Default)]
 pub struct Findings {
@@ -71,60 +119,23 @@ impl History {
 
     /// [`History::refresh`] from listings taken earlier ([`list`]).
     pub fn refresh_listed(&mut self, repo: &Repository, listed: &Listed) -> Result<()> {
-        let Listed { snapshots: snap_ids, tombstones: tomb_ids } = listed;
-        let present: HashSet<Id> = snap_ids.iter().chain(tomb_ids.iter()).copied().collect();
         let known: HashSet<Id> =
             self.snapshots.iter().map(|(i, _)| *i).chain(self.tombstones.iter().map(|(i, _)| *i)).collect();
-        self.snapshots.retain(|(i, _)| present.contains(i));
-        self.tombstones.retain(|(i, _)| present.contains(i));
-        self.damaged.clear();
-        self.damaged_tombstones.clear();
-        // Fetched on the backend's I/O pool (as many requests in flight as it wants).
-        let snap_new: Vec<Id> = snap_ids.iter().filter(|i| !known.contains(i)).copied().collect();
-        let new_snaps: Vec<_> = repo.fetch_many(&snap_new, |i| (*i, repo.load_snapshot(i)));
-        let tomb_new: Vec<Id> = tomb_ids.iter().filter(|i| !known.contains(i)).copied().collect();
-        let new_tombs: Vec<_> = repo.fetch_many(&tomb_new, |i| (*i, repo.load_tombstone(i)));
-        let mut present = present;
-        for (id, r) in new_snaps {
-            match r {
-                Ok(s) => self.snapshots.push((id, s)),
-                // Deleted between listing and reading (a forget running meanwhile).
-                Err(Error::Backend(e)) if e.kind == ErrorKind::NotFound => {
-                    present.remove(&id);
-                }
-                Err(Error::Backend(e)) => return Err(Error::Backend(e)),
-                Err(e) => self.damaged.push(e),
-            }
-        }
-        for (id, r) in new_tombs {
-            match r {
-                Ok(t) => self.tombstones.push((id, t)),
-                Err(Error::Backend(e)) if e.kind == ErrorKind::NotFound => {
-                    present.remove(&id);
-                }
-                Err(Error::Backend(e)) => return Err(Error::Backend(e)),
-                Err(e) => self.damaged_tombstones.push(e),
-            }
-        }
+        let loaded = load_unknown(repo, listed, &known)?;
+        self.snapshots.retain(|(i, _)| loaded.present.contains(i));
+        self.tombstones.retain(|(i, _)| loaded.present.contains(i));
+        self.snapshots.extend(loaded.snapshots);
+        self.tombstones.extend(loaded.tombstones);
+        self.damaged = loaded.damaged;
+        self.damaged_tombstones = loaded.damaged_tombstones;
         self.snapshots.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
         self.tombstones.sort_by(|a, b| a.1.system_time().cmp(&b.1.system_time()).then(a.0.cmp(&b.0)));
-        // A long-lived reader (the UI) holds the history between refreshes:
-        // what a vector grew into while loading is handed back.
+        // A long-lived reader holds the history between refreshes: what a
+        // vector grew into while loading is handed back.
         self.snapshots.shrink_to_fit();
         self.tombstones.shrink_to_fit();
-        self.present = present;
+        self.present = loaded.present;
         Ok(())
-    }
-
-    /// Copies every snapshot and tombstone anew on the calling thread and lets
-    /// the loaded ones go. Loaded side by side on the I/O threads, the records
-    /// lie in as many allocator arenas, among the buffers they were decoded
-    /// from: a holder that keeps the history for hours (the UI) would keep the
-    /// pages they pin. Copied in one pass they lie together, each at its length,
-    /// and the pages they left can be handed back to the system.
-    pub fn compact(&mut self) {
-        self.snapshots = self.snapshots.to_vec();
-        self.tombstones = self.tombstones.to_vec();
     }
 
     /// Snapshots removed on purpose: id -> (tombstone id, what it recorded).
@@ -510,24 +521,21 @@ mod tests {
         assert_eq!(f.forgotten, 2);
     }
 
-    /// Compacting keeps every entry as it was, in order, each vector at its length.
+    /// Only what the holder did not know is read; every entry listed is present.
     #[test]
-    fn compacting_keeps_every_entry_in_order() {
+    fn only_unknown_entries_are_loaded() {
         use crate::testing::{TestTree, test_repo};
         let t = test_repo();
         let (first, _) = t.snapshot(&TestTree::new().file("a", &[b"1"]));
-        t.snapshot(&TestTree::new().file("a", &[b"2"]));
-        crate::ops::forget::forget(&t.repo, &History::load(&t.repo).unwrap(), &[first], &t.key).unwrap();
-        t.snapshot(&TestTree::new().file("a", &[b"3"]));
-        let mut h = History::load(&t.repo).unwrap();
-        h.snapshots.reserve(100);
-        let (snapshots, tombstones) = (h.snapshots.clone(), h.tombstones.clone());
-        h.compact();
-        assert_eq!((h.snapshots.len(), h.tombstones.len()), (2, 1), "the forgotten one is deleted");
-        assert_eq!((h.snapshots.capacity(), h.tombstones.capacity()), (2, 1));
-        assert_eq!(h.snapshots, snapshots);
-        assert_eq!(h.tombstones, tombstones);
-        assert_eq!(h.forgotten().len(), 1);
-        assert!(h.verify(&[]).errors.is_empty());
+        let (second, _) = t.snapshot(&TestTree::new().file("a", &[b"2"]));
+        let tomb = crate::ops::forget::forget(&t.repo, &History::load(&t.repo).unwrap(), &[first], &t.key).unwrap();
+        let (third, _) = t.snapshot(&TestTree::new().file("a", &[b"3"]));
+        let listed = list(&t.repo).unwrap();
+        let known: HashSet<Id> = [second, tomb].into_iter().collect();
+        let l = load_unknown(&t.repo, &listed, &known).unwrap();
+        let loaded: Vec<Id> = l.snapshots.iter().map(|(i, _)| *i).collect();
+        assert_eq!(loaded, vec![third], "the forgotten one is deleted, the known ones are not read");
+        assert!(l.tombstones.is_empty() && l.damaged.is_empty() && l.damaged_tombstones.is_empty());
+        assert_eq!(l.present, [second, tomb, third].into_iter().collect::<HashSet<Id>>());
     }
 }

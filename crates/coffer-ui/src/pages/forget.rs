@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
+use crate::brief::Brief;
 use coffer_core::Id;
-use coffer_core::format::snapshot::Snapshot;
 
 use super::layout;
 use crate::forgets::Plan;
@@ -19,7 +19,7 @@ fn snapshot_link(repo: &str, id: &Id) -> String {
 pub fn plan(csrf: &str, repo: &str, p: &Plan) -> String {
     let mut b = String::new();
     if let Some(a) = &p.policy {
-        let by_id: HashMap<&Id, &Snapshot> = a.snapshots.iter().map(|(i, s)| (i, s)).collect();
+        let by_id: HashMap<&Id, &Brief> = a.snapshots.iter().map(|(i, s)| (i, s)).collect();
         b.push_str(&format!(
             "<p>The retention policy of job <strong>{}</strong> applied now, as its next run would apply it:</p>\
              <table><caption>Each snapshot, grouped, newest first</caption><thead><tr><th scope=\"col\">Group</th>\
@@ -28,7 +28,7 @@ pub fn plan(csrf: &str, repo: &str, p: &Plan) -> String {
             esc(&a.job)
         ));
         for d in &a.decisions {
-            let time = by_id.get(&d.id).map_or("", |s| s.time.as_str());
+            let time = by_id.get(&d.id).map_or("", |s| &*s.time);
             let reasons: Vec<String> = d.reasons.iter().map(|r| r.to_string()).collect();
             b.push_str(&format!(
                 "<tr{}><td>{}</td><td>{}</td><td>{}</td><td class=\"state {}\">{}</td><td>{}</td></tr>",

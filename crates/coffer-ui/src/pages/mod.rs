@@ -13,6 +13,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::app::{Filter, child_path, shown_path, tree_time};
+use crate::brief::Brief;
 use crate::http::{encode_query, esc};
 use crate::preview::Preview;
 use crate::repos::Page;
@@ -266,7 +267,7 @@ pub struct SnapshotPage<'a> {
 /// A repository's snapshots (those `snaps` the filter kept, oldest first),
 /// newest first, `page.rows` a page, with the filter form; the charts
 /// draw every one of them.
-pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], page: &SnapshotPage<'_>) -> String {
+pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Brief)], page: &SnapshotPage<'_>) -> String {
     let f = page.filter;
     let mut b = format!(
         "<form method=\"get\" action=\"/repos/{}\" class=\"filter\" role=\"search\">{}{}{}{}{}<button type=\"submit\">Filter</button></form>",
@@ -305,8 +306,7 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], page: &Snaps
     ));
     for (i, (id, s)) in snaps.iter().rev().enumerate().skip(offset).take(shown) {
         let files = s.summary.files_new + s.summary.files_changed + s.summary.files_unchanged;
-        let signed =
-            if s.signature.is_valid() { "" } else { " <span class=\"bad\">(unsigned or bad signature)</span>" };
+        let signed = if s.signature_valid { "" } else { " <span class=\"bad\">(unsigned or bad signature)</span>" };
         let hex = id.to_hex();
         let (from, to) = (if i == 1 { " checked" } else { "" }, if i == 0 { " checked" } else { "" });
         b.push_str(&format!(
@@ -354,17 +354,17 @@ pub fn snapshots(csrf: &str, repo: &str, snaps: &[&(Id, Snapshot)], page: &Snaps
 const COLOURS: [&str; 6] = ["#0b5cad", "#c2410c", "#15803d", "#7c3aed", "#be185d", "#4b5563"];
 
 /// A snapshot placed on a chart: its time (seconds), host, id and record.
-type Point<'a> = (f64, &'a str, &'a Id, &'a Snapshot);
+type Point<'a> = (f64, &'a str, &'a Id, &'a Brief);
 
 /// The charts of a snapshot list: bytes added, backup duration and size per
 /// snapshot over time, one series per host; each point's title names its
 /// snapshot (shown on hover and read by screen readers).
-fn charts(snaps: &[&(Id, Snapshot)]) -> String {
+fn charts(snaps: &[&(Id, Brief)]) -> String {
     let points: Vec<Point<'_>> = snaps
         .iter()
         .filter_map(|(id, s)| {
             let t: jiff::Timestamp = s.time.parse().ok()?;
-            Some((t.as_millisecond() as f64 / 1000.0, s.hostname.as_str(), id, s))
+            Some((t.as_millisecond() as f64 / 1000.0, &*s.hostname, id, s))
         })
         .collect();
     if points.len() < 2 {
@@ -378,7 +378,7 @@ fn charts(snaps: &[&(Id, Snapshot)]) -> String {
 
 /// One chart, drawn as SVG with presentation attributes only (the content
 /// security policy allows no inline style).
-fn chart(title: &str, points: &[Point<'_>], value: impl Fn(&Snapshot) -> f64, shown: impl Fn(f64) -> String) -> String {
+fn chart(title: &str, points: &[Point<'_>], value: impl Fn(&Brief) -> f64, shown: impl Fn(f64) -> String) -> String {
     const W: f64 = 360.0;
     const H: f64 = 150.0;
     const PAD: f64 = 8.0;

@@ -99,51 +99,23 @@ impl Chunker {
         }
         let max = data.len().min(self.params.max_size as usize);
         let normal = max.min(self.params.avg_size as usize);
-        let (h, i) = match self.scan(data, min, normal, 0, self.mask_hard) {
-            Ok(cut) => return cut,
-            Err(h) => (h, normal),
-        };
-        match self.scan(data, i, max, h, self.mask_easy) {
-            Ok(cut) => cut,
-            Err(_) => max,
-        }
-    }
-
-    /// Rolls the hash `h` over `data[from..to]`: the length of the chunk when the
-    /// hash after some byte has none of `mask`'s bits set, or the hash at `to`.
-    /// Eight bytes a step with one branch: the hashes are the same as a byte at a
-    /// time (each is twice the one before plus the byte's gear value), and since
-    /// `mask` is the top bits, "none set" is "below `!mask`", so the eight tests
-    /// fold into one minimum.
-    #[inline(always)]
-    fn scan(&self, data: &[u8], from: usize, to: usize, mut h: u64, mask: u64) -> Result<usize, u64> {
-        let g = &self.gear;
-        let mut i = from;
-        for step in data[from..to].chunks_exact(8) {
-            let b: &[u8; 8] = step.try_into().expect("8 bytes");
-            let h1 = (h << 1).wrapping_add(g[b[0] as usize]);
-            let h2 = (h1 << 1).wrapping_add(g[b[1] as usize]);
-            let h3 = (h2 << 1).wrapping_add(g[b[2] as usize]);
-            let h4 = (h3 << 1).wrapping_add(g[b[3] as usize]);
-            let h5 = (h4 << 1).wrapping_add(g[b[4] as usize]);
-            let h6 = (h5 << 1).wrapping_add(g[b[5] as usize]);
-            let h7 = (h6 << 1).wrapping_add(g[b[6] as usize]);
-            let h8 = (h7 << 1).wrapping_add(g[b[7] as usize]);
-            if h1.min(h2).min(h3).min(h4).min(h5).min(h6).min(h7).min(h8) <= !mask {
-                let at = [h1, h2, h3, h4, h5, h6, h7, h8].iter().position(|x| x & mask == 0).expect("one is below");
-                return Ok(i + at + 1);
-            }
-            h = h8;
-            i += 8;
-        }
-        while i < to {
-            h = (h << 1).wrapping_add(g[data[i] as usize]);
-            if h & mask == 0 {
-                return Ok(i + 1);
+        let mut h = 0u64;
+        let mut i = min;
+        while i < normal {
+            h = (h << 1).wrapping_add(self.gear[data[i] as usize]);
+            if h & self.mask_hard == 0 {
+                return i + 1;
             }
             i += 1;
         }
-        Err(h)
+        while i < max {
+            h = (h << 1).wrapping_add(self.gear[data[i] as usize]);
+            if h & self.mask_easy == 0 {
+                return i + 1;
+            }
+            i += 1;
+        }
+        max
     }
 
     /// Splits a whole in-memory buffer into chunk lengths.
@@ -318,47 +290,6 @@ mod tests {
 
     fn small() -> ChunkerParams {
         ChunkerParams { min_size: 2 << 10, avg_size: 8 << 10, max_size: 32 << 10 }
-    }
-
-    /// The cut a byte at a time, as docs/design.md#chunking states it.
-    fn cut_bytewise(c: &Chunker, data: &[u8]) -> usize {
-        let p = c.params;
-        if data.len() <= p.min_size as usize {
-            return data.len();
-        }
-        let max = data.len().min(p.max_size as usize);
-        let mut h = 0u64;
-        for i in p.min_size as usize..max {
-            h = (h << 1).wrapping_add(c.gear[data[i] as usize]);
-            let mask = if i < p.avg_size as usize { c.mask_hard } else { c.mask_easy };
-            if h & mask == 0 {
-                return i + 1;
-            }
-        }
-        max
-    }
-
-    #[test]
-    fn the_unrolled_scan_cuts_where_the_bytewise_rule_does() {
-        let mut cuts_at = [0usize; 8];
-        for (seed, (min, avg, max)) in
-            [(64, 256, 1024), (100, 256, 300), (65, 512, 4093), (2 << 10, 8 << 10, 32 << 10)].into_iter().enumerate()
-        {
-            let c = Chunker::new(&Key([seed as u8; 32]), ChunkerParams { min_size: min, avg_size: avg, max_size: max });
-            let data = pseudo_random(1 << 20, seed as u64 + 10);
-            let mut rest = &data[..];
-            while !rest.is_empty() {
-                let n = c.cut(rest);
-                assert_eq!(n, cut_bytewise(&c, rest), "params {:?}", c.params);
-                cuts_at[(n - min as usize) % 8] += 1;
-                rest = &rest[n..];
-            }
-            // Short inputs end inside a step of eight.
-            for len in [0, 1, min as usize, min as usize + 1, min as usize + 13, avg as usize + 5] {
-                assert_eq!(c.cut(&data[..len]), cut_bytewise(&c, &data[..len]));
-            }
-        }
-        assert!(cuts_at.iter().all(|&k| k > 0), "a cut at every place of a step: {cuts_at:?}");
     }
 
     #[test]

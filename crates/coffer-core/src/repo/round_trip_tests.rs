@@ -94,7 +94,10 @@ fn source(dir: &Path) {
 /// first listings taken while it opens.
 fn unchanged_backup(announced: bool) -> Counts {
     let slow = new_repo();
-    let dir = tempfile::tempdir().unwrap();
+    // Not under the system's temporary directory: a snapshot records the
+    // directories above its paths, and other tests running meanwhile change the
+    // times of that one, so the second backup would not be unchanged.
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
     let src = dir.path().join("src");
     source(&src);
     // The cache apart from the source's directory, whose times it would change.

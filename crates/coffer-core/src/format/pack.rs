@@ -144,8 +144,9 @@ pub fn pack_key(data_key: &Key, cipher: Cipher, salt: &[u8; 32]) -> AeadKey {
     AeadKey::new(cipher, &data_key.derive(KEY_CONTEXT, salt))
 }
 
-/// The largest sealing buffer a pack builder keeps between blobs.
-const SCRATCH_KEEP: usize = 2 << 20;
+/// The largest sealing buffer a pack builder keeps between blobs: a chunk of
+/// the default maximum size (4 MiB) and its overhead fit.
+const SCRATCH_KEEP: usize = 5 << 20;
 
 /// Assembles one pack, writing its bytes to `W` as blobs are added: a `Vec<u8>`
 /// in memory, or a spool file so that a pack being filled costs no memory
@@ -202,6 +203,16 @@ impl<W: Write> PackBuilder<W> {
         self.entries.is_empty()
     }
 
+    /// Gives the builder a sealing buffer to reuse (a closed pack's).
+    pub fn reuse_scratch(&mut self, buffer: Vec<u8>) {
+        self.scratch = buffer;
+    }
+
+    /// Takes the sealing buffer back, for another pack to reuse.
+    pub fn take_scratch(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.scratch)
+    }
+
     fn emit(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.out.write_all(bytes)?;
         self.hasher.update(bytes);
@@ -223,6 +234,8 @@ impl<W: Write> PackBuilder<W> {
         let offset = self.len;
         let mut sealed = std::mem::take(&mut self.scratch);
         sealed.clear();
+        // Room for the tag too: grown by it, the buffer would double.
+        sealed.reserve_exact(1 + payload.len() + TAG_LEN);
         sealed.push(compression);
         sealed.extend_from_slice(payload);
         let aad = PackEntry::aad(blob_type, &id);
@@ -475,6 +488,34 @@ mod tests {
         let mut moved = e;
         moved.offset = 0;
         assert!(open_blob(&key, &moved, &p.bytes[e.offset as usize..(e.offset + e.length as u64) as usize]).is_err());
+    }
+
+    #[test]
+    fn the_sealing_buffer_is_sized_once_and_passes_to_the_next_pack() {
+        let dk = Key::random();
+        let big = vec![9u8; (1 << 20) + 5];
+        let mut a = PackBuilder::new(&dk, 0, Cipher::Aes256Gcm, 0);
+        a.add(BlobType::Data, Id([1; 32]), COMPRESSION_NONE, &big, big.len() as u32).unwrap();
+        let scratch = a.take_scratch();
+        // Room for the compression byte, the blob and the tag, and no more: grown
+        // by the tag it would have doubled past what a builder keeps.
+        assert_eq!(scratch.capacity(), 1 + big.len() + TAG_LEN);
+        let at = scratch.as_ptr();
+        let mut b = PackBuilder::new(&dk, 0, Cipher::Aes256Gcm, 0);
+        b.reuse_scratch(scratch);
+        b.add(BlobType::Data, Id([2; 32]), COMPRESSION_NONE, &big[..1000], 1000).unwrap();
+        let back = b.take_scratch();
+        assert_eq!(back.as_ptr(), at, "the same buffer");
+        // What it sealed reads back.
+        let mut c = PackBuilder::new(&dk, 0, Cipher::Aes256Gcm, 0);
+        c.reuse_scratch(vec![0xee; 4096]);
+        c.add(BlobType::Data, Id([3; 32]), COMPRESSION_NONE, b"reused", 6).unwrap();
+        let p = c.finish().unwrap();
+        let t = decode_trailer(&p.bytes[p.bytes.len() - TRAILER_LEN..], p.len).unwrap();
+        let e = p.entries[0];
+        let key = pack_key(&dk, t.cipher, &t.salt);
+        let sealed = &p.bytes[e.offset as usize..(e.offset + u64::from(e.length)) as usize];
+        assert_eq!(open_blob(&key, &e, sealed).unwrap(), b"reused");
     }
 
     #[test]

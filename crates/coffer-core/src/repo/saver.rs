@@ -48,6 +48,9 @@ struct PackPool {
     max_open: usize,
     /// Packs opened so far.
     opened: AtomicUsize,
+    /// Sealing buffers of closed packs, for the next ones (each would fault in
+    /// fresh pages at its first blob otherwise).
+    scratch: Mutex<Vec<Vec<u8>>>,
 }
 
 impl PackPool {
@@ -58,6 +61,15 @@ impl PackPool {
             returned: Condvar::new(),
             max_open,
             opened: AtomicUsize::new(0),
+            scratch: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps a closed pack's sealing buffer for the next pack opened.
+    fn keep_scratch(&self, buffer: Vec<u8>) {
+        let mut kept = self.scratch.lock().expect("poisoned");
+        if buffer.capacity() > 0 && kept.len() < self.max_open {
+            kept.push(buffer);
         }
     }
 }
@@ -201,6 +213,7 @@ impl<'r> BlobSaver<'r> {
         // its header and index record bounded (many tiny blobs).
         if pack.builder.len() >= pack.close_at || pack.builder.count() >= crate::format::limits::PACK_BLOBS {
             close_slot(pool);
+            pool.keep_scratch(pack.builder.take_scratch());
             self.upload(pack.builder)?;
         } else {
             pack.user = me;
@@ -248,7 +261,10 @@ impl<'r> BlobSaver<'r> {
             if *open < pool.max_open {
                 *open += 1;
                 drop(open);
-                let builder = self.repo.new_pack().inspect_err(|_| close_slot(pool))?;
+                let mut builder = self.repo.new_pack().inspect_err(|_| close_slot(pool))?;
+                if let Some(b) = pool.scratch.lock().expect("poisoned").pop() {
+                    builder.reuse_scratch(b);
+                }
                 let k = pool.opened.fetch_add(1, Ordering::Relaxed) as u64 + 1;
                 let (n, size) = (pool.max_open as u64, u64::from(self.repo.config().pack_size));
                 return Ok(OpenPack { user: None, close_at: size * k.min(n) / n, builder });
